@@ -1,0 +1,123 @@
+"""The messages between parent and worker, and nothing else.
+
+Worker → parent: `Phase`, `Progress`, `Log`, `WarningEvent`, `Completed`,
+`Failed`, each with a `seq` that only ever increases within one worker and a
+timestamp. Parent → worker: the one command, `Stop(save)`.
+
+Both sides serialise with `model_dump_json()` and read with `parse_event` /
+`parse_command`, which raise `pydantic.ValidationError` on anything malformed,
+so a reader can count and skip garbage instead of dying on it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+WorkerPhase = Literal["loading_model", "loading_dataset", "training", "saving"]
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int = Field(ge=0)
+    ts: float = Field(default_factory=time.time)
+
+
+class Phase(_Message):
+    kind: Literal["phase"] = "phase"
+    phase: WorkerPhase
+    message: str = ""
+
+
+class Progress(_Message):
+    """One logging step. Eval-only records have eval_loss and no loss."""
+
+    kind: Literal["progress"] = "progress"
+    step: int = Field(ge=0)
+    total_steps: int = Field(ge=0)
+    epoch: float | None = None
+    loss: float | None = None
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    eval_loss: float | None = None
+    num_tokens: int | None = None
+    tokens_per_second: float | None = None
+    elapsed_seconds: float | None = None
+    eta_seconds: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The metric record (one row of metrics.jsonl / the metrics table)."""
+        return self.model_dump(exclude={"kind", "seq"})
+
+
+class Log(_Message):
+    kind: Literal["log"] = "log"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    message: str
+
+
+class WarningEvent(_Message):
+    kind: Literal["warning"] = "warning"
+    message: str
+
+
+class Sample(BaseModel):
+    """One prompt generated from the base model and from the trained one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str
+    before: str
+    after: str | None = None
+
+
+class Completed(_Message):
+    """Training ended. stopped: a stop command ended it early; saved: artefacts were written."""
+
+    kind: Literal["completed"] = "completed"
+    output_dir: str | None
+    stopped: bool = False
+    saved: bool = True
+    checkpoint: str | None = None
+    global_step: int = 0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    samples: list[Sample] = Field(default_factory=list)
+
+
+class Failed(_Message):
+    kind: Literal["failed"] = "failed"
+    message: str
+    traceback: str = ""
+
+
+Event = Annotated[
+    Phase | Progress | Log | WarningEvent | Completed | Failed,
+    Field(discriminator="kind"),
+]
+TERMINAL_KINDS = frozenset({"completed", "failed"})
+
+
+class Stop(BaseModel):
+    """Parent → worker: stop at the next step boundary; save=True writes a resumable checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["stop"] = "stop"
+    save: bool = True
+
+
+_EVENT = TypeAdapter(Event)
+
+
+def parse_event(data: str | bytes | dict[str, Any]) -> Event:
+    """Parse one event from JSON text or a dict; raises pydantic.ValidationError."""
+    if isinstance(data, dict):
+        return _EVENT.validate_python(data)
+    return _EVENT.validate_json(data)
+
+
+def parse_command(data: str | bytes) -> Stop:
+    return Stop.model_validate_json(data)

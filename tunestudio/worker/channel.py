@@ -1,0 +1,138 @@
+"""The worker's end of the conversation with its parent.
+
+A channel numbers and sends events, and keeps the latest stop command that
+arrived, which the training callback reads at each step boundary. Two
+transports: multiprocessing queues (a supervised job) and stdout/stdin JSON
+lines (`python -m tunestudio.worker CONFIG.json`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from abc import ABC, abstractmethod
+from typing import Any
+
+from pydantic import ValidationError
+
+from tunestudio.events import (
+    Completed,
+    Failed,
+    Log,
+    Phase,
+    Progress,
+    Stop,
+    WarningEvent,
+    parse_command,
+)
+
+
+class Channel(ABC):
+    def __init__(self) -> None:
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._stop: Stop | None = None
+
+    # --- sending ---------------------------------------------------------------
+    @abstractmethod
+    def _send(self, line: str) -> None: ...
+
+    def emit(self, cls: type, **fields: Any) -> Any:
+        with self._lock:
+            self._seq += 1
+            event = cls(seq=self._seq, **fields)
+            self._send(event.model_dump_json())
+        return event
+
+    def phase(self, phase: str, message: str = "") -> None:
+        self.emit(Phase, phase=phase, message=message)
+
+    def progress(self, **fields: Any) -> Progress:
+        return self.emit(Progress, **fields)
+
+    def log(self, message: str, level: str = "info") -> None:
+        self.emit(Log, message=message, level=level)
+
+    def warn(self, message: str) -> None:
+        self.emit(WarningEvent, message=message)
+
+    def completed(self, **fields: Any) -> None:
+        self.emit(Completed, **fields)
+
+    def failed(self, message: str, traceback: str = "") -> None:
+        self.emit(Failed, message=message, traceback=traceback)
+
+    def close(self) -> None:
+        """Flush what was sent; called once, as the worker ends."""
+
+    # --- receiving -------------------------------------------------------------
+    def receive(self, line: str | bytes) -> None:
+        """Record one command. A cancel (save=False) wins over an earlier stop with save."""
+        try:
+            command = parse_command(line)
+        except ValidationError:
+            return  # a parent never sends garbage; if it does, ignoring it is the safe answer
+        with self._lock:
+            if self._stop is None or not command.save:
+                self._stop = command
+
+    @property
+    def stop_request(self) -> Stop | None:
+        return self._stop
+
+
+class QueueChannel(Channel):
+    """Events onto one multiprocessing queue, commands from another."""
+
+    def __init__(self, events: Any, commands: Any) -> None:
+        super().__init__()
+        self._events = events
+        self._commands = commands
+        threading.Thread(target=self._read_commands, name="commands", daemon=True).start()
+
+    def _send(self, line: str) -> None:
+        self._events.put(line)
+
+    def _read_commands(self) -> None:
+        while True:
+            try:
+                line = self._commands.get()
+            except (EOFError, OSError):
+                return
+            if line is None:
+                return
+            self.receive(line)
+
+    def close(self) -> None:
+        self._events.close()
+        self._events.join_thread()
+
+
+class StdioChannel(Channel):
+    """Events as JSON lines on the process's real stdout, commands as JSON lines on stdin.
+
+    Libraries print to stdout freely; to keep the event stream clean, the
+    original stdout is kept for events and file descriptor 1 is pointed at stderr.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        sys.stdout.flush()
+        self._out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+        os.dup2(2, 1)
+        threading.Thread(target=self._read_commands, name="commands", daemon=True).start()
+
+    def _send(self, line: str) -> None:
+        self._out.write(line + "\n")
+
+    def _read_commands(self) -> None:
+        for line in sys.stdin:
+            if line.strip():
+                self.receive(line)
+
+    def close(self) -> None:
+        self._out.flush()
+
+
+__all__ = ["Channel", "QueueChannel", "StdioChannel", "Completed", "Failed"]

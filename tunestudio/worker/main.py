@@ -1,0 +1,150 @@
+"""One job's life inside the worker process, top to bottom.
+
+load config → load tokenizer and model → prepare (LoRA / QLoRA / full) →
+load and format the dataset → build the trainer → sample the base model →
+train → save → sample the result → report.
+
+Every way out ends in exactly one terminal event: `Completed` (possibly
+stopped) or `Failed`. A `UserError` is reported by its message alone; anything
+else is a bug and carries the traceback for the logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from tunestudio.config import JobConfig, format_validation_error
+from tunestudio.events import Sample
+from tunestudio.worker.channel import Channel
+from tunestudio.worker.errors import UserError
+
+
+def run(config: JobConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None) -> int:
+    """Run one job to its end; returns the process exit code (0 completed or stopped, 1 failed)."""
+    try:
+        cfg = _validate(config, secrets)
+        _quiet_libraries()
+        return _train(cfg, channel)
+    except UserError as exc:
+        channel.failed(str(exc), traceback.format_exc())
+    except Exception as exc:  # noqa: BLE001 - the worker's last line: report, never die silently
+        channel.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    return 1
+
+
+def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None) -> JobConfig:
+    if isinstance(config, JobConfig):
+        return config
+    try:
+        return JobConfig.from_parts(config, secrets)
+    except ValidationError as exc:
+        fields = "; ".join(f"{e['field']}: {e['message']}" for e in format_validation_error(exc))
+        raise UserError(f"invalid config: {fields}") from None
+
+
+def _train(cfg: JobConfig, channel: Channel) -> int:
+    from tunestudio.worker import data as data_mod
+    from tunestudio.worker import model as model_mod
+    from tunestudio.worker import train as train_mod
+
+    if not cfg.output_dir:
+        raise UserError("output_dir: the worker needs an output folder")
+    output_dir = Path(cfg.output_dir)
+    checkpoint = train_mod.resolve_checkpoint(cfg)
+
+    # 1. tokenizer and model
+    channel.phase("loading_model", f"loading {cfg.model_name}")
+    precision = train_mod.resolve_precision(cfg)
+    gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel)
+    tokenizer = model_mod.load_tokenizer(cfg)
+    model = model_mod.load_model(cfg, precision.compute_dtype)
+    model = model_mod.prepare_model(model, cfg, gradient_checkpointing)
+    trainable, total = model_mod.count_parameters(model)
+    channel.log(
+        f"model: {total:,} parameters, {trainable:,} trainable ({cfg.training_type.value}, {precision.name})"
+    )
+    if channel.stop_request:
+        return _stopped_before_training(channel)
+
+    # 2. dataset
+    channel.phase("loading_dataset")
+    data = data_mod.prepare(cfg)
+    for note in data.notes:
+        channel.log(note)
+    for warning in data.warnings:
+        channel.warn(warning)
+
+    # 3. trainer
+    trainer, reporter = train_mod.build_trainer(
+        cfg, model, tokenizer, data, precision, gradient_checkpointing, channel
+    )
+    if channel.stop_request:
+        return _stopped_before_training(channel)
+
+    # 4. the base model, for comparison afterwards
+    before = [train_mod.generate(trainer.model, tokenizer, p) for p in cfg.sample_prompts]
+    if trainer.eval_dataset is not None and checkpoint is None:
+        trainer.evaluate()  # eval loss at step 0, reported through the callback
+
+    # 5. train
+    channel.phase("training")
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    stop = reporter.stop
+    if stop is not None and not stop.save:
+        channel.completed(output_dir=None, stopped=True, saved=False, global_step=trainer.state.global_step)
+        return 0
+
+    # 6. save
+    channel.phase("saving")
+    saved_checkpoint = _latest_checkpoint(output_dir) if stop is not None else None
+    trainer.save_model(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    (output_dir / "job_config.json").write_text(json.dumps(cfg.public_dict(), indent=2) + "\n")
+    with (output_dir / "metrics.jsonl").open("w", encoding="utf-8") as fh:
+        for record in reporter.records:
+            fh.write(json.dumps(record) + "\n")
+
+    # 7. the result
+    samples = [
+        Sample(prompt=p, before=b, after=train_mod.generate(trainer.model, tokenizer, p))
+        for p, b in zip(cfg.sample_prompts, before)
+    ]
+    metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
+    channel.completed(
+        output_dir=str(output_dir),
+        stopped=stop is not None,
+        saved=True,
+        checkpoint=saved_checkpoint,
+        global_step=trainer.state.global_step,
+        metrics=metrics,
+        samples=samples,
+    )
+    return 0
+
+
+def _stopped_before_training(channel: Channel) -> int:
+    channel.completed(output_dir=None, stopped=True, saved=False)
+    return 0
+
+
+def _latest_checkpoint(output_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+
+
+def _quiet_libraries() -> None:
+    """Library chatter goes to stderr at warning level; progress reaches the user as events."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
+    os.environ.setdefault("DISABLE_TQDM", "1")
+    logging.getLogger("transformers").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*kernels.*")

@@ -1,0 +1,102 @@
+"""Loading the tokenizer and model, and preparing them for LoRA, QLoRA or a full fine-tune."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, LoftQConfig, get_peft_model, prepare_model_for_kbit_training
+from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedTokenizerBase
+
+from tunestudio.config import JobConfig, TrainingType
+from tunestudio.worker import hub
+from tunestudio.worker.errors import UserError
+
+ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
+
+
+def _from_pretrained(loader: Any, name: str, what: str, **kwargs: Any) -> Any:
+    """`loader.from_pretrained(name)` with the cache first and a clear error when offline."""
+    local = Path(name).expanduser()
+    if local.is_dir():
+        try:
+            return loader.from_pretrained(str(local), **kwargs)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"model {name!r}: cannot load the {what} from this folder: {exc}") from exc
+    if hub.looks_like_local_path(name):
+        raise UserError(f"model {name!r} does not exist: there is no such folder")
+    try:
+        return loader.from_pretrained(name, local_files_only=True, **kwargs)
+    except OSError:
+        pass  # not in the cache: ask the hub
+    hub.require_hub("model", name)
+    try:
+        return loader.from_pretrained(name, **kwargs)
+    except OSError as exc:
+        raise UserError(f"model {name!r}: cannot load the {what} from the hub: {exc}") from exc
+
+
+def load_tokenizer(cfg: JobConfig) -> PreTrainedTokenizerBase:
+    token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
+    tokenizer = _from_pretrained(AutoTokenizer, cfg.model_name, "tokenizer", token=token)
+    if tokenizer.pad_token is None:
+        # Padding positions are masked out of the loss, so reusing EOS is safe.
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
+    token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
+    kwargs: dict[str, Any] = {"token": token, "dtype": torch.float32}
+    if cfg.training_type is TrainingType.qlora:
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute_dtype,
+        )
+        if not torch.cuda.is_available():
+            kwargs["device_map"] = {"": "cpu"}
+    model = _from_pretrained(AutoModelForCausalLM, cfg.model_name, "model", **kwargs)
+    model.config.use_cache = False  # training never reads the KV cache
+    return model
+
+
+def lora_target_modules(cfg: JobConfig) -> list[str] | str:
+    if cfg.target_modules:
+        return cfg.target_modules
+    if cfg.finetune_attention_modules and cfg.finetune_mlp_modules:
+        return "all-linear"
+    return list(ATTENTION_MODULES if cfg.finetune_attention_modules else MLP_MODULES)
+
+
+def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing: bool) -> torch.nn.Module:
+    """Wrap the model for its training type; a full fine-tune trains every weight."""
+    if cfg.training_type is TrainingType.full:
+        return model
+    if cfg.training_type is TrainingType.qlora:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+    lora = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=lora_target_modules(cfg),
+        use_rslora=cfg.use_rslora,
+        bias="none",
+        task_type="CAUSAL_LM",
+        init_lora_weights="loftq" if cfg.use_loftq else True,
+        loftq_config=LoftQConfig(loftq_bits=4) if cfg.use_loftq else {},
+    )
+    try:
+        return get_peft_model(model, lora)
+    except ValueError as exc:
+        # peft names the modules it could not find; that is a config problem.
+        raise UserError(f"target_modules: {exc}") from exc
+
+
+def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return trainable, total

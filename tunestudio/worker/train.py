@@ -1,0 +1,215 @@
+"""Building TRL's SFTTrainer from a JobConfig, and the callback that reports
+progress and obeys stop commands at step boundaries."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+from trl import SFTConfig, SFTTrainer
+
+from tunestudio.config import JobConfig
+from tunestudio.events import Progress, Stop
+from tunestudio.worker.channel import Channel
+from tunestudio.worker.data import PreparedData
+from tunestudio.worker.errors import UserError
+
+_BNB_OPTIMIZERS = {"adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "lion_8bit", "lion_32bit"}
+
+
+@dataclass(frozen=True)
+class Precision:
+    bf16: bool
+    fp16: bool
+    compute_dtype: torch.dtype
+    name: str
+
+
+def resolve_precision(cfg: JobConfig) -> Precision:
+    """The mixed-precision flags, set explicitly (SFTConfig turns bf16 on by default, even on CPU)."""
+    cuda = torch.cuda.is_available()
+    choice = cfg.precision
+    if choice == "auto":
+        if cuda:
+            choice = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        else:
+            choice = "fp32"
+    if choice == "fp16" and not cuda:
+        raise UserError("precision: fp16 needs a CUDA GPU; use fp32 or bf16 on a CPU")
+    if choice == "bf16":
+        return Precision(True, False, torch.bfloat16, "bf16")
+    if choice == "fp16":
+        return Precision(False, True, torch.float16, "fp16")
+    return Precision(False, False, torch.float32, "fp32")
+
+
+def resolve_optimizer(cfg: JobConfig, channel: Channel) -> str:
+    if cfg.optim in _BNB_OPTIMIZERS and not torch.cuda.is_available():
+        channel.warn(f"optim {cfg.optim!r} needs bitsandbytes GPU kernels; using torch AdamW ('adamw_torch') on CPU")
+        return "adamw_torch"
+    return cfg.optim
+
+
+def resolve_gradient_checkpointing(cfg: JobConfig, channel: Channel) -> bool:
+    if cfg.gradient_checkpointing == "unsloth":
+        channel.warn('gradient_checkpointing "unsloth" is Unsloth\'s own variant; using standard gradient checkpointing')
+        return True
+    return bool(cfg.gradient_checkpointing)
+
+
+def resolve_checkpoint(cfg: JobConfig) -> str | None:
+    """The checkpoint folder to resume from, or None; raises UserError if it is not there."""
+    wanted = cfg.resume_from_checkpoint
+    if not wanted:
+        return None
+    if wanted == "latest":
+        found = get_last_checkpoint(cfg.output_dir) if Path(cfg.output_dir or "").is_dir() else None
+        if found is None:
+            raise UserError(f"resume_from_checkpoint: no checkpoint-* folder in {cfg.output_dir}")
+        return found
+    path = Path(wanted).expanduser()
+    if not (path / "trainer_state.json").is_file():
+        raise UserError(f"resume_from_checkpoint: {wanted} is not a checkpoint folder (no trainer_state.json)")
+    return str(path)
+
+
+class ReportingCallback(TrainerCallback):
+    """Turns the trainer's logs into Progress events, and stops when the parent asks."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.records: list[dict[str, Any]] = []
+        self.stop: Stop | None = None
+        self._t0 = time.monotonic()
+        self._step0 = 0
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any):
+        self._t0 = time.monotonic()
+        self._step0 = state.global_step  # non-zero on resume: rates count this process's steps only
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any):
+        stop = self.channel.stop_request
+        if stop is not None:
+            self.stop = stop
+            control.should_training_stop = True
+            control.should_save = stop.save  # the trainer saves model, optimizer, scheduler, RNG, state
+            control.should_evaluate = False
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs=None, **kw: Any):
+        logs = logs or {}
+        if "loss" not in logs and "eval_loss" not in logs:
+            return  # the end-of-training summary; its figures go into Completed
+        elapsed = time.monotonic() - self._t0
+        tokens = logs.get("num_tokens")  # TRL counts the tokens this trainer has seen
+        tps = tokens / elapsed if tokens is not None and elapsed > 0 else None
+        done = state.global_step - self._step0
+        eta = elapsed / done * (state.max_steps - state.global_step) if done > 0 else None
+        event: Progress = self.channel.progress(
+            step=state.global_step,
+            total_steps=state.max_steps,
+            epoch=state.epoch,
+            loss=logs.get("loss"),
+            learning_rate=logs.get("learning_rate"),
+            grad_norm=logs.get("grad_norm"),
+            eval_loss=logs.get("eval_loss"),
+            num_tokens=int(tokens) if tokens is not None else None,
+            tokens_per_second=tps,
+            elapsed_seconds=elapsed,
+            eta_seconds=eta,
+        )
+        self.records.append(event.record())
+
+
+def build_trainer(
+    cfg: JobConfig,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    data: PreparedData,
+    precision: Precision,
+    gradient_checkpointing: bool,
+    channel: Channel,
+) -> tuple[SFTTrainer, ReportingCallback]:
+    conversational_messages = "messages" in data.train.column_names
+    report_to = []
+    if cfg.enable_tensorboard:
+        report_to.append("tensorboard")
+    if cfg.enable_wandb:
+        report_to.append("wandb")
+    if cfg.train_on_completions and data.format_type == "text":
+        channel.warn("train_on_completions has no effect on plain text data: every token is trained on")
+    has_eval = data.eval is not None and cfg.eval_steps > 0
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else (cfg.warmup_ratio or 0)
+
+    args = SFTConfig(
+        output_dir=cfg.output_dir,
+        seed=cfg.random_seed,
+        data_seed=cfg.random_seed,
+        num_train_epochs=cfg.num_epochs,
+        max_steps=cfg.max_steps if cfg.max_steps > 0 else -1,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        warmup_steps=warmup,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        optim=resolve_optimizer(cfg, channel),
+        bf16=precision.bf16,
+        fp16=precision.fp16,
+        use_cpu=not torch.cuda.is_available(),
+        gradient_checkpointing=gradient_checkpointing,
+        logging_steps=cfg.logging_steps,
+        logging_strategy="steps",
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=cfg.eval_steps if has_eval else None,
+        save_strategy="steps" if cfg.save_steps > 0 else "no",
+        save_steps=cfg.save_steps if cfg.save_steps > 0 else 500,
+        report_to=report_to,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        max_length=cfg.max_seq_length,
+        packing=cfg.packing,
+        completion_only_loss=cfg.train_on_completions,
+        assistant_only_loss=cfg.train_on_completions and conversational_messages,
+    )
+    callback = ReportingCallback(channel)
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=data.train,
+        eval_dataset=data.eval if has_eval else None,
+        processing_class=tokenizer,
+        callbacks=[callback],
+    )
+    return trainer, callback
+
+
+@torch.no_grad()
+def generate(model: torch.nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int = 40) -> str:
+    """Greedy generation of one reply, for before/after samples."""
+    was_training = model.training
+    model.eval()
+    if tokenizer.chat_template:
+        inputs = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+    else:
+        inputs = tokenizer(prompt, return_tensors="pt")
+    device = next(model.parameters()).device
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    output = model.generate(
+        **inputs,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        use_cache=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    if was_training:
+        model.train()
+    return tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
