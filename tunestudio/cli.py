@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from tunestudio.config import ConfigError, JobConfig, load_config
+from tunestudio.config import ConfigError, load_config
 from tunestudio.events import Completed, Event, Failed, Log, Phase, WarningEvent
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.settings import Settings
@@ -48,8 +48,9 @@ class _Interrupts:
 def _fmt_seconds(value: float | None) -> str:
     if value is None:
         return "–"
-    value = int(value)
-    return f"{value // 3600}:{value // 60 % 60:02d}:{value % 60:02d}" if value >= 3600 else f"{value // 60}:{value % 60:02d}"
+    minutes, seconds = divmod(int(value), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -59,7 +60,9 @@ def _fmt(value: float | None, spec: str) -> str:
 @app.command()
 def train(
     job_file: Annotated[Path, typer.Argument(help="A YAML or JSON job config.")],
-    output_dir: Annotated[str | None, typer.Option(help="Where the artefacts go (default: under TUNESTUDIO_HOME).")] = None,
+    output_dir: Annotated[
+        str | None, typer.Option(help="Where the artefacts go (default: under TUNESTUDIO_HOME).")
+    ] = None,
 ) -> None:
     """Run one fine-tuning job with a live progress view. Ctrl-C once: stop and save; twice: cancel."""
     from tunestudio.jobs.supervisor import Supervisor

@@ -14,7 +14,7 @@ their nearest equivalent and says so in a warning event.
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,12 +29,12 @@ from pydantic import (
     model_validator,
 )
 
-__all__ = ["JobConfig", "TrainingType", "ConfigError", "load_config", "SECRET_FIELDS"]
+__all__ = ["SECRET_FIELDS", "ConfigError", "JobConfig", "TrainingType", "load_config"]
 
 SECRET_FIELDS = ("hf_token", "wandb_token")
 
 
-class TrainingType(str, Enum):
+class TrainingType(StrEnum):
     lora = "lora"
     qlora = "qlora"
     full = "full"

@@ -9,6 +9,7 @@ the worker's process group after a grace period, then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -117,10 +118,8 @@ class Supervisor:
         if not save:
             self._asked.cancel = True
             threading.Thread(target=self._escalate, name="escalate", daemon=True).start()
-        try:
+        with contextlib.suppress(ValueError, OSError):  # queue closed: the worker is gone already
             self._commands.put(Stop(save=save).model_dump_json())
-        except (ValueError, OSError):
-            pass  # queue closed: the worker is gone already
 
     def cancel(self) -> None:
         self.stop(save=False)
@@ -183,7 +182,7 @@ class Supervisor:
             self._terminal = event
         try:
             self.on_event(event)
-        except Exception:  # noqa: BLE001 - a subscriber's bug must not stop the pump
+        except Exception:
             log.exception("event handler failed on %s", event.kind)
 
     # --- ending ----------------------------------------------------------------
@@ -220,9 +219,7 @@ class Supervisor:
         try:
             os.killpg(pid, sig)  # the worker leads its own group
         except ProcessLookupError:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)  # not yet its own group leader, or already gone
-            except ProcessLookupError:
-                pass
         except PermissionError:
             pass

@@ -63,6 +63,7 @@ class Channel(ABC):
     def failed(self, message: str, traceback: str = "") -> None:
         self.emit(Failed, message=message, traceback=traceback)
 
+    @abstractmethod
     def close(self) -> None:
         """Flush what was sent; called once, as the worker ends."""
 
@@ -135,4 +136,4 @@ class StdioChannel(Channel):
         self._out.flush()
 
 
-__all__ = ["Channel", "QueueChannel", "StdioChannel", "Completed", "Failed"]
+__all__ = ["Channel", "Completed", "Failed", "QueueChannel", "StdioChannel"]

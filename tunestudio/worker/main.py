@@ -35,7 +35,7 @@ def run(config: JobConfig | dict[str, Any], channel: Channel, secrets: dict[str,
         return _train(cfg, channel)
     except UserError as exc:
         channel.failed(str(exc), traceback.format_exc())
-    except Exception as exc:  # noqa: BLE001 - the worker's last line: report, never die silently
+    except Exception as exc:
         channel.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
     return 1
 
@@ -68,8 +68,10 @@ def _train(cfg: JobConfig, channel: Channel) -> int:
     model = model_mod.load_model(cfg, precision.compute_dtype)
     model = model_mod.prepare_model(model, cfg, gradient_checkpointing)
     trainable, total = model_mod.count_parameters(model)
+    four_bit = model_mod.count_4bit_layers(model)
     channel.log(
-        f"model: {total:,} parameters, {trainable:,} trainable ({cfg.training_type.value}, {precision.name})"
+        f"model: {total:,} parameters, {trainable:,} trainable ({cfg.training_type.value}, {precision.name}"
+        + (f", {four_bit} 4-bit layers)" if four_bit else ")")
     )
     if channel.stop_request:
         return _stopped_before_training(channel)
@@ -115,7 +117,7 @@ def _train(cfg: JobConfig, channel: Channel) -> int:
     # 7. the result
     samples = [
         Sample(prompt=p, before=b, after=train_mod.generate(trainer.model, tokenizer, p))
-        for p, b in zip(cfg.sample_prompts, before)
+        for p, b in zip(cfg.sample_prompts, before, strict=True)
     ]
     metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     channel.completed(

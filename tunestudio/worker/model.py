@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peft import LoraConfig, LoftQConfig, get_peft_model, prepare_model_for_kbit_training
+from peft import LoftQConfig, LoraConfig, get_peft_model, prepare_model_for_kbit_training
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedTokenizerBase
 
 from tunestudio.config import JobConfig, TrainingType
@@ -100,3 +100,12 @@ def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     return trainable, total
+
+
+def count_4bit_layers(model: torch.nn.Module) -> int:
+    """How many linear layers hold bitsandbytes 4-bit weights (0 unless QLoRA)."""
+    try:
+        from bitsandbytes.nn import Linear4bit
+    except ImportError:
+        return 0
+    return sum(isinstance(m, Linear4bit) for m in model.modules())

@@ -31,14 +31,15 @@ CHAT_TEMPLATE = (
 )
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 
-_WORDS = (
-    "apple river stone cloud green light table happy music yellow window garden winter summer "
-    "orange bread candle forest silver planet rocket tiger bottle paper ocean purple dragon "
-    "castle mirror pencil butter school flower bridge turtle spring little yellow number "
-    "letter morning evening friend market basket rabbit mountain island thunder sunset coffee "
-    "cookie pepper lemon melon cherry banana grape peach plum kiwi mango olive onion carrot "
-    "potato tomato salad soup pizza pasta honey sugar salt water fire earth wind snow rain"
-).split()
+_WORD_TEXT = """
+apple river stone cloud green light table happy music yellow window garden winter summer orange
+bread candle forest silver planet rocket tiger bottle paper ocean purple dragon castle mirror pencil
+butter school flower bridge turtle spring little yellow number letter morning evening friend market
+basket rabbit mountain island thunder sunset coffee cookie pepper lemon melon cherry banana grape
+peach plum kiwi mango olive onion carrot potato tomato salad soup pizza pasta honey sugar salt water
+fire earth wind snow rain
+"""
+_WORDS = tuple(_WORD_TEXT.split())
 
 
 def _task(rng: random.Random) -> dict[str, str]:

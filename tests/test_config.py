@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tunestudio.config import ConfigError, JobConfig, TrainingType, format_validation_error, load_config
+
+from .helpers.jobs import DATA
+
+ALPACA = str(DATA / "alpaca.jsonl")
+
+
+def valid(**overrides: Any) -> dict[str, Any]:
+    return {"model_name": "org/model", "local_datasets": [ALPACA], **overrides}
+
+
+def fields_of(error: ValidationError) -> set[str]:
+    return {e["field"] for e in format_validation_error(error)}
+
+
+INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("batch size zero", {"batch_size": 0}, "batch_size"),
+    ("negative batch size", {"batch_size": -4}, "batch_size"),
+    ("learning rate abc", {"learning_rate": "abc"}, "learning_rate"),
+    ("negative learning rate", {"learning_rate": -1e-4}, "learning_rate"),
+    ("unknown key", {"bach_size": 8}, "bach_size"),
+    ("missing model", {"model_name": None}, "model_name"),
+    ("empty model", {"model_name": "  "}, "model_name"),
+    ("dataset file missing", {"local_datasets": ["/nonexistent/data.jsonl"]}, "local_datasets"),
+    ("slice end before start", {"dataset_slice_start": 10, "dataset_slice_end": 5}, "dataset_slice_end"),
+    ("lora_r zero", {"lora_r": 0}, "lora_r"),
+    ("unknown training type", {"training_type": "dora"}, "training_type"),
+    ("no dataset", {"local_datasets": []}, "local_datasets"),
+    ("both datasets", {"hf_dataset": "org/data"}, "hf_dataset"),
+    ("lora dropout 1", {"lora_dropout": 1.0}, "lora_dropout"),
+    ("unknown precision", {"precision": "int3"}, "precision"),
+    ("unknown optimizer", {"optim": "adamw_quantum"}, "optim"),
+    ("unknown scheduler", {"lr_scheduler_type": "zigzag"}, "lr_scheduler_type"),
+    ("fractional eval steps above one", {"eval_steps": 2.5}, "eval_steps"),
+    ("negative eval steps", {"eval_steps": -1}, "eval_steps"),
+    ("warmup steps and ratio", {"warmup_steps": 5, "warmup_ratio": 0.1}, "warmup_ratio"),
+    ("warmup ratio 1", {"warmup_ratio": 1.0}, "warmup_ratio"),
+    ("zero epochs", {"num_epochs": 0}, "num_epochs"),
+    ("4-bit with lora", {"training_type": "lora", "load_in_4bit": True}, "load_in_4bit"),
+    ("loftq with full", {"training_type": "full", "use_loftq": True}, "use_loftq"),
+    ("image dataset", {"is_dataset_image": True}, "is_dataset_image"),
+    ("audio dataset", {"is_dataset_audio": True}, "is_dataset_audio"),
+    ("no language layers", {"finetune_language_layers": False}, "finetune_language_layers"),
+    ("mapping without assistant", {"custom_format_mapping": {"q": "user"}}, "custom_format_mapping"),
+    ("mapping to unknown role", {"custom_format_mapping": {"q": "user", "a": "oracle"}}, "custom_format_mapping"),
+    ("max_seq_length tiny", {"max_seq_length": 2}, "max_seq_length"),
+    ("unknown format", {"format_type": "xml"}, "format_type"),
+    ("latest without output_dir", {"resume_from_checkpoint": "latest"}, "resume_from_checkpoint"),
+    ("batch size as text", {"batch_size": "eight"}, "batch_size"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field"), [(o, f) for _, o, f in INVALID], ids=[n for n, _, _ in INVALID])
+def test_invalid_config_names_the_field(overrides: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        JobConfig.model_validate(valid(**overrides))
+    named = fields_of(info.value)
+    assert any(f == field or f.startswith(field + ".") for f in named), format_validation_error(info.value)
+
+
+def test_at_least_fifteen_kinds_of_invalid_config() -> None:
+    assert len({field for _, _, field in INVALID}) >= 15
+
+
+def test_defaults_live_in_the_model() -> None:
+    cfg = JobConfig.model_validate(valid())
+    assert cfg.training_type is TrainingType.lora
+    assert cfg.learning_rate == 2e-4
+    assert (cfg.batch_size, cfg.gradient_accumulation_steps, cfg.lora_r) == (2, 4, 16)
+    assert cfg.format_type == "auto"
+    assert cfg.local_datasets == [str(Path(ALPACA).resolve())]
+
+
+@pytest.mark.parametrize(
+    ("training_type", "load_in_4bit", "expected", "four_bit"),
+    [
+        ("LoRA/QLoRA", True, TrainingType.qlora, True),
+        ("LoRA/QLoRA", False, TrainingType.lora, False),
+        ("Full Finetuning", True, TrainingType.full, False),
+        ("qlora", None, TrainingType.qlora, True),
+        ("LORA", None, TrainingType.lora, False),
+    ],
+)
+def test_seed_training_type_spellings(
+    training_type: str, load_in_4bit: bool | None, expected: TrainingType, four_bit: bool
+) -> None:
+    extra = {} if load_in_4bit is None else {"load_in_4bit": load_in_4bit}
+    cfg = JobConfig.model_validate(valid(training_type=training_type, **extra))
+    assert cfg.training_type is expected
+    assert cfg.load_in_4bit is four_bit
+
+
+def test_seed_values_are_accepted() -> None:
+    cfg = JobConfig.model_validate(
+        valid(learning_rate="2e-4", gradient_checkpointing="unsloth", optim="adamw_8bit", format_type="",
+              hf_dataset="", eval_split="", warmup_steps="", target_modules="all-linear",
+              custom_format_mapping={"question": "human", "answer": "gpt"})
+    )
+    assert cfg.learning_rate == pytest.approx(2e-4)
+    assert cfg.gradient_checkpointing == "unsloth"
+    assert cfg.optim == "adamw_8bit"
+    assert cfg.format_type == "auto"
+    assert cfg.hf_dataset is None and cfg.eval_split is None and cfg.warmup_steps is None
+    assert cfg.target_modules is None
+    assert cfg.custom_format_mapping == {"question": "user", "answer": "assistant"}
+
+
+def test_secrets_never_serialised() -> None:
+    cfg = JobConfig.model_validate(valid(hf_token="hf_SECRET123", wandb_token="wb_SECRET456"))
+    dumped = json.dumps(cfg.public_dict())
+    assert "SECRET" not in dumped and "hf_token" not in dumped
+    assert "SECRET" not in repr(cfg) and "SECRET" not in cfg.model_dump_json()
+    assert cfg.secrets() == {"hf_token": "hf_SECRET123", "wandb_token": "wb_SECRET456"}
+    again = JobConfig.from_parts(cfg.public_dict(), cfg.secrets())
+    assert again.hf_token is not None and again.hf_token.get_secret_value() == "hf_SECRET123"
+
+
+def test_public_dict_round_trips() -> None:
+    cfg = JobConfig.model_validate(valid(training_type="qlora", eval_steps=0.1, output_dir="out"))
+    assert JobConfig.model_validate(cfg.public_dict()) == cfg
+
+
+def test_load_yaml_and_json(tmp_path: Path) -> None:
+    yml = tmp_path / "job.yaml"
+    yml.write_text(f"model_name: org/model\nlocal_datasets: {ALPACA}\nlearning_rate: 2e-4\n")
+    assert load_config(yml).learning_rate == pytest.approx(2e-4)  # YAML reads 2e-4 as text
+    js = tmp_path / "job.json"
+    js.write_text(json.dumps(valid(batch_size=4)))
+    assert load_config(js).batch_size == 4
+
+
+def test_load_config_reports_every_bad_field(tmp_path: Path) -> None:
+    yml = tmp_path / "job.yaml"
+    yml.write_text(f"model_name: org/model\nlocal_datasets: [{ALPACA}]\nbatch_size: 0\nlora_r: 0\ncolour: red\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(yml)
+    text = str(info.value)
+    assert "batch_size" in text and "lora_r" in text and "colour" in text
+    assert "Traceback" not in text
+
+
+def test_load_config_bad_yaml(tmp_path: Path) -> None:
+    yml = tmp_path / "job.yaml"
+    yml.write_text("model_name: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(yml)

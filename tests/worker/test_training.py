@@ -1,0 +1,163 @@
+"""Real training of the embedded tiny model in a real worker process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunestudio.events import Phase, Progress
+from tunestudio.jobs.supervisor import Supervisor
+
+from ..helpers.jobs import Run, job_config, run_job
+
+
+def metric_records(output_dir: str | Path) -> list[dict]:
+    lines = (Path(output_dir) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def mean_loss(records: list[dict], which: slice) -> float:
+    losses = [r["loss"] for r in records if r["loss"] is not None][which]
+    return sum(losses) / len(losses)
+
+
+@pytest.fixture(scope="module")
+def lora_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    out = tmp_path_factory.mktemp("lora") / "out"
+    return run_job(job_config(tiny_model, out, max_steps=40, hf_token="hf_TOPSECRET_abc"))
+
+
+def test_lora_loss_falls_and_artefacts_are_complete(lora_run: Run) -> None:
+    assert lora_run.outcome.kind == "completed", lora_run.failure
+    out = Path(lora_run.completed.output_dir)
+    records = metric_records(out)
+    assert [r["step"] for r in records if r["loss"] is not None] == list(range(1, 41))
+    first, last = mean_loss(records, slice(0, 3)), mean_loss(records, slice(-3, None))
+    # Stated: with seed 7, 40 LoRA steps cut the training loss by at least 25%.
+    assert last <= 0.75 * first, (first, last)
+    for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "job_config.json"):
+        assert (out / name).is_file(), name
+    stored = json.loads((out / "job_config.json").read_text())
+    assert stored["max_steps"] == 40 and "hf_token" not in stored
+    secret_hits = [p for p in out.rglob("*") if p.is_file() and b"TOPSECRET" in p.read_bytes()]
+    assert secret_hits == []
+
+
+def test_events_are_ordered_and_phases_run_in_order(lora_run: Run) -> None:
+    seqs = [e.seq for e in lora_run.events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert [e.phase for e in lora_run.of(Phase)] == ["loading_model", "loading_dataset", "training", "saving"]
+    last = [e for e in lora_run.of(Progress) if e.loss is not None][-1]
+    assert last.step == last.total_steps == 40
+    assert last.tokens_per_second and last.tokens_per_second > 0
+    assert last.num_tokens and last.elapsed_seconds and last.eta_seconds == 0
+    assert all(e.learning_rate is not None and e.grad_norm is not None for e in lora_run.of(Progress) if e.loss)
+
+
+def test_saved_adapter_loads_with_plain_peft_in_a_fresh_process(lora_run: Run, tiny_model: Path) -> None:
+    script = f"""
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+tok = AutoTokenizer.from_pretrained({lora_run.completed.output_dir!r})
+base = AutoModelForCausalLM.from_pretrained({str(tiny_model)!r})
+model = PeftModel.from_pretrained(base, {lora_run.completed.output_dir!r})
+ids = tok.apply_chat_template([{{"role": "user", "content": "Repeat the word three times.\\n\\ncat"}}],
+                              add_generation_prompt=True, return_tensors="pt", return_dict=True)
+out = model.generate(**ids, max_new_tokens=12, do_sample=False)
+new = out[0, ids["input_ids"].shape[1]:]
+assert len(new) > 0
+print("GENERATED", repr(tok.decode(new, skip_special_tokens=True)))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "GENERATED" in proc.stdout
+
+
+def test_full_finetune_loss_falls(tiny_model: Path, tmp_path: Path) -> None:
+    run = run_job(job_config(tiny_model, tmp_path / "out", training_type="full", learning_rate=1e-3, max_steps=30))
+    assert run.outcome.kind == "completed", run.failure
+    records = metric_records(run.completed.output_dir)
+    first, last = mean_loss(records, slice(0, 3)), mean_loss(records, slice(-3, None))
+    # Stated: with seed 7, 30 full fine-tuning steps cut the training loss by at least 35%.
+    assert last <= 0.65 * first, (first, last)
+    assert (Path(run.completed.output_dir) / "model.safetensors").is_file()
+    assert not (Path(run.completed.output_dir) / "adapter_config.json").exists()
+
+
+def test_qlora_trains_on_cpu(tiny_model: Path, tmp_path: Path) -> None:
+    run = run_job(job_config(tiny_model, tmp_path / "out", training_type="qlora", max_steps=30))
+    assert run.outcome.kind == "completed", run.failure
+    assert any("4-bit layers" in m for m in run.messages()), run.messages()
+    records = metric_records(run.completed.output_dir)
+    first, last = mean_loss(records, slice(0, 3)), mean_loss(records, slice(-3, None))
+    assert last <= 0.8 * first, (first, last)
+
+
+def test_stop_with_save_then_resume_continues_at_the_saved_step(tiny_model: Path, tmp_path: Path) -> None:
+    cfg = job_config(tiny_model, tmp_path / "first", max_steps=60)
+
+    def stop_at_step_15(sup: Supervisor, event: object) -> None:
+        if isinstance(event, Progress) and event.step == 15 and event.loss is not None:
+            sup.stop(save=True)
+
+    first = run_job(cfg, stop_at_step_15)
+    assert first.outcome.kind == "stopped", first.failure
+    done = first.completed
+    assert done.stopped and done.saved and done.checkpoint
+    stopped_at = done.global_step
+    assert 15 <= stopped_at < 60
+    checkpoint = Path(done.checkpoint)
+    assert checkpoint.name == f"checkpoint-{stopped_at}"
+    for name in ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json", "rng_state.pth"):
+        assert (checkpoint / name).is_file(), name
+    assert (Path(done.output_dir) / "adapter_model.safetensors").is_file()  # final artefacts too
+
+    resumed = run_job(cfg.model_copy(update={"resume_from_checkpoint": str(checkpoint),
+                                             "output_dir": str(tmp_path / "second")}))
+    assert resumed.outcome.kind == "completed", resumed.failure
+    steps = [s for s, _ in resumed.losses]
+    assert steps[0] == stopped_at + 1 and steps[-1] == 60
+    before = [loss for _, loss in first.losses]
+    after = [loss for _, loss in resumed.losses]
+    start_loss = sum(before[:3]) / 3
+    before_stop = sum(before[-3:]) / 3
+    after_resume = sum(after[:3]) / 3
+    # Resumed training starts near where it stopped, not back at the untrained loss.
+    assert abs(after_resume - before_stop) < 0.35 * (start_loss - before_stop) + 0.15, (
+        start_loss, before_stop, after_resume)
+
+
+def test_stop_without_save_leaves_nothing(tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+
+    def cancel_at_step_5(sup: Supervisor, event: object) -> None:
+        if isinstance(event, Progress) and event.step == 5:
+            sup.stop(save=False)
+
+    run = run_job(job_config(tiny_model, out, max_steps=200, save_steps=0), cancel_at_step_5)
+    assert run.outcome.kind == "cancelled", run.outcome
+    assert run.completed.saved is False and run.completed.output_dir is None
+    left = [p for p in out.rglob("*") if p.is_file()] if out.exists() else []
+    assert left == []
+    assert max(s for s, _ in run.losses) < 200
+
+
+def test_missing_local_model_fails_with_its_name(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-model")
+    run = run_job(job_config(missing, tmp_path / "out"))
+    assert run.outcome.kind == "failed"
+    assert missing in run.failure and "does not exist" in run.failure
+    assert "Traceback" not in run.failure
+
+
+def test_hub_model_without_hub_fails_fast_and_clearly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    run = run_job(job_config("someorg/not-cached-model", tmp_path / "out"), timeout=60)
+    assert run.outcome.kind == "failed"
+    assert "someorg/not-cached-model" in run.failure and "unreachable" in run.failure
