@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tunestudio.events import Phase, Progress
+from tunestudio.events import Completed, Phase, Progress, WarningEvent, parse_event
 from tunestudio.jobs.supervisor import Supervisor
 
 from ..helpers.jobs import Run, job_config, run_job
@@ -90,9 +90,14 @@ def test_full_finetune_loss_falls(tiny_model: Path, tmp_path: Path) -> None:
 
 
 def test_qlora_trains_on_cpu(tiny_model: Path, tmp_path: Path) -> None:
-    run = run_job(job_config(tiny_model, tmp_path / "out", training_type="qlora", max_steps=30))
+    # The seed's engine-only values map to their nearest equivalent, with a warning each.
+    run = run_job(job_config(tiny_model, tmp_path / "out", training_type="qlora", max_steps=30,
+                             optim="adamw_8bit", gradient_checkpointing="unsloth"))
     assert run.outcome.kind == "completed", run.failure
     assert any("4-bit layers" in m for m in run.messages()), run.messages()
+    warnings = [e.message for e in run.of(WarningEvent)]
+    assert any("adamw_8bit" in w and "adamw_torch" in w for w in warnings), warnings
+    assert any("unsloth" in w for w in warnings), warnings
     records = metric_records(run.completed.output_dir)
     first, last = mean_loss(records, slice(0, 3)), mean_loss(records, slice(-3, None))
     assert last <= 0.8 * first, (first, last)
@@ -161,3 +166,19 @@ def test_hub_model_without_hub_fails_fast_and_clearly(tmp_path: Path, monkeypatc
     run = run_job(job_config("someorg/not-cached-model", tmp_path / "out"), timeout=60)
     assert run.outcome.kind == "failed"
     assert "someorg/not-cached-model" in run.failure and "unreachable" in run.failure
+
+
+def test_worker_module_writes_json_line_events(tiny_model: Path, tmp_path: Path) -> None:
+    cfg = job_config(tiny_model, tmp_path / "out", max_steps=10, eval_steps=0.5,
+                     sample_prompts=["Repeat the word three times.\n\ncat"])
+    config_file = tmp_path / "job.json"
+    config_file.write_text(json.dumps(cfg.public_dict()))
+    proc = subprocess.run([sys.executable, "-m", "tunestudio.worker", str(config_file)],
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = [parse_event(line) for line in proc.stdout.splitlines()]  # every stdout line is an event
+    assert isinstance(events[-1], Completed)
+    evals = [e.step for e in events if isinstance(e, Progress) and e.eval_loss is not None]
+    assert evals[0] == 0 and evals[-1] == 10  # eval before training and at the end
+    sample = events[-1].samples[0]
+    assert sample.prompt.startswith("Repeat") and sample.after is not None
