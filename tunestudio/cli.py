@@ -6,11 +6,10 @@ training runs in a supervised worker process.
 
 from __future__ import annotations
 
-import queue
+import contextlib
 import signal
 import sys
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -21,17 +20,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from tunestudio.config import ConfigError, load_config
-from tunestudio.events import Completed, Event, Failed, Log, Phase, WarningEvent
+from tunestudio.events import Completed, Event, Failed, Log, WarningEvent, parse_event
 from tunestudio.events import Progress as ProgressEvent
+from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.models import Job, JobConflict, JobNotFound
+from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fine-tune language models on your own machine.")
 console = Console(stderr=False)
 err = Console(stderr=True)
-
-
-def new_job_id() -> str:
-    return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
 class _Interrupts:
@@ -65,75 +63,150 @@ def train(
     ] = None,
 ) -> None:
     """Run one fine-tuning job with a live progress view. Ctrl-C once: stop and save; twice: cancel."""
-    from tunestudio.jobs.supervisor import Supervisor
-
-    settings = Settings()
     overrides = {"output_dir": output_dir} if output_dir else {}
     try:
         cfg = load_config(job_file, overrides)
     except ConfigError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
-    job_id = new_job_id()
-    if not cfg.output_dir:
-        cfg = cfg.model_copy(update={"output_dir": str(settings.jobs_dir() / job_id / "output")})
-    log_path = settings.logs_dir() / f"{job_id}.log"
+    with _manager() as manager:
+        job = manager.submit(cfg)
+        final = _follow(manager, job.id)
+    if final.status is JobStatus.failed:
+        raise typer.Exit(1)
 
-    events: queue.Queue[Event] = queue.Queue()
-    supervisor = Supervisor(
-        cfg,
-        events.put,
-        log_path=log_path,
-        stop_grace_seconds=settings.stop_grace_seconds,
-        kill_after_seconds=settings.kill_after_seconds,
-        exit_after_terminal_seconds=settings.exit_after_terminal_seconds,
-    )
+
+jobs_app = typer.Typer(no_args_is_help=True, help="Jobs recorded in the data directory.")
+app.add_typer(jobs_app, name="jobs")
+
+
+@jobs_app.command("list")
+def jobs_list(
+    status: Annotated[list[JobStatus] | None, typer.Option(help="Only jobs with this status.")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 20,
+) -> None:
+    """Jobs, newest first."""
+    manager = JobManager(Settings())
+    try:
+        table = Table("id", "status", "model", "steps", "loss", "created", "message")
+        for job in manager.list(status or None, limit=limit):
+            progress = job.progress or {}
+            table.add_row(
+                job.id,
+                job.status.value,
+                Path(job.config.get("model_name", "")).name,
+                f"{progress.get('step', 0)}/{progress.get('total_steps', 0)}" if progress else "–",
+                _fmt(progress.get("loss"), ".4f"),
+                datetime.fromtimestamp(job.created_at).strftime("%Y-%m-%d %H:%M"),
+                (job.error or job.message)[:60],
+            )
+        console.print(table)
+    finally:
+        manager.store.close()
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: str) -> None:
+    """A job's status, config, last metrics and artefacts."""
+    manager = JobManager(Settings())
+    try:
+        job = _get_or_exit(manager, job_id)
+        table = Table(show_header=False, box=None)
+        for name in ("id", "status", "phase", "message", "error", "output_dir", "checkpoint", "resumed_from",
+                     "log_path"):
+            value = getattr(job, name)
+            if value not in (None, ""):
+                table.add_row(name, str(value.value if isinstance(value, JobStatus) else value))
+        table.add_row("resumable", "yes" if job.resumable else "no")
+        console.print(table)
+        if job.progress:
+            console.print("[bold]last metrics[/]", {k: v for k, v in job.progress.items() if v is not None})
+        console.print("[bold]config[/]", job.config)
+        out = Path(job.output_dir) if job.output_dir else None
+        if out and out.is_dir():
+            console.print("[bold]artefacts[/]", ", ".join(sorted(p.name for p in out.iterdir())))
+    finally:
+        manager.store.close()
+
+
+@jobs_app.command("resume")
+def jobs_resume(job_id: str) -> None:
+    """Resume a stopped, interrupted or failed job from its checkpoint, in the foreground."""
+    with _manager() as manager:
+        _get_or_exit(manager, job_id)
+        try:
+            job = manager.resume(job_id)
+        except JobConflict as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
+        final = _follow(manager, job.id)
+    if final.status is JobStatus.failed:
+        raise typer.Exit(1)
+
+
+def _manager() -> JobManager:
+    # A CLI run owns only its own job: queued jobs of a server stay the server's.
+    return JobManager(Settings(), adopt_queued=False)
+
+
+def _get_or_exit(manager: JobManager, job_id: str) -> Job:
+    try:
+        return manager.get(job_id)
+    except JobNotFound as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _follow(manager: JobManager, job_id: str) -> Job:
+    """Show a job's events until it ends; Ctrl-C once stops with save, twice cancels."""
+    job = manager.get(job_id)
+    console.print(f"job [bold]{job.id}[/bold]: {job.config['training_type']} fine-tune of {job.config['model_name']}")
+    console.print(f"worker log: {job.log_path}")
     interrupts = _Interrupts()
     previous = signal.signal(signal.SIGINT, interrupts)
     records: list[ProgressEvent] = []
-    console.print(f"job [bold]{job_id}[/bold]: {cfg.training_type.value} fine-tune of {cfg.model_name}")
-    console.print(f"worker log: {log_path}")
+    completed: Completed | None = None
     bar = Progress(
         TextColumn("[bold]{task.fields[phase]:<15}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[tps]} tok/s  ETA {task.fields[eta]}"),
         console=console,
-        transient=False,
     )
-    task = bar.add_task("job", total=None, phase="starting", loss="–", lr="–", tps="–", eta="–")
+    task = bar.add_task("job", total=None, phase="queued", loss="–", lr="–", tps="–", eta="–")
     try:
-        supervisor.start()
-        with bar:
+        with bar, manager.subscribe(job_id) as stream:
             while True:
                 if interrupts.count > interrupts.handled:
                     interrupts.handled = interrupts.count
-                    if interrupts.count == 1:
-                        bar.console.print("[yellow]stopping at the next step and saving (Ctrl-C again to cancel)[/]")
-                        supervisor.stop(save=True)
-                    else:
-                        bar.console.print("[red]cancelling[/]")
-                        supervisor.cancel()
-                try:
-                    event = events.get(timeout=0.2)
-                except queue.Empty:
-                    if supervisor.wait(0) is not None and events.empty():
-                        break
+                    with contextlib.suppress(JobConflict):
+                        if interrupts.count == 1:
+                            bar.console.print("[yellow]stopping at the next step, saving (Ctrl-C again: cancel)[/]")
+                            manager.stop(job_id, save=True)
+                        else:
+                            bar.console.print("[red]cancelling[/]")
+                            manager.cancel(job_id)
+                item = stream.get(timeout=0.2)
+                if item is None:
                     continue
-                _show(event, bar, task, records)
+                if item.kind == "status":
+                    bar.update(task, phase=item.data["status"])
+                else:
+                    event = parse_event({**item.data, "seq": item.seq})
+                    if isinstance(event, Completed):
+                        completed = event
+                    _show(event, bar, task, records)
+                if item.is_end:
+                    break
     finally:
         signal.signal(signal.SIGINT, previous)
-    outcome = supervisor.wait()
-    assert outcome is not None
-    _summary(outcome, records, log_path)
-    if outcome.kind == "failed":
-        raise typer.Exit(1)
+    final = manager.get(job_id)
+    _summary(final, completed, records)
+    return final
 
 
 def _show(event: Event, bar: Progress, task: int, records: list[ProgressEvent]) -> None:
-    if isinstance(event, Phase):
-        bar.update(task, phase=event.phase)
-    elif isinstance(event, ProgressEvent):
+    if isinstance(event, ProgressEvent):
         records.append(event)
         if event.loss is not None:
             bar.update(
@@ -155,19 +228,20 @@ def _show(event: Event, bar: Progress, task: int, records: list[ProgressEvent]) 
         bar.console.print(f"[red]failed: {event.message}[/red]")
 
 
-def _summary(outcome, records: list[ProgressEvent], log_path: Path) -> None:
+def _summary(job: Job, done: Completed | None, records: list[ProgressEvent]) -> None:
     train_losses = [r for r in records if r.loss is not None]
     evals = [r for r in records if r.eval_loss is not None]
-    colour = {"completed": "green", "stopped": "yellow", "cancelled": "yellow", "failed": "red"}[outcome.kind]
-    console.print(f"[bold {colour}]{outcome.kind}[/]: {outcome.message}")
-    if outcome.kind == "failed":
-        console.print(f"details in {log_path}")
+    colour = {"completed": "green", "failed": "red"}.get(job.status.value, "yellow")
+    console.print(f"[bold {colour}]{job.status.value}[/]: {job.error or job.message}")
+    if job.status is JobStatus.failed:
+        console.print(f"details in {job.log_path}")
     table = Table(show_header=False, box=None)
-    done: Completed | None = outcome.completed
     if done and done.output_dir:
         table.add_row("artefacts", done.output_dir)
-    if done and done.checkpoint:
-        table.add_row("checkpoint", done.checkpoint)
+    if job.checkpoint:
+        table.add_row("checkpoint", job.checkpoint)
+    if job.resumable:
+        table.add_row("resume with", f"tunestudio jobs resume {job.id}")
     if train_losses:
         first, last = train_losses[0], train_losses[-1]
         table.add_row("train loss", f"{first.loss:.4f} (step {first.step}) → {last.loss:.4f} (step {last.step})")

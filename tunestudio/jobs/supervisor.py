@@ -62,13 +62,19 @@ def describe_exit(code: int | None) -> str:
 
 
 class Supervisor:
-    """Keeper of one worker process. `on_event` is called from the pump thread, in seq order."""
+    """Keeper of one worker process.
+
+    `on_event` is called from the pump thread, in seq order; `on_exit` once,
+    from the same thread, after the last event, before `wait()` returns.
+    """
 
     def __init__(
         self,
         config: JobConfig,
         on_event: Callable[[Event], None],
         *,
+        on_exit: Callable[[Outcome], None] | None = None,
+        target: Callable[..., None] = child.main,
         log_path: Path | None = None,
         stop_grace_seconds: float = 30.0,
         kill_after_seconds: float = 5.0,
@@ -76,6 +82,8 @@ class Supervisor:
     ) -> None:
         self.config = config
         self.on_event = on_event
+        self.on_exit = on_exit
+        self.target = target  # the child's entry point; tests pass scripted fake workers
         self.log_path = log_path
         self.stop_grace_seconds = stop_grace_seconds
         self.kill_after_seconds = kill_after_seconds
@@ -94,7 +102,7 @@ class Supervisor:
     # --- lifecycle -------------------------------------------------------------
     def start(self) -> None:
         self._proc = self._ctx.Process(
-            target=child.main,
+            target=self.target,
             args=(
                 self.config.public_dict(),
                 self.config.secrets(),
@@ -151,7 +159,13 @@ class Supervisor:
                 self._kill_group(signal.SIGKILL)
         self._proc.join(timeout=5)
         self._drain()
-        self._outcome = self._classify(self._proc.exitcode)
+        outcome = self._classify(self._proc.exitcode)
+        if self.on_exit is not None:
+            try:
+                self.on_exit(outcome)
+            except Exception:
+                log.exception("exit handler failed")
+        self._outcome = outcome
         self._done.set()
 
     def _drain(self) -> None:

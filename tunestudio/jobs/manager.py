@@ -1,0 +1,480 @@
+"""The public face of jobs: submit, stop, cancel, resume, get, list, metrics, subscribe.
+
+Routes and the CLI call this and nothing deeper. The manager owns the queue
+(FIFO, `max_concurrent_jobs` slots), one supervisor per running job, the
+fan-out of events to subscribers, and the recovery of jobs a dead process left
+behind. Every status change goes through `status.transition`.
+
+Threads: callers (any thread), one scheduler thread that starts workers (it
+lives as long as the manager, because a worker's PR_SET_PDEATHSIG fires when
+the *thread* that started it ends), and each supervisor's pump thread, which
+calls `_on_event` and `_on_exit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tunestudio.config import JobConfig
+from tunestudio.events import Completed, Event, Failed, Phase, Progress
+from tunestudio.jobs.downsample import chart_view
+from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound
+from tunestudio.jobs.status import RESUMABLE, RUNNING, IllegalTransition, JobStatus, can_transition, transition
+from tunestudio.jobs.store import DuplicateRequest, Store
+from tunestudio.jobs.supervisor import Outcome, Supervisor
+from tunestudio.settings import Settings
+from tunestudio.worker import child
+
+log = logging.getLogger(__name__)
+S = JobStatus
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def new_job_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def latest_checkpoint(output_dir: str | None) -> str | None:
+    """The highest checkpoint-N folder in output_dir that holds a trainer state."""
+    if not output_dir or not Path(output_dir).is_dir():
+        return None
+    found = []
+    for path in Path(output_dir).iterdir():
+        match = _CHECKPOINT.match(path.name)
+        if match and (path / "trainer_state.json").is_file():
+            found.append((int(match.group(1)), path))
+    return str(max(found)[1]) if found else None
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Subscription:
+    """Events of one job after a given seq: first the stored ones, then live ones as they happen.
+
+    `deliver` (if given) is called for each live event from the pump thread and
+    must not block; otherwise events are buffered for `get()`.
+    """
+
+    def __init__(self, manager: JobManager, job_id: str, deliver: Callable[[JobEvent], None] | None) -> None:
+        self._manager = manager
+        self.job_id = job_id
+        self.replay: list[JobEvent] = []
+        self._buffer: deque[JobEvent] = deque()
+        self._ready = threading.Condition()
+        self._deliver = deliver
+        self.closed = False
+
+    def _push(self, event: JobEvent) -> None:
+        if self._deliver is not None:
+            self._deliver(event)
+            return
+        with self._ready:
+            self._buffer.append(event)
+            self._ready.notify_all()
+
+    def get(self, timeout: float | None = None) -> JobEvent | None:
+        """The next event (replayed ones first), or None after `timeout` seconds."""
+        if self.replay:
+            return self.replay.pop(0)
+        with self._ready:
+            if not self._buffer:
+                self._ready.wait(timeout)
+            return self._buffer.popleft() if self._buffer else None
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._manager._unsubscribe(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class _Running:
+    """What the manager keeps in memory about a live job."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    status: JobStatus = S.queued
+    seq: int = 0
+    supervisor: Supervisor | None = None
+    subscribers: list[Subscription] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict)
+    completed: Completed | None = None
+    failed: bool = False  # the worker sent a Failed event
+
+
+class JobManager:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        worker_target: Callable[..., None] = child.main,
+        adopt_queued: bool = True,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.data_dir = self.settings.data_dir()
+        self.store = Store(self.data_dir / "tunestudio.db")
+        self.worker_target = worker_target
+        self.adopt_queued = adopt_queued
+        self._lock = threading.RLock()
+        self._jobs: dict[str, _Running] = {}
+        self._queue: deque[str] = deque()
+        self._running: set[str] = set()
+        self._wake = threading.Condition(self._lock)
+        self._closing = False
+        self._scheduler: threading.Thread | None = None
+
+    # --- lifecycle -------------------------------------------------------------
+    def start(self) -> JobManager:
+        """Recover what a dead process left behind, then start the scheduler."""
+        with self._lock:
+            if self._scheduler is not None:
+                return self
+            self._recover()
+            self._scheduler = threading.Thread(target=self._schedule_loop, name="scheduler", daemon=True)
+            self._scheduler.start()
+        return self
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel what is running, wait (bounded) for the workers to go, and close the store."""
+        with self._lock:
+            self._closing = True
+            queued = list(self._queue)
+            self._queue.clear()
+            running = [self._jobs[j].supervisor for j in self._running if self._jobs[j].supervisor]
+            self._wake.notify_all()
+        for job_id in queued:
+            with contextlib.suppress(JobConflict, JobNotFound):
+                self._finish_without_worker(job_id, S.cancelled, "cancelled: the manager shut down")
+        for sup in running:
+            sup.cancel()
+        deadline = time.monotonic() + timeout
+        for sup in running:
+            sup.wait(max(0.0, deadline - time.monotonic()))
+        if self._scheduler is not None:
+            self._scheduler.join(timeout=5)
+        self.store.close()
+
+    def __enter__(self) -> JobManager:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _recover(self) -> None:
+        me = os.getpid()
+        for row in self.store.list_jobs(limit=1_000_000, oldest_first=True):
+            status = JobStatus(row["status"])
+            if status.is_terminal:
+                continue
+            if row["owner_pid"] != me and _pid_alive(row["owner_pid"]):
+                continue  # another live process (a CLI run, a server) owns it
+            if status is S.queued:
+                if self.adopt_queued:
+                    self.store.update_job(row["id"], owner_pid=me)
+                    self._jobs[row["id"]] = _Running(status=S.queued, seq=row["last_seq"])
+                    self._queue.append(row["id"])
+                continue
+            checkpoint = latest_checkpoint(row["output_dir"])
+            message = f"interrupted: the process running this job ended while it was {status.value}"
+            self._jobs[row["id"]] = _Running(status=status, seq=row["last_seq"])
+            self._set_status(row["id"], S.interrupted, message=message, checkpoint=checkpoint, finished_at=time.time())
+            self._jobs.pop(row["id"], None)
+        self.store.flush()
+
+    # --- the public face -------------------------------------------------------
+    def submit(self, config: JobConfig, request_id: str | None = None, resumed_from: str | None = None) -> Job:
+        """Record a new job and queue it; the same request_id always gives the same job."""
+        if request_id:
+            existing = self.store.find_by_request_id(request_id)
+            if existing is not None:
+                return Job.from_row(existing)
+        job_id = new_job_id()
+        job_dir = self.settings.jobs_dir() / job_id
+        if not config.output_dir:
+            config = config.model_copy(update={"output_dir": str(job_dir / "output")})
+        try:
+            self.store.insert_job(
+                {
+                    "id": job_id,
+                    "request_id": request_id,
+                    "status": S.queued.value,
+                    "message": "queued",
+                    "config": config.public_dict(),
+                    "created_at": time.time(),
+                    "output_dir": config.output_dir,
+                    "resumed_from": resumed_from,
+                    "owner_pid": os.getpid(),
+                    "log_path": str(job_dir / "worker.log"),
+                }
+            )
+        except DuplicateRequest as dup:
+            return self.get(dup.job_id)
+        with self._lock:
+            self._jobs[job_id] = _Running(secrets=config.secrets())
+            self._emit(job_id, "status", {"status": S.queued.value, "message": "queued"})
+            self._queue.append(job_id)
+            self._wake.notify_all()
+        return self.get(job_id)
+
+    def stop(self, job_id: str, save: bool = True) -> Job:
+        """Stop a job at its next step; save=True keeps a resumable checkpoint, False is a cancel."""
+        job = self.get(job_id)
+        with self._lock:
+            running = self._jobs.get(job_id)
+            if job.status is S.queued and job_id in self._queue:
+                self._queue.remove(job_id)
+                self._finish_without_worker(job_id, S.cancelled, "cancelled before it started")
+                return self.get(job_id)
+            if running is None or running.status.is_terminal:
+                raise JobConflict(f"job {job_id} is {job.status.value}; only a live job can be stopped")
+            wanted = S.stopping if save else S.cancelling
+            if running.status is wanted or (running.status is S.cancelling and save):
+                return job  # asked already (a cancel is not downgraded to a stop)
+            if not can_transition(running.status, wanted):
+                verb = "stopped" if save else "cancelled"
+                raise JobConflict(f"job {job_id} is {running.status.value}; it cannot be {verb}")
+            supervisor = running.supervisor
+            self._set_status(job_id, wanted, message="stopping: saving a checkpoint" if save else "cancelling")
+        if supervisor is not None:
+            supervisor.stop(save=save)
+        return self.get(job_id)
+
+    def cancel(self, job_id: str) -> Job:
+        return self.stop(job_id, save=False)
+
+    def resume(self, job_id: str, secrets: dict[str, str] | None = None) -> Job:
+        """A new job that continues from this one's checkpoint, linked by resumed_from."""
+        job = self.get(job_id)
+        if job.status not in RESUMABLE:
+            raise JobConflict(f"job {job_id} is {job.status.value}; only stopped, interrupted or failed jobs resume")
+        checkpoint = job.checkpoint or latest_checkpoint(job.output_dir)
+        if checkpoint is None or not Path(checkpoint).is_dir():
+            raise JobConflict(f"job {job_id} has no checkpoint to resume from")
+        with self._lock:
+            running = self._jobs.get(job_id)
+            kept = dict(running.secrets) if running else {}
+        public = {**job.config, "resume_from_checkpoint": checkpoint, "output_dir": None}
+        config = JobConfig.from_parts(public, {**kept, **(secrets or {})})
+        return self.submit(config, resumed_from=job_id)
+
+    def get(self, job_id: str) -> Job:
+        row = self.store.get_job(job_id)
+        if row is None:
+            raise JobNotFound(job_id)
+        return Job.from_row(row)
+
+    def list(self, status: list[JobStatus] | None = None, limit: int = 50, offset: int = 0) -> list[Job]:
+        return [Job.from_row(r) for r in self.store.list_jobs([s.value for s in status or []], limit, offset)]
+
+    def count(self, status: list[JobStatus] | None = None) -> int:
+        return self.store.count_jobs([s.value for s in status or []])
+
+    def metrics(self, job_id: str, max_points: int | None = None, since_step: int | None = None) -> list[dict]:
+        """Metric records in step order, newer than since_step, downsampled to max_points."""
+        self.get(job_id)
+        self.store.flush()
+        return chart_view(self.store.metrics(job_id, since_step), max_points)
+
+    def subscribe(
+        self, job_id: str, after_seq: int = 0, deliver: Callable[[JobEvent], None] | None = None
+    ) -> Subscription:
+        """Events after `after_seq`: the stored ones in `replay`/`get()`, then live ones, no gaps, no repeats."""
+        self.get(job_id)
+        sub = Subscription(self, job_id, deliver)
+        with self._lock:
+            running = self._jobs.get(job_id)
+            lock = running.lock if running else contextlib.nullcontext()
+            with lock:
+                # Holding the job's lock, no new event can be numbered: the store plus the
+                # live feed from here on is exactly the stream, once.
+                self.store.flush()
+                sub.replay = [JobEvent(seq, kind, json.loads(data)) for seq, kind, data in
+                              self.store.events_after(job_id, after_seq)]
+                if running is not None and not running.status.is_terminal:
+                    running.subscribers.append(sub)
+        return sub
+
+    def delete(self, job_id: str, delete_artifacts: bool = False) -> None:
+        job = self.get(job_id)
+        if job.status.is_live:
+            raise JobConflict(f"job {job_id} is {job.status.value}; stop or cancel it before deleting it")
+        if delete_artifacts:
+            for raw in {job.output_dir, str(self.settings.jobs_dir() / job_id)}:
+                if raw and Path(raw).exists():
+                    path = Path(raw).resolve()
+                    if not path.is_relative_to(self.data_dir):
+                        raise JobConflict(f"{path} is outside the data directory {self.data_dir}; not deleting it")
+                    shutil.rmtree(path)
+        self.store.delete_job(job_id)
+        with self._lock:
+            self._jobs.pop(job_id, None)
+
+    # --- scheduling --------------------------------------------------------------
+    def _schedule_loop(self) -> None:
+        with self._lock:
+            while not self._closing:
+                while self._queue and len(self._running) < self.settings.max_concurrent_jobs:
+                    self._start(self._queue.popleft())
+                self._wake.wait()
+
+    def _start(self, job_id: str) -> None:
+        row = self.store.get_job(job_id)
+        running = self._jobs[job_id]
+        if row is None or JobStatus(row["status"]) is not S.queued:
+            return
+        config = JobConfig.from_parts(row["config"], running.secrets)
+        Path(row["log_path"]).parent.mkdir(parents=True, exist_ok=True)
+        supervisor = Supervisor(
+            config,
+            lambda event: self._on_event(job_id, event),
+            on_exit=lambda outcome: self._on_exit(job_id, outcome),
+            target=self.worker_target,
+            log_path=Path(row["log_path"]),
+            stop_grace_seconds=self.settings.stop_grace_seconds,
+            kill_after_seconds=self.settings.kill_after_seconds,
+            exit_after_terminal_seconds=self.settings.exit_after_terminal_seconds,
+        )
+        running.supervisor = supervisor
+        self._running.add(job_id)
+        self._set_status(job_id, S.starting, message="starting the worker", started_at=time.time())
+        try:
+            supervisor.start()
+        except Exception as exc:
+            self._running.discard(job_id)
+            self._finish_without_worker(job_id, S.failed, f"could not start the worker: {exc}")
+            return
+        self.store.update_job(job_id, worker_pid=supervisor.pid)
+
+    # --- events from the pump -----------------------------------------------------
+    def _on_event(self, job_id: str, event: Event) -> None:
+        running = self._jobs[job_id]
+        with running.lock:
+            if isinstance(event, Phase):
+                new = JobStatus(event.phase)
+                if running.status in RUNNING and can_transition(running.status, new):
+                    self._set_status_locked(job_id, running, new, message=event.message or event.phase)
+                else:
+                    self.store.update_job(job_id, phase=event.phase)
+            elif isinstance(event, Progress):
+                record = event.record()
+                self.store.append_metrics(job_id, [record])
+                self.store.update_job(job_id, progress=record)
+            elif isinstance(event, Completed):
+                running.completed = event
+            elif isinstance(event, Failed):
+                running.failed = True
+            self._emit_locked(job_id, running, event.kind, event.model_dump(mode="json", exclude={"seq"}))
+
+    def _on_exit(self, job_id: str, outcome: Outcome) -> None:
+        running = self._jobs[job_id]
+        final = {"completed": S.completed, "stopped": S.stopped, "cancelled": S.cancelled, "failed": S.failed}[
+            outcome.kind
+        ]
+        done = outcome.completed
+        fields: dict[str, Any] = {"finished_at": time.time()}
+        if done is not None:
+            fields["final_metrics"] = done.metrics
+            if done.output_dir:
+                fields["output_dir"] = done.output_dir
+        error = outcome.message if final is S.failed else None
+        row = self.store.get_job(job_id) or {}
+        checkpoint = (done.checkpoint if done else None) or latest_checkpoint(row.get("output_dir"))
+        with running.lock:
+            if final is S.failed and not running.failed:
+                # The worker died without a word (a signal, an exit): say so in its stream.
+                self._emit_locked(job_id, running, "failed", {"kind": "failed", "message": outcome.message,
+                                                              "ts": time.time()})
+            try:
+                self._set_status_locked(job_id, running, final, message=outcome.message, error=error,
+                                        checkpoint=checkpoint if final is not S.completed else None,
+                                        wait=True, **fields)
+            except IllegalTransition:
+                log.error("job %s: outcome %s is illegal from %s", job_id, final, running.status)
+                self._set_status_locked(job_id, running, S.failed, message=outcome.message,
+                                        error=outcome.message, wait=True, **fields)
+            running.subscribers.clear()
+        with self._lock:
+            self._running.discard(job_id)
+            running.supervisor = None
+            self._wake.notify_all()
+
+    # --- status and the event stream ------------------------------------------------
+    def _finish_without_worker(self, job_id: str, status: JobStatus, message: str) -> None:
+        running = self._jobs.setdefault(job_id, _Running())
+        with running.lock:
+            self._set_status_locked(job_id, running, status, message=message,
+                                    error=message if status is S.failed else None,
+                                    finished_at=time.time(), wait=True)
+            running.subscribers.clear()
+
+    def _set_status(self, job_id: str, status: JobStatus, **fields: Any) -> None:
+        running = self._jobs[job_id]
+        with running.lock:
+            self._set_status_locked(job_id, running, status, **fields)
+
+    def _set_status_locked(
+        self, job_id: str, running: _Running, status: JobStatus, wait: bool = False, **fields: Any
+    ) -> None:
+        running.status = transition(running.status, status)
+        message = fields.get("message", "")
+        data = {"status": status.value, "message": message, "error": fields.get("error"), "ts": time.time()}
+        if status in RUNNING:
+            fields["phase"] = status.value
+        self.store.update_job(job_id, status=status.value, **fields)
+        # A final status is committed before anyone hears of it.
+        self._emit_locked(job_id, running, "status", data, wait=wait)
+
+    def _emit(self, job_id: str, kind: str, data: dict[str, Any]) -> None:
+        running = self._jobs[job_id]
+        with running.lock:
+            self._emit_locked(job_id, running, kind, data)
+
+    def _emit_locked(self, job_id: str, running: _Running, kind: str, data: dict[str, Any], wait: bool = False) -> None:
+        running.seq += 1
+        event = JobEvent(running.seq, kind, data)
+        self.store.append_events([(job_id, event.seq, kind, event.json())])
+        self.store.update_job(job_id, last_seq=event.seq, wait=wait)
+        for sub in list(running.subscribers):
+            try:
+                sub._push(event)
+            except Exception:
+                log.exception("subscriber of job %s failed; dropping it", job_id)
+                running.subscribers.remove(sub)
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        running = self._jobs.get(sub.job_id)
+        if running is not None:
+            with running.lock, contextlib.suppress(ValueError):
+                running.subscribers.remove(sub)
+
+
+__all__ = ["Job", "JobConflict", "JobEvent", "JobManager", "JobNotFound", "Subscription", "latest_checkpoint"]

@@ -1,0 +1,292 @@
+"""Every job's record, metrics and events, in SQLite (WAL) under the data directory.
+
+One writer thread owns the only write connection and commits in batches:
+whatever is queued when it wakes goes into one transaction. `flush()` waits
+until everything queued before it is committed; writes that must be durable
+before they are reported (a new job, a final status) pass `wait=True`.
+Readers use their own connection per thread; WAL lets them read while the
+writer writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from queue import SimpleQueue
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id            TEXT PRIMARY KEY,
+    request_id    TEXT UNIQUE,
+    status        TEXT NOT NULL,
+    phase         TEXT,
+    message       TEXT NOT NULL DEFAULT '',
+    error         TEXT,
+    config        TEXT NOT NULL,
+    created_at    REAL NOT NULL,
+    started_at    REAL,
+    finished_at   REAL,
+    output_dir    TEXT,
+    checkpoint    TEXT,
+    resumed_from  TEXT REFERENCES jobs(id),
+    final_metrics TEXT,
+    progress      TEXT,
+    owner_pid     INTEGER,
+    worker_pid    INTEGER,
+    log_path      TEXT,
+    last_seq      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
+CREATE TABLE IF NOT EXISTS metrics (
+    job_id            TEXT NOT NULL,
+    step              INTEGER NOT NULL,
+    epoch             REAL,
+    loss              REAL,
+    learning_rate     REAL,
+    grad_norm         REAL,
+    eval_loss         REAL,
+    num_tokens        INTEGER,
+    tokens_per_second REAL,
+    elapsed_seconds   REAL,
+    eta_seconds       REAL,
+    ts                REAL
+);
+CREATE INDEX IF NOT EXISTS metrics_job_step ON metrics (job_id, step);
+CREATE TABLE IF NOT EXISTS events (
+    job_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    kind   TEXT NOT NULL,
+    data   TEXT NOT NULL,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+"""
+
+JOB_COLUMNS = (
+    "id", "request_id", "status", "phase", "message", "error", "config", "created_at", "started_at",
+    "finished_at", "output_dir", "checkpoint", "resumed_from", "final_metrics", "progress", "owner_pid",
+    "worker_pid", "log_path", "last_seq",
+)
+JSON_COLUMNS = ("config", "final_metrics", "progress")
+METRIC_COLUMNS = (
+    "step", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss", "num_tokens",
+    "tokens_per_second", "elapsed_seconds", "eta_seconds", "ts",
+)
+
+
+class DuplicateRequest(Exception):
+    """A job with this client request id exists already."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+
+
+def _encode(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: json.dumps(v) if k in JSON_COLUMNS and v is not None else v for k, v in fields.items()}
+
+
+def _decode(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    for key in JSON_COLUMNS:
+        if out.get(key) is not None:
+            out[key] = json.loads(out[key])
+    return out
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._ops: SimpleQueue[tuple[Any, ...]] = SimpleQueue()
+        self._closed = False
+        writer = self._connect()
+        writer.executescript(SCHEMA)
+        writer.commit()
+        self._writer = threading.Thread(target=self._write_loop, args=(writer,), name="store-writer", daemon=True)
+        self._writer.start()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level="DEFERRED")
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a commit survives a process crash
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        return conn
+
+    # --- the writer ------------------------------------------------------------
+    def _write_loop(self, conn: sqlite3.Connection) -> None:
+        while True:
+            batch = [self._ops.get()]
+            while not self._ops.empty() and len(batch) < 5000:
+                batch.append(self._ops.get())
+            done: list[threading.Event] = []
+            results: list[tuple[dict[str, Any], BaseException]] = []
+            stop = False
+            updates: dict[str, dict[str, Any]] = {}
+            try:
+                for op in batch:
+                    kind = op[0]
+                    if kind == "update":  # coalesce: the latest value of each field wins
+                        updates.setdefault(op[1], {}).update(op[2])
+                        continue
+                    if updates:
+                        self._apply_updates(conn, updates)
+                        updates = {}
+                    if kind == "event":
+                        conn.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?)", op[1])
+                    elif kind == "metric":
+                        conn.executemany(
+                            f"INSERT INTO metrics (job_id, {', '.join(METRIC_COLUMNS)}) "
+                            f"VALUES ({', '.join('?' * (len(METRIC_COLUMNS) + 1))})",
+                            op[1],
+                        )
+                    elif kind == "insert":
+                        try:
+                            cols = ", ".join(op[1])
+                            conn.execute(
+                                f"INSERT INTO jobs ({cols}) VALUES ({', '.join('?' * len(op[1]))})",
+                                tuple(op[1].values()),
+                            )
+                        except sqlite3.IntegrityError as exc:
+                            results.append((op[2], exc))
+                    elif kind == "delete":
+                        for table, column in (("events", "job_id"), ("metrics", "job_id"), ("jobs", "id")):
+                            conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op[1],))
+                    elif kind == "flush":
+                        done.append(op[1])
+                    elif kind == "close":
+                        stop = True
+                if updates:
+                    self._apply_updates(conn, updates)
+                conn.commit()
+            except sqlite3.Error as exc:  # keep the writer alive; report to waiters
+                conn.rollback()
+                for op in batch:
+                    if op[0] == "insert":
+                        results.append((op[2], exc))
+            for box, exc in results:
+                box["error"] = exc
+            for event in done:
+                event.set()
+            if stop:
+                conn.close()
+                return
+
+    @staticmethod
+    def _apply_updates(conn: sqlite3.Connection, updates: dict[str, dict[str, Any]]) -> None:
+        for job_id, fields in updates.items():
+            fields = _encode(fields)
+            assignments = ", ".join(f"{k} = ?" for k in fields)
+            conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Return once everything queued before this call is committed."""
+        event = threading.Event()
+        self._ops.put(("flush", event))
+        if not event.wait(timeout):
+            raise TimeoutError("the store did not commit within the timeout")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.flush()
+            self._ops.put(("close",))
+            self._writer.join(timeout=10)
+
+    # --- writes ----------------------------------------------------------------
+    def insert_job(self, fields: dict[str, Any]) -> None:
+        """Insert a job row and wait until it is committed; raises DuplicateRequest."""
+        unknown = set(fields) - set(JOB_COLUMNS)
+        assert not unknown, unknown
+        box: dict[str, Any] = {}
+        self._ops.put(("insert", _encode(fields), box))
+        self.flush()
+        if "error" in box:
+            error = box["error"]
+            if isinstance(error, sqlite3.IntegrityError) and fields.get("request_id"):
+                existing = self.find_by_request_id(fields["request_id"])
+                if existing is not None:
+                    raise DuplicateRequest(existing["id"])
+            raise error
+
+    def update_job(self, job_id: str, wait: bool = False, **fields: Any) -> None:
+        unknown = set(fields) - set(JOB_COLUMNS)
+        assert not unknown, unknown
+        self._ops.put(("update", job_id, fields))
+        if wait:
+            self.flush()
+
+    def append_events(self, rows: Iterable[tuple[str, int, str, str]]) -> None:
+        """(job_id, seq, kind, data_json) rows."""
+        self._ops.put(("event", list(rows)))
+
+    def append_metrics(self, job_id: str, records: Iterable[dict[str, Any]]) -> None:
+        self._ops.put(("metric", [(job_id, *(r.get(c) for c in METRIC_COLUMNS)) for r in records]))
+
+    def delete_job(self, job_id: str) -> None:
+        self._ops.put(("delete", job_id))
+        self.flush()
+
+    # --- reads -----------------------------------------------------------------
+    def get_job(self, job_id: str) -> dict[str, Any] | None:
+        row = self._reader().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _decode(row) if row else None
+
+    def find_by_request_id(self, request_id: str) -> dict[str, Any] | None:
+        row = self._reader().execute("SELECT * FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
+        return _decode(row) if row else None
+
+    def list_jobs(
+        self, statuses: Iterable[str] | None = None, limit: int = 50, offset: int = 0, oldest_first: bool = False
+    ) -> list[dict[str, Any]]:
+        where, args = "", []
+        wanted = list(statuses or [])
+        if wanted:
+            where = f"WHERE status IN ({', '.join('?' * len(wanted))})"
+            args = wanted
+        order = "ASC" if oldest_first else "DESC"
+        rows = self._reader().execute(
+            f"SELECT * FROM jobs {where} ORDER BY created_at {order}, rowid {order} LIMIT ? OFFSET ?",
+            (*args, limit, offset),
+        ).fetchall()
+        return [_decode(r) for r in rows]
+
+    def count_jobs(self, statuses: Iterable[str] | None = None) -> int:
+        wanted = list(statuses or [])
+        if wanted:
+            sql = f"SELECT COUNT(*) FROM jobs WHERE status IN ({', '.join('?' * len(wanted))})"
+            return self._reader().execute(sql, wanted).fetchone()[0]
+        return self._reader().execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+
+    def events_after(self, job_id: str, after_seq: int = 0, limit: int = 100_000) -> list[tuple[int, str, str]]:
+        rows = self._reader().execute(
+            "SELECT seq, kind, data FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (job_id, after_seq, limit),
+        ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def metrics(self, job_id: str, since_step: int | None = None) -> list[dict[str, Any]]:
+        sql = f"SELECT {', '.join(METRIC_COLUMNS)} FROM metrics WHERE job_id = ?"
+        args: list[Any] = [job_id]
+        if since_step is not None:
+            sql += " AND step > ?"
+            args.append(since_step)
+        rows = self._reader().execute(sql + " ORDER BY step, rowid", args).fetchall()
+        return [dict(r) for r in rows]
+
+
+def now() -> float:
+    return time.time()
