@@ -52,6 +52,7 @@ def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None
 
 def _train(cfg: JobConfig, channel: Channel) -> int:
     from tunestudio.worker import data as data_mod
+    from tunestudio.worker import integrations
     from tunestudio.worker import model as model_mod
     from tunestudio.worker import train as train_mod
 
@@ -76,17 +77,20 @@ def _train(cfg: JobConfig, channel: Channel) -> int:
     if channel.stop_request:
         return _stopped_before_training(channel)
 
-    # 2. dataset
+    # 2. dataset: read, format (through the tokenizer's chat template), check, split
     channel.phase("loading_dataset")
-    data = data_mod.prepare(cfg)
+    data = data_mod.prepare(cfg, tokenizer)
     for note in data.notes:
         channel.log(note)
     for warning in data.warnings:
         channel.warn(warning)
 
-    # 3. trainer
+    # 3. trainer, with the logging integrations the job asked for
+    report_to, integration_notes = integrations.setup(cfg)
+    for note in integration_notes:
+        channel.log(note)
     trainer, reporter = train_mod.build_trainer(
-        cfg, model, tokenizer, data, precision, gradient_checkpointing, channel
+        cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
     )
     if channel.stop_request:
         return _stopped_before_training(channel)

@@ -134,16 +134,18 @@ def build_trainer(
     precision: Precision,
     gradient_checkpointing: bool,
     channel: Channel,
+    report_to: list[str] | None = None,
 ) -> tuple[SFTTrainer, ReportingCallback]:
+    # TRL's loss-mask flags differ by shape: completion_only_loss masks prompt/completion rows;
+    # {"messages"} rows need assistant_only_loss (completion_only_loss silently does nothing there,
+    # as it does on plain text).
     conversational_messages = "messages" in data.train.column_names
-    report_to = []
-    if cfg.enable_tensorboard:
-        report_to.append("tensorboard")
-    if cfg.enable_wandb:
-        report_to.append("wandb")
-    if cfg.train_on_completions and data.format_type == "text":
-        channel.warn("train_on_completions has no effect on plain text data: every token is trained on")
+    if cfg.train_on_completions and "text" in data.train.column_names:
+        channel.warn("train_on_completions has no effect on plain text data (it has no prompt and completion): "
+                     "every token is trained on; use prompt/completion or a chat format to mask prompts")
     has_eval = data.eval is not None and cfg.eval_steps > 0
+    # Below 1, eval_steps is a fraction of the total steps (TrainingArguments reads floats < 1 that way).
+    eval_steps = (cfg.eval_steps if cfg.eval_steps < 1 else int(cfg.eval_steps)) if has_eval else None
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else (cfg.warmup_ratio or 0)
 
     args = SFTConfig(
@@ -167,10 +169,10 @@ def build_trainer(
         logging_steps=cfg.logging_steps,
         logging_strategy="steps",
         eval_strategy="steps" if has_eval else "no",
-        eval_steps=cfg.eval_steps if has_eval else None,
+        eval_steps=eval_steps,
         save_strategy="steps" if cfg.save_steps > 0 else "no",
         save_steps=cfg.save_steps if cfg.save_steps > 0 else 500,
-        report_to=report_to,
+        report_to=report_to or [],
         disable_tqdm=True,
         dataloader_num_workers=0,
         max_length=cfg.max_seq_length,

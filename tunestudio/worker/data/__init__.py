@@ -1,0 +1,198 @@
+"""A job's dataset, from where the user keeps it to what TRL's SFTTrainer trains on.
+
+read (sources) → slice → tell the format (formats) → convert each row → render
+check (templates) → drop and count unusable rows → split off the eval rows.
+
+Errors a user can cause name the file and the row (1-based, as an editor shows it).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Dataset
+
+from tunestudio.config import JobConfig
+from tunestudio.worker.data.formats import Converter, RowProblem, detect_format, resolve_format
+from tunestudio.worker.data.sources import SUPPORTED_SUFFIXES, Row, read_file, read_rows
+from tunestudio.worker.data.templates import (
+    DEFAULT_CHAT_TEMPLATE,
+    ensure_chat_template,
+    last_turn_as_completion,
+    prompt_tokens,
+    supports_assistant_mask,
+)
+from tunestudio.worker.errors import UserError
+
+__all__ = [
+    "DEFAULT_CHAT_TEMPLATE",
+    "MAX_DROPPED_FRACTION",
+    "SUPPORTED_SUFFIXES",
+    "PreparedData",
+    "Row",
+    "auto_eval_size",
+    "detect_format",
+    "prepare",
+    "read_file",
+    "slice_rows",
+]
+
+MAX_DROPPED_FRACTION = 0.30  # more unusable rows than this and the job fails: the data is wrong, not noisy
+_SHOWN_PROBLEMS = 5
+
+
+@dataclass
+class PreparedData:
+    train: Dataset
+    eval: Dataset | None
+    format_type: str
+    notes: list[str] = field(default_factory=list)  # what the user should be told, as log lines
+    warnings: list[str] = field(default_factory=list)
+    dropped: int = 0
+
+
+# --- slicing and splitting ------------------------------------------------------
+def slice_rows(rows: list[Any], start: int | None, end: int | None) -> list[Any]:
+    """Rows start..end, both inclusive, clamped to the dataset's range."""
+    if not rows:
+        return rows
+    first = min(max(start or 0, 0), len(rows) - 1)
+    last = len(rows) - 1 if end is None else min(max(end, first), len(rows) - 1)
+    return rows[first : last + 1]
+
+
+def auto_eval_size(n_rows: int) -> int:
+    """5% of the rows, clamped to 16..128; 0 when the dataset has under 32 rows."""
+    if n_rows < 32:
+        return 0
+    return min(max(math.ceil(n_rows * 0.05), 16), 128)
+
+
+def _hold_out(examples: list[dict[str, Any]], n_eval: int, seed: int) -> tuple[list[dict], list[dict]]:
+    # Deterministic from the job's seed, so a resumed job sees the same split.
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    held = set(order[:n_eval])
+    return ([e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held])
+
+
+# --- converting and checking rows -------------------------------------------------
+def _usable(rows: list[Row], convert: Converter, cfg: JobConfig, tokenizer: Any,
+            fix: Any = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows' TRL examples, and one line per dropped row saying where and why."""
+    examples: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for row in rows:
+        try:
+            if row.data is None:
+                raise RowProblem(row.problem)
+            example = convert(row.data)
+            if fix is not None:
+                example = fix(example)
+            if tokenizer is not None:
+                n_prompt = prompt_tokens(example, tokenizer)
+                if n_prompt is not None and n_prompt >= cfg.max_seq_length:
+                    raise RowProblem(f"has a prompt of {n_prompt} tokens, which fills max_seq_length "
+                                     f"{cfg.max_seq_length} and leaves no completion token to train on")
+        except RowProblem as exc:
+            problems.append(f"{row.where()} {exc}")
+            continue
+        examples.append(example)
+    return examples, problems
+
+
+def _check_drops(what: str, total: int, problems: list[str]) -> str | None:
+    """Raise when too many rows were unusable; else the warning to show, or None."""
+    if not problems:
+        return None
+    shown = "; ".join(problems[:_SHOWN_PROBLEMS]) + (f"; and {len(problems) - _SHOWN_PROBLEMS} more"
+                                                     if len(problems) > _SHOWN_PROBLEMS else "")
+    share = len(problems) / total
+    if len(problems) == total:
+        raise UserError(f"{what}: none of the {total} rows can be used: {shown}")
+    if share > MAX_DROPPED_FRACTION:
+        raise UserError(f"{what}: {len(problems)} of {total} rows ({share:.0%}) cannot be used, more than the "
+                        f"{MAX_DROPPED_FRACTION:.0%} allowed: {shown}")
+    return f"{what}: dropped {len(problems)} of {total} rows ({share:.0%}) that cannot be used: {shown}"
+
+
+def _conversational(example: dict[str, Any]) -> bool:
+    return "messages" in example or isinstance(example.get("prompt"), list)
+
+
+def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
+    """Read, slice, convert, check and split the job's dataset.
+
+    With a tokenizer, conversations are checked against its chat template (a
+    model without one gets DEFAULT_CHAT_TEMPLATE, with a warning) and rows whose
+    prompt fills max_seq_length are dropped. Raises UserError naming the file
+    and row when the data cannot be trained on.
+    """
+    rows = read_rows(cfg)
+    train_rows = slice_rows(rows.train, cfg.dataset_slice_start, cfg.dataset_slice_end)
+    fmt, convert, detected = resolve_format(cfg, train_rows)
+    notes = [f"dataset: {len(train_rows)} rows from {rows.description}, read as {fmt}"
+             + (" (auto-detected)" if detected else "")]
+    if len(train_rows) < len(rows.train):
+        notes.append(f"dataset: rows {cfg.dataset_slice_start or 0}..{cfg.dataset_slice_end or len(rows.train) - 1}"
+                     f" kept of {len(rows.train)} (dataset_slice_start/end, both inclusive)")
+    warnings: list[str] = []
+
+    fix = None
+    sample = next((convert(r.data) for r in train_rows if r.data is not None and _try(convert, r.data)), None)
+    if tokenizer is not None and sample is not None and _conversational(sample):
+        note = ensure_chat_template(tokenizer)
+        if note:
+            warnings.append(note)
+        if cfg.train_on_completions and "messages" in sample and not supports_assistant_mask(tokenizer):
+            fix = last_turn_as_completion
+            warnings.append("train_on_completions: the chat template has no {% generation %} markers, so only "
+                            "the last assistant turn of each conversation is trained on")
+
+    examples, problems = _usable(train_rows, convert, cfg, tokenizer, fix)
+    drop_warning = _check_drops(f"dataset {rows.description}", len(train_rows), problems)
+    if drop_warning:
+        warnings.append(drop_warning)
+    dropped = len(problems)
+
+    eval_examples: list[dict[str, Any]] = []
+    if rows.eval is not None:
+        if not rows.eval:
+            raise UserError(f"eval_split {cfg.eval_split!r} is empty")
+        eval_examples, eval_problems = _usable(rows.eval, convert, cfg, tokenizer, fix)
+        eval_warning = _check_drops(f"eval split {cfg.eval_split}", len(rows.eval), eval_problems)
+        if eval_warning:
+            warnings.append(eval_warning)
+        dropped += len(eval_problems)
+        if cfg.eval_steps > 0:
+            notes.append(f"eval: {len(eval_examples)} rows from eval_split {cfg.eval_split!r}")
+        else:
+            warnings.append(f"eval_split {cfg.eval_split!r} is set but eval_steps is 0, so there is no eval")
+            eval_examples = []
+    elif cfg.eval_steps > 0:
+        n_eval = auto_eval_size(len(examples))
+        if n_eval:
+            examples, eval_examples = _hold_out(examples, n_eval, cfg.random_seed)
+            notes.append(f"eval: held out {n_eval} of {n_eval + len(examples)} rows for evaluation")
+        else:
+            warnings.append(f"eval_steps is set but the dataset has only {len(examples)} rows (fewer than 32) "
+                            "and no eval_split; no eval")
+    return PreparedData(
+        train=Dataset.from_list(examples),
+        eval=Dataset.from_list(eval_examples) if eval_examples else None,
+        format_type=fmt,
+        notes=notes,
+        warnings=warnings,
+        dropped=dropped,
+    )
+
+
+def _try(convert: Converter, data: dict[str, Any]) -> bool:
+    try:
+        convert(data)
+    except RowProblem:
+        return False
+    return True

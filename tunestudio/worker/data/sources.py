@@ -1,0 +1,263 @@
+"""Reading rows from where the user keeps them: local files and folders, or a
+`datasets` dataset (a hub id, a cached hub dataset, or a folder written by
+`save_to_disk`).
+
+File-level problems (no such format, not UTF-8, an unreadable file) raise a
+UserError at once. Row-level problems (a malformed JSON line, a row that is not
+an object) become a `Row` with a `problem`, so the caller can drop and count it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tunestudio.config import JobConfig
+from tunestudio.worker import hub
+from tunestudio.worker.errors import UserError
+
+SUPPORTED_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+
+
+@dataclass
+class Row:
+    source: str
+    number: int  # 1-based: the line (JSONL, CSV) or the position (JSON list, Parquet, hub)
+    data: dict[str, Any] | None
+    problem: str | None = None  # set when the row could not be read
+
+    def where(self) -> str:
+        return f"dataset {self.source} row {self.number}"
+
+
+@dataclass
+class Rows:
+    """The rows to train on, and the explicit eval rows if an eval split was named."""
+
+    train: list[Row]
+    eval: list[Row] | None
+    description: str  # what was read, for the user
+
+
+# --- local files ----------------------------------------------------------------
+def _split_of(path: Path, split: str) -> bool:
+    """Whether a file belongs to a named split by the `datasets` convention (test.jsonl, test-00000.parquet)."""
+    stem = path.name.split(".")[0]
+    return stem == split or stem.startswith((f"{split}-", f"{split}_"))
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUPPORTED_SUFFIXES and p.is_file())
+        if not found:
+            raise UserError(f"dataset folder {path} holds no {', '.join(SUPPORTED_SUFFIXES)} files")
+        return found
+    if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+        raise UserError(f"dataset {path}: unsupported file type {path.suffix!r}; use {', '.join(SUPPORTED_SUFFIXES)}")
+    return [path]
+
+
+def _read_text(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise UserError(
+            f"dataset {path} row {line} is not valid UTF-8 (byte offset {exc.start}); save the file as UTF-8"
+        ) from None
+
+
+def _object_row(path: Path, number: int, item: Any) -> Row:
+    if isinstance(item, dict):
+        return Row(str(path), number, item)
+    return Row(str(path), number, None, f"is a {type(item).__name__}, not an object")
+
+
+def _jsonl_rows(path: Path, text: str) -> list[Row]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            rows.append(Row(str(path), number, None, f"is not valid JSON: {exc.msg}"))
+            continue
+        rows.append(_object_row(path, number, item))
+    return rows
+
+
+def _json_rows(path: Path, text: str) -> list[Row]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # one object per line under a .json name: read it as JSONL
+            return _jsonl_rows(path, text)
+        raise UserError(f"dataset {path} row {exc.lineno} is not valid JSON: {exc.msg}") from None
+    if isinstance(data, dict):
+        lists = {k: v for k, v in data.items() if isinstance(v, list)}
+        if len(lists) == 1 and all(isinstance(i, dict) for i in next(iter(lists.values()))):
+            data = next(iter(lists.values()))  # {"train": [{...}, ...]}
+        elif lists and len(lists) == len(data) and len({len(v) for v in lists.values()}) == 1:
+            columns = list(lists)  # {"instruction": [...], "output": [...]}
+            data = [dict(zip(columns, values, strict=True)) for values in zip(*lists.values(), strict=True)]
+        else:
+            raise UserError(
+                f"dataset {path} is a JSON object; expected a list of rows, an object holding one list of rows, "
+                "or an object of equally long columns"
+            )
+    if not isinstance(data, list):
+        raise UserError(f"dataset {path} must be a JSON list of rows")
+    return [_object_row(path, number, item) for number, item in enumerate(data, start=1)]
+
+
+def _csv_rows(path: Path, text: str) -> list[Row]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows = []
+    try:
+        start = 2  # the header is line 1
+        for item in reader:
+            if None in item or None in item.values():
+                rows.append(Row(str(path), start, None, f"has a different number of fields than the header "
+                                                        f"({len(reader.fieldnames or [])})"))
+            else:
+                rows.append(Row(str(path), start, dict(item)))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise UserError(f"dataset {path} row {reader.line_num} is not valid CSV: {exc}") from None
+    return rows
+
+
+def _parquet_rows(path: Path) -> list[Row]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise UserError(f"dataset {path} is not a readable Parquet file: {exc}") from None
+    return [Row(str(path), number, item) for number, item in enumerate(table.to_pylist(), start=1)]
+
+
+def read_file(path: Path) -> list[Row]:
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return _parquet_rows(path)
+    text = _read_text(path)
+    if suffix == ".jsonl":
+        return _jsonl_rows(path, text)
+    if suffix == ".csv":
+        return _csv_rows(path, text)
+    return _json_rows(path, text)
+
+
+def _local_files(paths: list[str], train_split: str, eval_split: str | None) -> tuple[list[Path], list[Path]]:
+    """Training files and eval files. Inside folders, files named after a split belong to it."""
+    train: list[Path] = []
+    evals: list[Path] = []
+    explicit_eval = Path(eval_split).expanduser() if eval_split else None
+    if explicit_eval is not None and explicit_eval.exists():
+        evals = _files(explicit_eval)  # eval_split given as a path
+    for raw in paths:
+        path = Path(raw)
+        found = [f for f in _files(path) if f not in evals]
+        if eval_split and explicit_eval is not None and not explicit_eval.exists():
+            evals.extend(f for f in found if _split_of(f, eval_split))
+            found = [f for f in found if not _split_of(f, eval_split)]
+        if path.is_dir() and any(_split_of(f, train_split) for f in found):
+            found = [f for f in found if _split_of(f, train_split)]
+        train.extend(found)
+    if eval_split and not evals:
+        raise UserError(
+            f"eval_split {eval_split!r}: no file named {eval_split}.* or {eval_split}-*.* among the local datasets, "
+            "and no such path; name an eval file by path, or leave eval_split unset to hold out rows automatically"
+        )
+    if not train:
+        raise UserError(f"dataset {', '.join(paths)}: every file belongs to eval_split {eval_split!r}")
+    return train, evals
+
+
+def read_local(cfg: JobConfig) -> Rows:
+    train_files, eval_files = _local_files(cfg.local_datasets, cfg.train_split, cfg.eval_split)
+    train = [row for f in train_files for row in read_file(f)]
+    evals = [row for f in eval_files for row in read_file(f)] if eval_files else None
+    if not train:
+        raise UserError(f"dataset {', '.join(str(f) for f in train_files)} is empty: no rows to train on")
+    names = ", ".join(f.name for f in train_files[:5]) + (f" and {len(train_files) - 5} more" if len(train_files) > 5
+                                                           else "")
+    return Rows(train, evals, f"{len(train_files)} file(s): {names}")
+
+
+# --- datasets / hub ---------------------------------------------------------------
+def _saved_by_datasets(path: Path) -> bool:
+    return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+
+
+def _from_disk(cfg: JobConfig, path: Path, split: str) -> Any:
+    from datasets import DatasetDict, load_from_disk
+
+    loaded = load_from_disk(str(path))
+    if isinstance(loaded, DatasetDict):
+        if split not in loaded:
+            raise UserError(f"dataset {cfg.hf_dataset!r} has no split {split!r}; it has {sorted(loaded)}")
+        return loaded[split]
+    if split != cfg.train_split:
+        raise UserError(f"dataset {cfg.hf_dataset!r} was saved as a single dataset without splits; "
+                        f"it has no split {split!r}")
+    return loaded
+
+
+def _load(cfg: JobConfig, split: str) -> Any:
+    """One split through `datasets.load_dataset`: the local cache first, then the hub if it answers."""
+    import datasets
+
+    name = cfg.hf_dataset or ""
+    token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
+    kwargs: dict[str, Any] = {"name": cfg.subset, "split": split, "token": token}
+    try:
+        if Path(name).expanduser().exists() or hub.looks_like_local_path(name):
+            return datasets.load_dataset(str(Path(name).expanduser()), **kwargs)
+        online = datasets.config.HF_HUB_OFFLINE
+        try:
+            datasets.config.HF_HUB_OFFLINE = True  # the cache alone: no network, no retries
+            return datasets.load_dataset(name, **kwargs)
+        except (ConnectionError, FileNotFoundError):
+            pass  # not cached: ask the hub
+        finally:
+            datasets.config.HF_HUB_OFFLINE = online
+        hub.require_hub("dataset", name)
+        return datasets.load_dataset(name, **kwargs)
+    except UserError:
+        raise
+    except ValueError as exc:  # unknown split or subset
+        raise UserError(f"dataset {name!r} (subset {cfg.subset!r}, split {split!r}): {exc}") from None
+    except (ConnectionError, FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as exc:
+        raise UserError(f"dataset {name!r}: cannot load it: {exc}") from None
+
+
+def _dataset_rows(source: str, dataset: Any) -> Iterator[Row]:
+    for number, item in enumerate(dataset, start=1):
+        yield Row(source, number, dict(item))
+
+
+def read_hub(cfg: JobConfig) -> Rows:
+    name = cfg.hf_dataset or ""
+    path = Path(name).expanduser()
+    load = (lambda split: _from_disk(cfg, path, split)) if path.is_dir() and _saved_by_datasets(path) else (
+        lambda split: _load(cfg, split))
+    train = list(_dataset_rows(f"{name}[{cfg.train_split}]", load(cfg.train_split)))
+    evals = list(_dataset_rows(f"{name}[{cfg.eval_split}]", load(cfg.eval_split))) if cfg.eval_split else None
+    if not train:
+        raise UserError(f"dataset {name!r} split {cfg.train_split!r} is empty: no rows to train on")
+    subset = f", subset {cfg.subset}" if cfg.subset else ""
+    return Rows(train, evals, f"{name} (split {cfg.train_split}{subset})")
+
+
+def read_rows(cfg: JobConfig) -> Rows:
+    return read_hub(cfg) if cfg.hf_dataset else read_local(cfg)

@@ -1,0 +1,70 @@
+"""Chat templates: the default for models that have none, and how many prompt
+tokens a row's template puts before its first trained token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# ChatML-shaped turns that end in the tokenizer's own EOS token, so a base model
+# without a template learns to stop with a token it already has. Assistant
+# turns sit inside {% generation %} markers, so TRL's assistant_only_loss can
+# find them; the EOS that ends them is inside too and is trained on.
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['role'] == 'assistant' %}"
+    "{% generation %}{{ message['content'] + eos_token }}{% endgeneration %}"
+    "{% else %}{{ message['content'] + eos_token }}{% endif %}"
+    "{{ '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def ensure_chat_template(tokenizer: Any) -> str | None:
+    """Give a tokenizer without a chat template the default one; returns the warning to show, or None."""
+    if tokenizer.chat_template:
+        return None
+    tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
+    return ("the model has no chat template; conversations are rendered with tunestudio's default "
+            "ChatML-style template (<|im_start|>role ... EOS), which is saved with the result")
+
+
+def supports_assistant_mask(tokenizer: Any) -> bool:
+    """Whether TRL's assistant_only_loss can mask with this template (it has, or TRL can patch in, markers)."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    if has_generation_markers(tokenizer.chat_template):
+        return True
+    try:
+        return get_training_chat_template(tokenizer) is not None
+    except ValueError:
+        return False
+
+
+def _ids(encoded: Any) -> list[int]:
+    return list(encoded["input_ids"])
+
+
+def prompt_tokens(example: dict[str, Any], tokenizer: Any) -> int | None:
+    """Tokens before the first token the row teaches (a completion or assistant turn); None for plain text."""
+    if "prompt" in example:
+        if isinstance(example["prompt"], list):
+            return len(_ids(tokenizer.apply_chat_template(
+                example["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)))
+        return len(_ids(tokenizer(example["prompt"])))
+    if "messages" in example:
+        messages = example["messages"]
+        first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+        if first == 0:
+            return 0
+        return len(_ids(tokenizer.apply_chat_template(
+            messages[:first], add_generation_prompt=True, tokenize=True, return_dict=True)))
+    return None
+
+
+def last_turn_as_completion(example: dict[str, Any]) -> dict[str, Any]:
+    """{"messages"} → conversational prompt/completion, split before the last assistant turn."""
+    messages = example["messages"]
+    last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    return {"prompt": messages[:last], "completion": messages[last:last + 1]}
