@@ -15,6 +15,9 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = Field(
         default=30.0, gt=0, description="After a cancel, how long the worker may take before SIGTERM."
     )
+    save_grace_seconds: float = Field(
+        default=300.0, gt=0, description="After a stop with save, how long the worker may take before SIGTERM."
+    )
     kill_after_seconds: float = Field(default=5.0, gt=0, description="After SIGTERM, how long before SIGKILL.")
     exit_after_terminal_seconds: float = Field(
         default=15.0, gt=0, description="How long a worker that reported its end may take to exit."

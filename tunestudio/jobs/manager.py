@@ -163,22 +163,24 @@ class JobManager:
             self._scheduler.start()
         return self
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Cancel what is running, wait (bounded) for the workers to go, and close the store."""
+    def close(self, save: bool = True, timeout: float = 60.0) -> None:
+        """Stop what is running (saving a checkpoint unless save=False), wait for it, close the store.
+
+        Queued jobs stay queued in the store; the next manager on this data directory runs them.
+        """
         with self._lock:
             self._closing = True
-            queued = list(self._queue)
             self._queue.clear()
-            running = [self._jobs[j].supervisor for j in self._running if self._jobs[j].supervisor]
+            running = [(j, self._jobs[j].supervisor) for j in self._running if self._jobs[j].supervisor]
             self._wake.notify_all()
-        for job_id in queued:
+        for job_id, _ in running:
             with contextlib.suppress(JobConflict, JobNotFound):
-                self._finish_without_worker(job_id, S.cancelled, "cancelled: the manager shut down")
-        for sup in running:
-            sup.cancel()
+                self.stop(job_id, save=save)
         deadline = time.monotonic() + timeout
-        for sup in running:
-            sup.wait(max(0.0, deadline - time.monotonic()))
+        for _, sup in running:
+            if sup.wait(max(0.0, deadline - time.monotonic())) is None:
+                sup.cancel()  # out of patience: escalate to SIGTERM/SIGKILL
+                sup.wait(self.settings.stop_grace_seconds + self.settings.kill_after_seconds + 5)
         if self._scheduler is not None:
             self._scheduler.join(timeout=5)
         self.store.close()
@@ -360,6 +362,7 @@ class JobManager:
             target=self.worker_target,
             log_path=Path(row["log_path"]),
             stop_grace_seconds=self.settings.stop_grace_seconds,
+            save_grace_seconds=self.settings.save_grace_seconds,
             kill_after_seconds=self.settings.kill_after_seconds,
             exit_after_terminal_seconds=self.settings.exit_after_terminal_seconds,
         )

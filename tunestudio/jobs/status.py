@@ -46,12 +46,18 @@ RUNNING = (S.starting, S.loading_model, S.loading_dataset, S.training, S.saving)
 # A job that is still alive can always be stopped, cancelled, fail, or be cut off by a restart.
 _ESCAPES = {S.stopping, S.cancelling, S.failed, S.interrupted}
 
+
+def _later(status: JobStatus) -> set[JobStatus]:
+    """The running phases after this one: a worker moves forward and may skip a phase."""
+    return set(RUNNING[RUNNING.index(status) + 1 :])
+
+
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     S.queued: frozenset({S.starting, S.cancelled, S.failed, S.interrupted}),
-    S.starting: frozenset({S.loading_model, *_ESCAPES}),
-    S.loading_model: frozenset({S.loading_dataset, *_ESCAPES}),
-    S.loading_dataset: frozenset({S.training, *_ESCAPES}),
-    S.training: frozenset({S.saving, S.completed, *_ESCAPES}),
+    S.starting: frozenset({*_later(S.starting), *_ESCAPES}),
+    S.loading_model: frozenset({*_later(S.loading_model), *_ESCAPES}),
+    S.loading_dataset: frozenset({*_later(S.loading_dataset), *_ESCAPES}),
+    S.training: frozenset({*_later(S.training), S.completed, *_ESCAPES}),
     S.saving: frozenset({S.completed, *_ESCAPES}),
     # A stop can race the natural end of training: the job may still complete.
     S.stopping: frozenset({S.stopped, S.cancelled, S.completed, S.cancelling, S.failed, S.interrupted}),

@@ -77,6 +77,7 @@ class Supervisor:
         target: Callable[..., None] = child.main,
         log_path: Path | None = None,
         stop_grace_seconds: float = 30.0,
+        save_grace_seconds: float = 300.0,
         kill_after_seconds: float = 5.0,
         exit_after_terminal_seconds: float = 15.0,
     ) -> None:
@@ -86,6 +87,7 @@ class Supervisor:
         self.target = target  # the child's entry point; tests pass scripted fake workers
         self.log_path = log_path
         self.stop_grace_seconds = stop_grace_seconds
+        self.save_grace_seconds = save_grace_seconds
         self.kill_after_seconds = kill_after_seconds
         self.exit_after_terminal_seconds = exit_after_terminal_seconds
         self.malformed_events = 0
@@ -121,11 +123,15 @@ class Supervisor:
         return self._proc.pid if self._proc else None
 
     def stop(self, save: bool = True) -> None:
-        """Ask the worker to stop at the next step boundary; save=False is a cancel and escalates."""
+        """Ask the worker to stop at the next step boundary; save=False is a cancel.
+
+        Either way the process is gone in bounded time: SIGTERM after the grace
+        period (longer when saving), SIGKILL `kill_after_seconds` later.
+        """
         self._asked.stop = True
-        if not save:
-            self._asked.cancel = True
-            threading.Thread(target=self._escalate, name="escalate", daemon=True).start()
+        self._asked.cancel = self._asked.cancel or not save
+        grace = self.save_grace_seconds if save else self.stop_grace_seconds
+        threading.Thread(target=self._escalate, args=(grace,), name="escalate", daemon=True).start()
         with contextlib.suppress(ValueError, OSError):  # queue closed: the worker is gone already
             self._commands.put(Stop(save=save).model_dump_json())
 
@@ -214,10 +220,10 @@ class Supervisor:
             return Outcome("cancelled", f"cancelled ({describe_exit(code)})", code)
         return Outcome("failed", describe_exit(code), code)
 
-    def _escalate(self) -> None:
-        """After a cancel: SIGTERM once the grace period is over, SIGKILL after that."""
+    def _escalate(self, grace: float) -> None:
+        """After a stop: SIGTERM once the grace period is over, SIGKILL after that."""
         assert self._proc is not None
-        if self._done.wait(self.stop_grace_seconds):
+        if self._done.wait(grace):
             return
         self._asked.escalated.append("SIGTERM")
         self._kill_group(signal.SIGTERM)

@@ -1,0 +1,97 @@
+"""Scripted workers for orchestration edge cases. Same signature as `tunestudio.worker.child.main`.
+
+They talk the real protocol (JSON events on the queue, Stop commands back)
+but import nothing heavy, so they start in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from tunestudio.worker import child
+
+
+def _setup(parent_pid: int) -> None:
+    os.setpgid(0, 0)
+    child._die_with_parent(parent_pid)
+
+
+class _Emitter:
+    def __init__(self, events: Any) -> None:
+        self.events = events
+        self.seq = 0
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        self.seq += 1
+        self.events.put(json.dumps({"kind": kind, "seq": self.seq, "ts": time.time(), **fields}))
+
+    def close(self) -> None:
+        self.events.close()
+        self.events.join_thread()
+
+
+def ignores_stop(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+    """Trains forever, deaf to stop commands and to SIGTERM: only SIGKILL ends it."""
+    _setup(parent_pid)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    emit = _Emitter(events)
+    emit("phase", phase="loading_model")
+    emit("phase", phase="loading_dataset")
+    emit("phase", phase="training")
+    step = 0
+    while True:
+        step += 1
+        emit("progress", step=step, total_steps=10**6, loss=1.0)
+        time.sleep(0.05)
+
+
+def malformed(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+    """Garbage of every kind between valid events; ends with a proper Completed."""
+    _setup(parent_pid)
+    emit = _Emitter(events)
+    emit("phase", phase="loading_model")
+    events.put({"not": "a string"})
+    events.put(42)
+    events.put("this is not json")
+    events.put(json.dumps({"kind": "progress", "seq": 1000, "step": "three", "total_steps": 10}))
+    events.put(json.dumps({"kind": "unknown-kind", "seq": 1001}))
+    emit("log", message="x" * 5_000_000)  # a huge but valid message
+    events.put(json.dumps({"kind": "log", "seq": 1, "ts": 0, "message": "replayed seq"}))  # out of order
+    emit("phase", phase="loading_dataset")
+    emit("phase", phase="training")
+    for step in range(1, 6):
+        emit("progress", step=step, total_steps=5, loss=2.0 / step)
+    emit("phase", phase="saving")
+    emit("completed", output_dir=public_config["output_dir"], stopped=False, saved=True, global_step=5)
+    emit.close()
+    sys.exit(0)
+
+
+def instant(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+    """Completes at once."""
+    _setup(parent_pid)
+    emit = _Emitter(events)
+    emit("phase", phase="training")
+    emit("progress", step=1, total_steps=1, loss=1.0)
+    emit("completed", output_dir=None, stopped=False, saved=True, global_step=1)
+    emit.close()
+    sys.exit(0)
+
+
+def flood(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+    """As many progress events as max_steps says, as fast as the queue takes them."""
+    _setup(parent_pid)
+    emit = _Emitter(events)
+    emit("phase", phase="training")
+    total = int(public_config["max_steps"])
+    for step in range(1, total + 1):
+        emit("progress", step=step, total_steps=total, loss=1.0 / step, learning_rate=1e-3, grad_norm=0.5,
+             num_tokens=step * 100, tokens_per_second=1000.0, elapsed_seconds=step * 0.01)
+    emit("completed", output_dir=None, stopped=False, saved=True, global_step=total)
+    emit.close()
+    sys.exit(0)

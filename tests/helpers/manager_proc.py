@@ -1,0 +1,39 @@
+"""A manager in its own process, for tests that kill it: `python -m tests.helpers.manager_proc HOME CONFIG.json`.
+
+Prints one JSON line per job event (plus {"worker_pid": N} once the worker
+runs), so the test can wait for a moment and then SIGKILL this process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tunestudio.config import JobConfig
+from tunestudio.jobs.manager import JobManager
+from tunestudio.settings import Settings
+
+
+def main(home: str, config_file: str) -> None:
+    manager = JobManager(Settings(home=Path(home))).start()
+    job = manager.submit(JobConfig.model_validate(json.loads(Path(config_file).read_text())))
+    print(json.dumps({"job_id": job.id}), flush=True)
+    announced = False
+    with manager.subscribe(job.id) as stream:
+        while True:
+            event = stream.get(timeout=1)
+            if event is None:
+                continue
+            if not announced and event.kind == "status" and event.data["status"] == "loading_model":
+                manager.store.flush()
+                print(json.dumps({"worker_pid": manager.store.get_job(job.id)["worker_pid"]}), flush=True)
+                announced = True
+            print(json.dumps({"seq": event.seq, "kind": event.kind, **event.data}), flush=True)
+            if event.is_end:
+                break
+    manager.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

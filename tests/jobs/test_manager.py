@@ -1,0 +1,268 @@
+"""The manager with real workers (and scripted ones for edge cases), a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.models import Job, JobEvent
+from tunestudio.jobs.status import JobStatus
+from tunestudio.settings import Settings
+
+from ..helpers import fake_workers
+from ..helpers.jobs import job_config
+
+REPO = Path(__file__).resolve().parents[2]
+S = JobStatus
+
+
+def settings(tmp_path: Path, **overrides: object) -> Settings:
+    return Settings(home=tmp_path / "home", **overrides)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_end(manager: JobManager, job_id: str, timeout: float = 180) -> Job:
+    wait_for(lambda: manager.get(job_id).status.is_terminal, timeout, f"job {job_id} to end")
+    return manager.get(job_id)
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie still answers kill(0); it holds no memory. Reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == pid
+    except ChildProcessError:
+        return Path(f"/proc/{pid}/status").exists() is False or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_parent_process_never_imports_the_heavy_stack(tiny_model: Path, tmp_path: Path) -> None:
+    cfg = job_config(tiny_model, tmp_path / "out", max_steps=3)
+    script = f"""
+import sys, json
+import tunestudio.jobs, tunestudio.cli
+from tunestudio.config import JobConfig
+from tunestudio.jobs.manager import JobManager
+from tunestudio.settings import Settings
+from pathlib import Path
+with JobManager(Settings(home=Path({str(tmp_path / 'home')!r}))) as manager:
+    job = manager.submit(JobConfig.model_validate(json.loads({json.dumps(cfg.public_dict())!r})))
+    with manager.subscribe(job.id) as stream:
+        while not (event := stream.get(timeout=120)).is_end:
+            pass
+    print(manager.get(job.id).status.value)
+print(",".join(m for m in ("torch", "transformers", "peft", "trl", "datasets", "bitsandbytes") if m in sys.modules))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status, heavy = proc.stdout.split("\n")[-3:-1]
+    assert status == "completed"
+    assert heavy == ""
+
+
+def test_sigkill_of_the_worker_fails_the_job_fast_and_keeps_its_metrics(tiny_model: Path, tmp_path: Path) -> None:
+    with JobManager(settings(tmp_path)) as manager:
+        job = manager.submit(job_config(tiny_model, tmp_path / "out", max_steps=500))
+        wait_for(lambda: (manager.get(job.id).progress or {}).get("step", 0) >= 3, 120, "training to start")
+        pid = manager.store.get_job(job.id)["worker_pid"]
+        killed = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        final = wait_end(manager, job.id, timeout=5)
+        assert time.monotonic() - killed < 2.0
+        assert final.status is S.failed
+        assert "signal 9 (SIGKILL)" in (final.error or "")
+        steps = [r["step"] for r in manager.metrics(job.id)]
+        assert steps and max(steps) >= 3
+        kinds = [e.kind for e in manager.subscribe(job.id).replay]
+        assert kinds.count("failed") == 1 and kinds[-1] == "status"
+        # The manager is unharmed: the next job runs.
+        again = manager.submit(job_config(tiny_model, tmp_path / "out2", max_steps=2))
+        assert wait_end(manager, again.id).status is S.completed
+
+
+def test_a_worker_deaf_to_stop_is_killed_by_the_escalation(tmp_path: Path) -> None:
+    grace, bound = 1.0, 1.0
+    cfg = job_config("org/fake", tmp_path / "out")
+    with JobManager(settings(tmp_path, stop_grace_seconds=grace, kill_after_seconds=bound),
+                    worker_target=fake_workers.ignores_stop) as manager:
+        job = manager.submit(cfg)
+        wait_for(lambda: manager.get(job.id).status is S.training, 30, "the fake to train")
+        pid = manager.store.get_job(job.id)["worker_pid"]
+        asked = time.monotonic()
+        assert manager.cancel(job.id).status is S.cancelling
+        final = wait_end(manager, job.id, timeout=grace + bound + 5)
+        took = time.monotonic() - asked
+        assert final.status in (S.cancelled, S.failed)
+        assert grace <= took < grace + bound + 2.0, took
+        wait_for(lambda: pid_gone(pid), 2, "the worker to be gone")
+
+
+def test_malformed_events_leave_the_pump_alive(tmp_path: Path) -> None:
+    with JobManager(settings(tmp_path), worker_target=fake_workers.malformed) as manager:
+        job = manager.submit(job_config("org/fake", tmp_path / "out"))
+        final = wait_end(manager, job.id, timeout=30)
+        assert final.status is S.completed, final
+        assert [r["step"] for r in manager.metrics(job.id)] == [1, 2, 3, 4, 5]
+        logs = [e for e in manager.subscribe(job.id).replay if e.kind == "log"]
+        assert len(logs) == 1 and len(logs[0].data["message"]) == 5_000_000
+
+
+def test_jobs_queue_in_order_and_a_cancelled_queued_job_never_starts(tiny_model: Path, tmp_path: Path) -> None:
+    with JobManager(settings(tmp_path)) as manager:
+        first = manager.submit(job_config(tiny_model, tmp_path / "a", max_steps=8))
+        second = manager.submit(job_config(tiny_model, tmp_path / "b", max_steps=8))
+        third = manager.submit(job_config(tiny_model, tmp_path / "c", max_steps=8))
+        assert manager.get(second.id).status is S.queued  # queued, not refused
+        assert manager.cancel(third.id).status is S.cancelled
+        a, b = wait_end(manager, first.id), wait_end(manager, second.id)
+        assert a.status is S.completed and b.status is S.completed
+        assert b.started_at >= a.finished_at
+        c = manager.get(third.id)
+        assert c.status is S.cancelled and c.started_at is None
+        assert not (tmp_path / "c").exists()
+
+
+def test_concurrent_submissions_are_all_recorded_once(tmp_path: Path) -> None:
+    with JobManager(settings(tmp_path), worker_target=fake_workers.instant) as manager:
+        cfg = job_config("org/fake", tmp_path / "out")
+        ids: list[str] = []
+        lock = threading.Lock()
+
+        def submit(i: int) -> None:
+            job = manager.submit(cfg, request_id=f"req-{i}")
+            with lock:
+                ids.append(job.id)
+
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(ids) == 20 and len(set(ids)) == 20
+        assert manager.count() == 20
+        again = manager.submit(cfg, request_id="req-7")
+        assert manager.get(again.id).request_id == "req-7" and manager.count() == 20
+        dup_ids: list[str] = []
+        dups = [threading.Thread(target=lambda: dup_ids.append(manager.submit(cfg, request_id="same").id))
+                for _ in range(5)]
+        for t in dups:
+            t.start()
+        for t in dups:
+            t.join(30)
+        assert len(set(dup_ids)) == 1 and manager.count() == 21
+        for job_id in {*ids, *dup_ids}:
+            assert wait_end(manager, job_id, timeout=60).status is S.completed
+
+
+def test_secrets_reach_no_database_log_or_artefact(tiny_model: Path, tmp_path: Path) -> None:
+    hf, wandb = "hf_SeCrEt_0123456789", "wandb_SeCrEt_9876543210"
+    with JobManager(settings(tmp_path)) as manager:
+        job = manager.submit(job_config(tiny_model, tmp_path / "home" / "out", max_steps=3, hf_token=hf,
+                                        wandb_token=wandb))
+        assert wait_end(manager, job.id).status is S.completed
+        manager.store.flush()
+        blobs = [p for p in (tmp_path / "home").rglob("*") if p.is_file()]
+        assert any(p.name.startswith("tunestudio.db") for p in blobs) and any(p.suffix == ".log" for p in blobs)
+        for path in blobs:
+            data = path.read_bytes()
+            assert b"SeCrEt" not in data, path
+
+
+def test_restart_marks_live_jobs_interrupted_and_resume_continues(tiny_model: Path, tmp_path: Path) -> None:
+    cfg = job_config(tiny_model, tmp_path / "home" / "out", max_steps=40, save_steps=5)
+    config_file = tmp_path / "job.json"
+    config_file.write_text(json.dumps(cfg.public_dict()))
+    worker_pid = job_id = None
+    with subprocess.Popen([sys.executable, "-m", "tests.helpers.manager_proc", str(tmp_path / "home"),
+                           str(config_file)], cwd=REPO, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                item = json.loads(line)
+                job_id = item.get("job_id", job_id)
+                worker_pid = item.get("worker_pid", worker_pid)
+                if item.get("kind") == "progress" and item.get("step", 0) >= 12:
+                    break
+            os.kill(proc.pid, signal.SIGKILL)  # the whole manager process dies at once
+        finally:
+            proc.kill()
+    assert worker_pid and job_id
+    wait_for(lambda: pid_gone(worker_pid), 2.0, "the orphaned worker to die with its parent")
+
+    with JobManager(settings(tmp_path)) as manager:
+        job = manager.get(job_id)
+        assert job.status is S.interrupted and job.resumable
+        saved_step = int(Path(job.checkpoint).name.split("-")[1])
+        assert saved_step >= 10
+        resumed = manager.resume(job_id)
+        assert resumed.resumed_from == job_id
+        final = wait_end(manager, resumed.id)
+        assert final.status is S.completed, final.error
+        steps = [r["step"] for r in manager.metrics(resumed.id) if r["loss"] is not None]
+        assert steps[0] == saved_step + 1 and steps[-1] == 40
+
+
+def test_subscribe_replays_then_follows_without_gaps(tmp_path: Path) -> None:
+    with JobManager(settings(tmp_path), worker_target=fake_workers.flood) as manager:
+        job = manager.submit(job_config("org/fake", tmp_path / "out", max_steps=3000))
+        wait_for(lambda: (manager.get(job.id).progress or {}).get("step", 0) >= 200, 30, "some progress")
+        got: list[JobEvent] = []
+        with manager.subscribe(job.id, after_seq=5) as stream:
+            while True:
+                event = stream.get(timeout=30)
+                assert event is not None
+                got.append(event)
+                if event.is_end:
+                    break
+        seqs = [e.seq for e in got]
+        assert seqs == list(range(6, seqs[-1] + 1))
+        assert manager.get(job.id).last_seq == seqs[-1]
+        view = manager.metrics(job.id, max_points=100)
+        assert len(view) <= 100 and view[0]["step"] == 1 and view[-1]["step"] == 3000
+        assert [r["step"] for r in manager.metrics(job.id, since_step=2990)] == list(range(2991, 3001))
+
+
+def test_queued_jobs_survive_a_restart(tmp_path: Path) -> None:
+    cfg = job_config("org/fake", tmp_path / "out")
+    first = JobManager(settings(tmp_path), worker_target=fake_workers.instant)  # never started: nothing runs
+    job = first.submit(cfg)
+    first.store.close()
+    with JobManager(settings(tmp_path), worker_target=fake_workers.instant) as manager:
+        assert wait_end(manager, job.id, timeout=30).status is S.completed
+
+
+@pytest.mark.parametrize("save", [True, False])
+def test_stopping_one_job_leaves_the_other_alone(tmp_path: Path, save: bool) -> None:
+    with JobManager(settings(tmp_path, max_concurrent_jobs=2, stop_grace_seconds=1, save_grace_seconds=1,
+                             kill_after_seconds=1),
+                    worker_target=fake_workers.ignores_stop) as manager:
+        a = manager.submit(job_config("org/fake", tmp_path / "a"))
+        b = manager.submit(job_config("org/fake", tmp_path / "b"))
+        wait_for(lambda: all(manager.get(j.id).status is S.training for j in (a, b)), 30, "both to train")
+        manager.stop(a.id, save=save)
+        wait_end(manager, a.id, timeout=10)
+        assert manager.get(b.id).status is S.training
+        manager.cancel(b.id)
+        wait_end(manager, b.id, timeout=10)
