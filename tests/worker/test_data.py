@@ -316,7 +316,7 @@ def test_model_without_a_template_gets_the_default_with_a_warning(tiny_model: Pa
     assert tok.chat_template == data.DEFAULT_CHAT_TEMPLATE
     assert any("no chat template" in w for w in prepared.warnings)
     text = tok.apply_chat_template(prepared.train[0]["messages"], tokenize=False)
-    assert text.startswith("<|im_start|>user\n") and text.endswith(f"{tok.eos_token}\n")
+    assert text.startswith("<|im_start|>user\n") and text.endswith(tok.eos_token)
 
 
 def test_template_without_generation_markers_trains_the_last_assistant_turn(tiny_model: Path) -> None:
@@ -327,3 +327,107 @@ def test_template_without_generation_markers_trains_the_last_assistant_turn(tiny
     prepared = data.prepare(cfg_for(DATA / "messages.jsonl", dataset_slice_end=3, train_on_completions=True), tok)
     assert prepared.train.column_names == ["prompt", "completion"]
     assert any("last assistant turn" in w for w in prepared.warnings)
+
+
+# --- the loss mask, through the worker's own trainer ------------------------------------
+KNOWN = {"instruction": "Reverse the letters of the word.", "input": "stone", "output": "enots"}
+USER = {"role": "user", "content": "Reverse the letters of the word.\n\nstone"}
+ASSISTANT = {"role": "assistant", "content": "enots"}
+KNOWN_ROWS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "alpaca": (KNOWN, {}),
+    "messages": ({"messages": [USER, ASSISTANT]}, {}),
+    "sharegpt": ({"conversations": [{"from": "human", "value": USER["content"]},
+                                    {"from": "gpt", "value": ASSISTANT["content"]}]}, {}),
+    "custom mapping": ({"q": USER["content"], "a": ASSISTANT["content"]},
+                       {"custom_format_mapping": {"q": "user", "a": "assistant"}}),
+    "messages, default template": ({"messages": [USER, ASSISTANT]}, {}),
+}
+
+
+def _trainer(tiny_model: Path, tmp_path: Path, rows: list[dict], tok: Any = None, **overrides: Any) -> Any:
+    import torch
+
+    from tunestudio.worker import model as model_mod
+    from tunestudio.worker import train
+
+    from ..helpers.channel import ListChannel
+
+    cfg = cfg_for(write_jsonl(tmp_path / "rows.jsonl", rows), model_name=str(tiny_model), training_type="full",
+                  output_dir=str(tmp_path / "out"), **overrides)
+    tok = tok or model_mod.load_tokenizer(cfg)
+    prepared = data.prepare(cfg, tok)
+    channel = ListChannel()
+    trainer, _ = train.build_trainer(cfg, model_mod.load_model(cfg, torch.float32), tok, prepared,
+                                     train.resolve_precision(cfg), False, channel)
+    return trainer, tok, channel
+
+
+@pytest.mark.parametrize("case", list(KNOWN_ROWS))
+def test_train_on_completions_masks_exactly_the_prompt(case: str, tiny_model: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    row, overrides = KNOWN_ROWS[case]
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    if case.endswith("default template"):
+        tok.chat_template = None
+    trainer, tok, _ = _trainer(tiny_model, tmp_path, [row, row], tok, train_on_completions=True, **overrides)
+    prompt = tok.apply_chat_template([USER], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    full = tok.apply_chat_template([USER, ASSISTANT], tokenize=True, return_dict=True)["input_ids"]
+    assert full[: len(prompt)] == prompt and len(full) > len(prompt) + 1
+    expected = [-100] * len(prompt) + full[len(prompt):]
+    assert tok.decode(full[len(prompt):]).startswith("enots")  # the reply and its end-of-turn token
+
+    example = trainer.train_dataset[0]
+    assert example["input_ids"] == full
+    assert example["labels"] == expected
+    batch = trainer.data_collator([trainer.train_dataset[0], trainer.train_dataset[1]])
+    assert batch["labels"][0].tolist() == expected  # the collator keeps the mask
+
+
+def test_train_on_completions_masks_plain_prompt_completion(tiny_model: Path, tmp_path: Path) -> None:
+    row = {"prompt": "Reverse the letters of the word.\n\nstone\n", "completion": "enots"}
+    trainer, tok, _ = _trainer(tiny_model, tmp_path, [row], train_on_completions=True)
+    prompt = tok(row["prompt"])["input_ids"]
+    example = trainer.train_dataset[0]
+    assert example["input_ids"][: len(prompt)] == prompt
+    assert example["labels"] == [-100] * len(prompt) + example["input_ids"][len(prompt):]
+    assert tok.decode(example["input_ids"][len(prompt):]) == "enots" + tok.eos_token
+
+
+def test_train_on_completions_on_text_trains_every_token_and_says_so(tiny_model: Path, tmp_path: Path) -> None:
+    # TRL's completion_only_loss silently does nothing on text rows: the worker must warn instead.
+    trainer, _, channel = _trainer(tiny_model, tmp_path, [{"text": "apple river"}], train_on_completions=True)
+    example = trainer.train_dataset[0]
+    assert example["labels"] == example["input_ids"]
+    assert any("no effect on plain text" in w for w in channel.warnings())
+
+
+def test_without_train_on_completions_every_token_is_trained(tiny_model: Path, tmp_path: Path) -> None:
+    trainer, _, _ = _trainer(tiny_model, tmp_path, [KNOWN], train_on_completions=False)
+    example = trainer.train_dataset[0]
+    assert example["labels"] == example["input_ids"]
+
+
+def test_packed_sequences_stay_isolated(tiny_model: Path, tmp_path: Path) -> None:
+    import torch
+
+    rows = make_rows(24, seed=3)
+    trainer, _, _ = _trainer(tiny_model, tmp_path, rows, packing=True, max_seq_length=96, train_on_completions=True)
+    packed = next(r for r in trainer.train_dataset if len(r["seq_lengths"]) >= 3)
+    batch = trainer.data_collator([packed])
+    lengths = packed["seq_lengths"]
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    positions = batch["position_ids"][0].tolist()
+    assert [i for i, p in enumerate(positions[: sum(lengths)]) if p == 0] == starts
+    assert all(batch["labels"][0, s].item() == -100 for s in starts)  # no loss across a boundary
+
+    model = trainer.model.eval()
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    with torch.no_grad():
+        together = model(**inputs).logits[0]
+        joined = model(input_ids=batch["input_ids"]).logits[0]  # one causal sequence: would leak
+        for start, length in zip(starts, lengths, strict=True):
+            alone = model(input_ids=batch["input_ids"][:, start : start + length]).logits[0]
+            torch.testing.assert_close(together[start : start + length], alone, atol=1e-4, rtol=1e-4)
+        last = starts[-1]
+        assert not torch.allclose(joined[last : last + lengths[-1]], alone, atol=1e-4)  # the check can fail

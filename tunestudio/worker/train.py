@@ -165,7 +165,7 @@ def build_trainer(
         bf16=precision.bf16,
         fp16=precision.fp16,
         use_cpu=not torch.cuda.is_available(),
-        gradient_checkpointing=gradient_checkpointing,
+        activation_checkpointing=gradient_checkpointing,  # the new name of gradient_checkpointing
         logging_steps=cfg.logging_steps,
         logging_strategy="steps",
         eval_strategy="steps" if has_eval else "no",

@@ -8,16 +8,19 @@ from typing import Any
 # ChatML-shaped turns that end in the tokenizer's own EOS token, so a base model
 # without a template learns to stop with a token it already has. Assistant
 # turns sit inside {% generation %} markers, so TRL's assistant_only_loss can
-# find them; the EOS that ends them is inside too and is trained on.
+# find them; the EOS that ends them is inside too and is trained on. The newline
+# between turns opens the next turn, so a reply ends exactly at its EOS.
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if not loop.first %}{{ '\\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
     "{% if message['role'] == 'assistant' %}"
     "{% generation %}{{ message['content'] + eos_token }}{% endgeneration %}"
     "{% else %}{{ message['content'] + eos_token }}{% endif %}"
-    "{{ '\n' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{% if add_generation_prompt %}"
+    "{% if messages %}{{ '\\n' }}{% endif %}{{ '<|im_start|>assistant\\n' }}"
+    "{% endif %}"
 )
 
 
