@@ -255,6 +255,29 @@ def _summary(job: Job, done: Completed | None, records: list[ProgressEvent]) -> 
         console.print(f"[bold]fine-tuned[/]  {sample.after!r}")
 
 
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8765).")] = None,
+) -> None:
+    """Serve the HTTP API, the event streams and the web page."""
+    import uvicorn
+
+    from tunestudio.api import create_app
+    from tunestudio.api.security import check_bind
+
+    settings = Settings()
+    host = host or settings.host
+    port = port or settings.port
+    try:
+        check_bind(settings, host)
+    except SystemExit as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"tunestudio on http://{host}:{port}  (API docs: /docs, data: {settings.data_dir()})")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+
+
 @app.command("make-tiny-model")
 def make_tiny_model(
     directory: Annotated[Path, typer.Argument(help="Folder to write the model and tokenizer to.")],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,6 +23,21 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="How long a worker that reported its end may take to exit."
     )
     max_concurrent_jobs: int = Field(default=1, ge=1)
+
+    # --- the server --------------------------------------------------------------
+    host: str = Field(default="127.0.0.1", description="Bind address; anything but loopback needs api_token.")
+    port: int = Field(default=8765, ge=1, le=65535)
+    api_token: SecretStr | None = Field(default=None, description="Bearer token every /api route then requires.")
+    dataset_roots: list[Path] = Field(
+        default_factory=list, description="Where local datasets may live; empty: the data directory and the cwd."
+    )
+    max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    sse_heartbeat_seconds: float = Field(default=5.0, gt=0)
+    sse_retry_ms: int = Field(default=2000, ge=100)
+
+    def allowed_dataset_roots(self) -> list[Path]:
+        roots = self.dataset_roots or [self.data_dir(), Path.cwd()]
+        return [Path(r).expanduser().resolve() for r in roots]
 
     def data_dir(self) -> Path:
         path = self.home.expanduser().resolve()

@@ -1,0 +1,49 @@
+"""The HTTP API: `create_app(settings)` builds the FastAPI app (routes, SSE, the web page)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import Depends, FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from tunestudio.api import errors
+from tunestudio.api.deps import require_token
+from tunestudio.api.routes import jobs, system, train
+from tunestudio.api.security import BodyLimit
+from tunestudio.jobs.manager import JobManager
+from tunestudio.settings import Settings
+
+STATIC = Path(__file__).parent / "static"
+
+
+def create_app(settings: Settings | None = None, manager: JobManager | None = None) -> FastAPI:
+    """The app. A given manager is used as it is (tests); otherwise one is made and closed with the app."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = manager is None
+        app.state.manager = manager or JobManager(settings)
+        app.state.manager.start()
+        try:
+            yield
+        finally:
+            if own:
+                app.state.manager.close()
+
+    app = FastAPI(title="tunestudio", version="0.1.0", lifespan=lifespan,
+                  description="Fine-tune language models locally: jobs, live events, metrics.")
+    app.state.settings = settings
+    errors.install(app)
+    guarded = [Depends(require_token)]
+    app.include_router(jobs.router, dependencies=guarded)
+    app.include_router(train.router, dependencies=guarded)
+    app.include_router(system.router, dependencies=guarded)
+    app.include_router(system.health)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if (STATIC / "index.html").is_file():
+        app.mount("/", StaticFiles(directory=STATIC, html=True), name="web")
+    return app

@@ -1,0 +1,30 @@
+"""Dependencies for routes, as `Annotated` aliases."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from tunestudio.api.errors import ApiError
+from tunestudio.api.security import token_ok
+from tunestudio.jobs.manager import JobManager
+from tunestudio.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_manager(request: Request) -> JobManager:
+    return request.app.state.manager
+
+
+def require_token(request: Request) -> None:
+    settings: Settings = request.app.state.settings
+    if not token_ok(settings, request.headers.get("authorization")):
+        raise ApiError(401, "unauthorized", "this server needs 'Authorization: Bearer <token>'")
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ManagerDep = Annotated[JobManager, Depends(get_manager)]

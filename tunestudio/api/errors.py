@@ -1,0 +1,72 @@
+"""Every error answer is {"detail": {"code", "message", ...}}, without internals."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tunestudio.jobs.models import JobConflict, JobNotFound
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"detail": {"code": code, "message": message, **extra}}
+
+
+def field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
+    """[{field, message}] with the body prefix dropped: the field is named as the user wrote it."""
+    out = []
+    for item in exc.errors():
+        loc = [str(p) for p in item.get("loc", ()) if p != "body"]
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        field = ".".join(loc)
+        if not field:  # whole-model checks name their field first: "field: reason"
+            head = message.split(":", 1)[0]
+            field = head if head.isidentifier() else ""
+        out.append({"field": field, "message": message})
+    return out
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message, **exc.extra), status_code=exc.status)
+
+    @app.exception_handler(JobNotFound)
+    async def _not_found(request: Request, exc: JobNotFound) -> JSONResponse:
+        return JSONResponse(error_body("not_found", str(exc)), status_code=404)
+
+    @app.exception_handler(JobConflict)
+    async def _conflict(request: Request, exc: JobConflict) -> JSONResponse:
+        return JSONResponse(error_body("conflict", str(exc)), status_code=409)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = field_errors(exc)
+        summary = "; ".join(f"{e['field'] or 'request'}: {e['message']}" for e in errors)
+        return JSONResponse(error_body("invalid_request", summary, errors=errors), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "too_large"}.get(
+            exc.status_code, "http_error"
+        )
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body("internal_error", "internal error; see the server log"), status_code=500)

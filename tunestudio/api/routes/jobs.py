@@ -1,0 +1,119 @@
+"""/api/jobs: the job resource API. Routes validate, call the manager, shape the answer."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from sse_starlette import ServerSentEvent
+
+from tunestudio.api import sse
+from tunestudio.api.deps import ManagerDep, SettingsDep
+from tunestudio.api.schemas import ERRORS, JobCreated, JobOut, JobPage, MetricsOut, StopRequest
+from tunestudio.api.security import confine_paths
+from tunestudio.config import JobConfig
+from tunestudio.jobs.status import JobStatus
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
+
+
+@router.post("", status_code=201, response_model=JobCreated)
+def create_job(
+    config: JobConfig,
+    manager: ManagerDep,
+    settings: SettingsDep,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JobCreated:
+    """Queue a job. The same Idempotency-Key sent twice gives the same job."""
+    confine_paths(config, settings)
+    job = manager.submit(config, request_id=idempotency_key)
+    return JobCreated(id=job.id, status=job.status)
+
+
+@router.get("", response_model=JobPage)
+def list_jobs(
+    manager: ManagerDep,
+    status: Annotated[list[JobStatus] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JobPage:
+    """Jobs, newest first."""
+    items = [JobOut.of(job, with_artefacts=False) for job in manager.list(status, limit, offset)]
+    return JobPage(items=items, total=manager.count(status), limit=limit, offset=offset)
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: str, manager: ManagerDep) -> JobOut:
+    return JobOut.of(manager.get(job_id))
+
+
+@router.post("/{job_id}/stop", response_model=JobOut)
+def stop_job(job_id: str, manager: ManagerDep, body: StopRequest | None = None) -> JobOut:
+    """Stop at the next step; save=true (the default) keeps a resumable checkpoint."""
+    return JobOut.of(manager.stop(job_id, save=(body or StopRequest()).save))
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel_job(job_id: str, manager: ManagerDep) -> JobOut:
+    return JobOut.of(manager.cancel(job_id))
+
+
+@router.post("/{job_id}/resume", status_code=201, response_model=JobOut)
+def resume_job(job_id: str, manager: ManagerDep) -> JobOut:
+    """A new job continuing from this one's checkpoint."""
+    return JobOut.of(manager.resume(job_id))
+
+
+@router.delete("/{job_id}", status_code=204)
+def delete_job(job_id: str, manager: ManagerDep, delete_artifacts: bool = False) -> Response:
+    manager.delete(job_id, delete_artifacts=delete_artifacts)
+    return Response(status_code=204)
+
+
+@router.get("/{job_id}/metrics", response_model=MetricsOut)
+def job_metrics(
+    job_id: str,
+    manager: ManagerDep,
+    max_points: Annotated[int | None, Query(ge=2, le=100_000)] = None,
+    since_step: Annotated[int | None, Query(ge=0)] = None,
+) -> MetricsOut:
+    return MetricsOut(job_id=job_id, records=manager.metrics(job_id, max_points=max_points, since_step=since_step))
+
+
+@router.get("/{job_id}/events", response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})
+async def job_events(
+    job_id: str,
+    request: Request,
+    manager: ManagerDep,
+    settings: SettingsDep,
+    last_event_id: Annotated[str | None, Header()] = None,
+    after: Annotated[int | None, Query(ge=0, description="Same as Last-Event-ID, for clients that cannot set it.")]
+    = None,
+):
+    """Server-Sent Events: every event after Last-Event-ID, then live ones, until the job ends."""
+    manager.get(job_id)  # 404 before the stream starts
+    start = sse.last_event_id(last_event_id, after)
+
+    async def items():
+        async for event in sse.job_events(manager, job_id, start, settings.sse_heartbeat_seconds,
+                                          request.is_disconnected):
+            if event is None:
+                yield sse.heartbeat()
+            else:
+                yield ServerSentEvent(data=event.json(), id=str(event.seq), event=event.kind)
+
+    return sse.response(items(), settings.sse_retry_ms)
+
+
+@router.get("/{job_id}/plot.png", response_class=Response, responses={200: {"content": {"image/png": {}}}})
+def job_plot(
+    job_id: str,
+    manager: ManagerDep,
+    theme: Annotated[str, Query(pattern="^(light|dark)$")] = "light",
+) -> Response:
+    """The loss plot: raw points, a moving average, eval loss; light or dark."""
+    from tunestudio.api import plot  # matplotlib loads on the first plot, not at start-up
+
+    job = manager.get(job_id)
+    png = plot.loss_plot(manager.metrics(job_id, max_points=2000), job.status.value, theme)
+    return Response(png, media_type="image/png", headers={"Cache-Control": "no-store"})

@@ -1,0 +1,95 @@
+"""Request and response models of the HTTP API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tunestudio.jobs.models import Job
+from tunestudio.jobs.status import JobStatus
+
+
+class Artefact(BaseModel):
+    name: str
+    bytes: int
+    is_dir: bool
+
+
+class JobOut(BaseModel):
+    id: str
+    status: JobStatus
+    phase: str | None
+    message: str
+    error: str | None
+    config: dict[str, Any]
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    output_dir: str | None
+    checkpoint: str | None
+    resumed_from: str | None
+    request_id: str | None
+    progress: dict[str, Any] | None = Field(description="The latest metric record.")
+    final_metrics: dict[str, Any] | None
+    artefacts: list[Artefact]
+    resumable: bool
+    last_seq: int
+
+    @classmethod
+    def of(cls, job: Job, with_artefacts: bool = True) -> JobOut:
+        return cls(
+            **job.model_dump(exclude={"log_path"}),
+            artefacts=_artefacts(job.output_dir) if with_artefacts else [],
+            resumable=job.resumable,
+        )
+
+
+def _artefacts(output_dir: str | None) -> list[Artefact]:
+    if not output_dir or not Path(output_dir).is_dir():
+        return []
+    out = []
+    for path in sorted(Path(output_dir).iterdir()):
+        size = path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        out.append(Artefact(name=path.name, bytes=size, is_dir=path.is_dir()))
+    return out
+
+
+class JobCreated(BaseModel):
+    id: str
+    status: JobStatus
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class StopRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    save: bool = True
+
+
+class MetricsOut(BaseModel):
+    job_id: str
+    records: list[dict[str, Any]]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    detail: ErrorDetail
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorOut, "description": "No such job"},
+    409: {"model": ErrorOut, "description": "Not possible in the job's current status"},
+    422: {"model": ErrorOut, "description": "Invalid request"},
+}
