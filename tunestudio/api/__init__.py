@@ -11,12 +11,14 @@ from fastapi.staticfiles import StaticFiles
 
 from tunestudio.api import errors
 from tunestudio.api.deps import require_token
-from tunestudio.api.routes import jobs, system, train
+from tunestudio.api.routes import jobs, system, train, web
 from tunestudio.api.security import BodyLimit
 from tunestudio.jobs.manager import JobManager
 from tunestudio.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
+# The page's charting library, installed by `npm install` in api/web (make setup); never committed.
+VENDOR = Path(__file__).parent / "web" / "node_modules" / "uplot" / "dist"
 
 
 def create_app(settings: Settings | None = None, manager: JobManager | None = None) -> FastAPI:
@@ -42,8 +44,11 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(jobs.router, dependencies=guarded)
     app.include_router(train.router, dependencies=guarded)
     app.include_router(system.router, dependencies=guarded)
+    app.include_router(web.router, dependencies=guarded)
     app.include_router(system.health)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if VENDOR.is_dir():
+        app.mount("/vendor/uplot", StaticFiles(directory=VENDOR), name="vendor-uplot")
     if (STATIC / "index.html").is_file():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="web")
     return app

@@ -1,0 +1,130 @@
+"""/api/web/*: what the web page needs beyond the job API: its defaults, the form's fields, a dataset preview.
+
+The form is built from `JobConfig`'s own schema, so its defaults and limits are
+the ones the API enforces (defaults live in one place).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tunestudio.api.deps import SettingsDep
+from tunestudio.api.errors import ApiError
+from tunestudio.api.security import confine_paths
+from tunestudio.config import SECRET_FIELDS, FormatType, JobConfig, Role, format_validation_error
+
+router = APIRouter(prefix="/api/web", tags=["web page"])
+
+REPO = Path(__file__).resolve().parents[3]
+TINY_MODEL = REPO / "models" / "tiny-llama"
+BUNDLED_DATASET = REPO / "examples" / "data" / "alpaca.jsonl"
+
+
+class FormField(BaseModel):
+    """One JobConfig field, as a form control needs it."""
+
+    name: str
+    kind: str  # integer | number | boolean | string | secret | choice | list | mapping
+    default: Any = None
+    required: bool = False
+    nullable: bool = False
+    choices: list[Any] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    exclusive_maximum: float | None = None
+    description: str | None = None
+    title: str
+
+
+class Defaults(BaseModel):
+    model_name: str = Field(description="The embedded tiny model's folder.")
+    model_ready: bool = Field(description="Whether that folder holds a built model.")
+    model_hint: str
+    dataset: str = Field(description="The bundled dataset (absolute path).")
+    dataset_roots: list[str]
+    fields: list[FormField]
+
+
+class PreviewRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    local_datasets: list[str] = Field(default_factory=list)
+    hf_dataset: str | None = None
+    format_type: FormatType = "auto"
+    custom_format_mapping: dict[str, Role] | None = None
+    train_split: str = "train"
+    rows: int = Field(default=5, ge=1, le=50)
+
+
+def form_fields() -> list[FormField]:
+    schema = JobConfig.model_json_schema()
+    defs = schema.get("$defs", {})
+    required = set(schema.get("required", []))
+    out = []
+    for name, prop in schema["properties"].items():
+        options = [defs[o["$ref"].rsplit("/", 1)[1]] if "$ref" in o else o for o in prop.get("anyOf", [prop])]
+        if "$ref" in prop:
+            options = [defs[prop["$ref"].rsplit("/", 1)[1]]]
+        nullable = any(o.get("type") == "null" for o in options)
+        options = [o for o in options if o.get("type") != "null"]
+        main = options[0] if options else {}
+        choices = None
+        if name in SECRET_FIELDS:
+            kind = "secret"
+        elif len(options) > 1 or "enum" in main or "const" in main:
+            kind = "choice"
+            choices = [v for o in options for v in ([False, True] if o.get("type") == "boolean"
+                                                    else o.get("enum", [o["const"]] if "const" in o else []))]
+        else:
+            kind = {"array": "list", "object": "mapping"}.get(main.get("type", "string"), main.get("type", "string"))
+        out.append(FormField(
+            name=name, kind=kind, default=JobConfig.model_fields[name].get_default(call_default_factory=True),
+            required=name in required, nullable=nullable, choices=choices,
+            minimum=main.get("minimum"), maximum=main.get("maximum"),
+            exclusive_minimum=main.get("exclusiveMinimum"), exclusive_maximum=main.get("exclusiveMaximum"),
+            description=prop.get("description"), title=prop.get("title", name),
+        ))
+    return out
+
+
+@router.get("/defaults", response_model=Defaults)
+def defaults(settings: SettingsDep) -> Defaults:
+    """The page's starting values: the tiny model, the bundled dataset, and every JobConfig field."""
+    ready = (TINY_MODEL / "config.json").is_file()
+    return Defaults(
+        model_name=str(TINY_MODEL), model_ready=ready,
+        model_hint="" if ready else f"build it first: tunestudio make-tiny-model {TINY_MODEL} (or make run)",
+        dataset=str(BUNDLED_DATASET), dataset_roots=[str(r) for r in settings.allowed_dataset_roots()],
+        fields=form_fields(),
+    )
+
+
+@router.post("/preview")
+def preview(settings: SettingsDep, body: Annotated[PreviewRequest, Body()]) -> dict[str, Any]:
+    """The first rows of a local dataset, raw and as the chosen (or detected) format reads them.
+
+    Hub datasets are not previewed: that would download them; the job reads them when it starts.
+    """
+    if body.hf_dataset and not body.local_datasets:
+        return {"error": None, "unavailable": "the preview reads local files; a hub dataset is read when the job "
+                                              "starts", "rows": []}
+    try:
+        config = JobConfig.model_validate({
+            "model_name": "preview", **body.model_dump(exclude={"rows"}, exclude_none=True)})
+    except ValidationError as exc:
+        errors = format_validation_error(exc)
+        raise ApiError(422, "invalid_request", "; ".join(f"{e['field'] or 'request'}: {e['message']}"
+                                                         for e in errors), errors=errors) from None
+    confine_paths(config, settings)
+
+    from tunestudio.api.preview import PreviewTimeout, preview_rows
+
+    try:
+        return preview_rows(config.public_dict(), body.rows)
+    except PreviewTimeout as exc:
+        raise ApiError(504, "timeout", str(exc)) from None

@@ -1,0 +1,50 @@
+// The HTTP API, as the page uses it. Every error answer is {"detail": {code, message, ...}}.
+
+export class ApiError extends Error {
+  constructor(status, detail) {
+    super((detail && detail.message) || `HTTP ${status}`);
+    this.status = status;
+    this.detail = detail || {};
+  }
+
+  /** [{field, message}]: field errors (422) or a path-confinement error, which names one field. */
+  get fieldErrors() {
+    if (Array.isArray(this.detail.errors)) return this.detail.errors;
+    if (this.detail.field) return [{field: this.detail.field, message: this.detail.message}];
+    return [];
+  }
+}
+
+function headers(json) {
+  const out = {Accept: "application/json"};
+  if (json) out["Content-Type"] = "application/json";
+  const token = localStorage.getItem("tunestudio.token");
+  if (token) out.Authorization = `Bearer ${token}`;
+  return out;
+}
+
+export async function call(path, {method = "GET", body} = {}) {
+  const res = await fetch(path, {
+    method, headers: headers(body !== undefined), body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch { data = {detail: {message: text}}; }
+  if (!res.ok) throw new ApiError(res.status, data && data.detail);
+  return data;
+}
+
+const job = (id) => `/api/jobs/${encodeURIComponent(id)}`;
+
+export const api = {
+  defaults: () => call("/api/web/defaults"),
+  preview: (body) => call("/api/web/preview", {method: "POST", body}),
+  listJobs: (limit = 100) => call(`/api/jobs?limit=${limit}`),
+  getJob: (id) => call(job(id)),
+  createJob: (config) => call("/api/jobs", {method: "POST", body: config}),
+  stopJob: (id, save) => call(`${job(id)}/stop`, {method: "POST", body: {save}}),
+  cancelJob: (id) => call(`${job(id)}/cancel`, {method: "POST"}),
+  resumeJob: (id) => call(`${job(id)}/resume`, {method: "POST"}),
+  metrics: (id, maxPoints) => call(`${job(id)}/metrics${maxPoints ? `?max_points=${maxPoints}` : ""}`),
+  eventsUrl: (id, after) => `${job(id)}/events?after=${after}`,
+};

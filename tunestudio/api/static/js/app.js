@@ -1,0 +1,63 @@
+// The page: a hash router over three views (new job, one job, comparison), the job list, the theme.
+//   #/new            the new-job form
+//   #/jobs/ID        one job
+//   #/compare/A,B    loss curves of several jobs
+
+import {rebuildAll} from "./charts.js";
+import {showCompare} from "./compare.js";
+import {showForm} from "./form.js";
+import {showJob} from "./job.js";
+import {JobList} from "./list.js";
+import {el} from "./util.js";
+
+const main = document.getElementById("main");
+let dispose = null;
+let renderCount = 0;
+
+const navigate = (hash) => { if (location.hash === hash) route(); else location.hash = hash; };
+
+const list = new JobList(document.getElementById("jobs"), {
+  onSelect(ids) {
+    if (ids.length >= 2) navigate(`#/compare/${ids.join(",")}`);
+    else if (location.hash.startsWith("#/compare/")) navigate(ids.length ? `#/jobs/${ids[0]}` : "#/new");
+  },
+});
+
+async function route() {
+  const mine = ++renderCount;
+  if (dispose) { dispose(); dispose = null; }
+  const hash = location.hash || "#/new";
+  const [, view, arg] = hash.split("/");
+  document.body.dataset.view = view;
+  main.replaceChildren(el("p", {class: "muted"}, "Loading…"));
+  try {
+    let cleanup;
+    if (view === "jobs" && arg) {
+      list.setActive(arg);
+      cleanup = await showJob(main, decodeURIComponent(arg), {onChange: () => list.refresh(), navigate});
+    } else if (view === "compare" && arg) {
+      const ids = arg.split(",").filter(Boolean);
+      list.setActive(null);
+      list.setSelection(ids);
+      cleanup = await showCompare(main, ids);
+    } else {
+      list.setActive(null);
+      cleanup = await showForm(main, {onCreated: (id) => { list.refresh(); navigate(`#/jobs/${id}`); }});
+    }
+    if (mine !== renderCount) cleanup?.();  // the user moved on while this view loaded
+    else dispose = cleanup;
+  } catch (err) {
+    if (mine === renderCount) main.replaceChildren(el("div", {class: "error-box"}, `Cannot show this: ${err.message}`));
+  }
+}
+
+document.getElementById("theme-toggle").addEventListener("click", () => {
+  const next = document.documentElement.dataset.theme === "dark" ? "light" : "dark";
+  document.documentElement.dataset.theme = next;
+  localStorage.setItem("tunestudio.theme", next);
+  rebuildAll();
+});
+
+window.addEventListener("hashchange", route);
+list.start();
+route();

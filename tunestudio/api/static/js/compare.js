@@ -1,0 +1,37 @@
+// Several jobs' loss curves on one chart.
+
+import {api} from "./api.js";
+import {colour, overlayChart, overlayData} from "./charts.js";
+import {basename, el, fmtNumber, statusBadge, TERMINAL} from "./util.js";
+
+export async function showCompare(main, ids) {
+  const box = el("div", {class: "chart", id: "overlay-chart"});
+  const legend = el("ul", {class: "compare-legend"});
+  main.replaceChildren(el("article", {class: "compare"},
+    el("h1", {}, `Comparing ${ids.length} jobs`),
+    el("p", {class: "muted"}, "Loss by step. Untick jobs in the list to drop them; click one to open it."),
+    el("section", {class: "chart-card wide"}, box), legend));
+
+  const jobs = await Promise.all(ids.map((id) => api.getJob(id)));
+  const labels = jobs.map((j) => `${j.id} · ${basename(j.config.model_name)}`);
+  const chart = overlayChart(box, labels);
+  let timer = null;
+
+  const load = async () => {
+    const all = await Promise.all(ids.map((id) => api.metrics(id, 5000)));
+    const runs = all.map(({records}) => {
+      const train = records.filter((r) => r.loss !== null && r.loss !== undefined);
+      return {steps: train.map((r) => r.step), losses: train.map((r) => r.loss)};
+    });
+    chart.setData(overlayData(runs));
+    legend.replaceChildren(...jobs.map((j, i) => el("li", {},
+      el("span", {class: "swatch", style: `background:${colour(i)}`}),
+      el("a", {href: `#/jobs/${j.id}`}, labels[i]), " ", statusBadge(j.status),
+      runs[i].losses.length ? ` final loss ${fmtNumber(runs[i].losses.at(-1))}` : "")));
+    const fresh = await Promise.all(ids.map((id) => api.getJob(id)));
+    fresh.forEach((j, i) => { jobs[i] = j; });
+    if (jobs.some((j) => !TERMINAL.has(j.status))) timer = setTimeout(load, 3000);
+  };
+  await load();
+  return () => { clearTimeout(timer); chart.destroy(); };
+}

@@ -1,0 +1,297 @@
+// The new-job form. Its controls, defaults and limits come from JobConfig's schema
+// (GET /api/web/defaults); only values the user changed are sent, so JobConfig keeps
+// owning every default. Field errors from the API are shown next to their field.
+
+import {api, ApiError} from "./api.js";
+import {el} from "./util.js";
+
+// The fields most jobs touch; every other JobConfig field is under "Advanced".
+const COMMON = ["num_epochs", "max_steps", "learning_rate", "batch_size", "gradient_accumulation_steps",
+  "max_seq_length", "lora_r", "lora_alpha", "lora_dropout", "eval_steps", "logging_steps"];
+const LORA_ONLY = new Set(["lora_r", "lora_alpha", "lora_dropout", "use_rslora", "use_loftq", "target_modules"]);
+// Controls of their own (model, dataset, method), or decided by the method (4-bit weights).
+const OWN = new Set(["model_name", "local_datasets", "hf_dataset", "format_type", "training_type", "load_in_4bit"]);
+// The seed's vision/audio switches: text models only for now, so any other value is refused.
+const HIDDEN = new Set(["is_dataset_image", "is_dataset_audio", "finetune_vision_layers", "finetune_language_layers"]);
+
+const LABELS = {
+  num_epochs: "Epochs", max_steps: "Max steps", learning_rate: "Learning rate", batch_size: "Batch size",
+  gradient_accumulation_steps: "Gradient accumulation", max_seq_length: "Max sequence length",
+  lora_r: "LoRA rank (r)", lora_alpha: "LoRA alpha", lora_dropout: "LoRA dropout", eval_steps: "Eval every",
+  logging_steps: "Log every (steps)", custom_format_mapping: "Custom format mapping (JSON)",
+  sample_prompts: "Sample prompts (one a line)", target_modules: "Target modules (one a line; empty: all linear)",
+  format_type: "Format", hf_token: "Hub token", wandb_token: "W&B token", optim: "Optimizer", lr_scheduler_type: "LR schedule",
+};
+const METHODS = [["lora", "LoRA", "small adapters on a frozen model"],
+  ["qlora", "QLoRA", "LoRA on 4-bit weights (needs a CUDA GPU)"], ["full", "Full", "every weight is trained"]];
+
+function label(field) { return LABELS[field.name] || field.title; }
+
+function rangeHint(f) {
+  const parts = [];
+  if (f.minimum !== null) parts.push(`≥ ${f.minimum}`);
+  if (f.exclusive_minimum !== null) parts.push(`> ${f.exclusive_minimum}`);
+  if (f.maximum !== null) parts.push(`≤ ${f.maximum}`);
+  if (f.exclusive_maximum !== null) parts.push(`< ${f.exclusive_maximum}`);
+  return parts.join(", ");
+}
+
+/** A form control for one schema field, with get() returning its JSON value (undefined: leave unset). */
+function control(f) {
+  const id = `f-${f.name}`;
+  let input, get;
+  const fallback = () => (f.nullable ? null : undefined);
+  switch (f.kind) {
+    case "boolean":
+      input = el("input", {type: "checkbox", id, name: f.name});
+      input.checked = Boolean(f.default);
+      get = () => input.checked;
+      break;
+    case "choice":
+      input = el("select", {id, name: f.name},
+        f.choices.map((c) => el("option", {value: JSON.stringify(c)}, String(c))));
+      input.value = JSON.stringify(f.default);
+      get = () => JSON.parse(input.value);
+      break;
+    case "integer": case "number":
+      input = el("input", {type: "number", id, name: f.name, step: f.kind === "integer" ? "1" : "any",
+        placeholder: f.nullable ? "unset" : ""});
+      input.value = f.default === null || f.default === undefined ? "" : String(f.default);
+      get = () => {
+        const raw = input.value.trim();
+        if (raw === "") return fallback();
+        const n = Number(raw);
+        return Number.isNaN(n) ? raw : n;  // the API says what is wrong with it
+      };
+      break;
+    case "list":
+      input = el("textarea", {id, name: f.name, rows: "2"});
+      input.value = (f.default || []).join("\n");
+      get = () => {
+        const items = input.value.split("\n").map((s) => s.trim()).filter(Boolean);
+        return items.length ? items : (f.nullable ? null : []);
+      };
+      break;
+    case "mapping":
+      input = el("textarea", {id, name: f.name, rows: "2", placeholder: '{"question": "user", "answer": "assistant"}'});
+      input.value = f.default ? JSON.stringify(f.default) : "";
+      get = () => {
+        const raw = input.value.trim();
+        if (!raw) return fallback();
+        try { return JSON.parse(raw); } catch { return raw; }
+      };
+      break;
+    default:  // string, secret
+      input = el("input", {type: f.kind === "secret" ? "password" : "text", id, name: f.name,
+        autocomplete: "off", placeholder: f.nullable ? "unset" : ""});
+      input.value = f.default ?? "";
+      get = () => {
+        const raw = input.value.trim();
+        return raw === "" ? fallback() : raw;
+      };
+  }
+  return {input, get};
+}
+
+function fieldBox(name, labelText, input, help) {
+  const isCheck = input.type === "checkbox";
+  return el("div", {class: `field${isCheck ? " check" : ""}`, "data-field": name},
+    isCheck ? el("label", {for: input.id}, input, " ", labelText) : el("label", {for: input.id}, labelText),
+    isCheck ? null : input,
+    help ? el("small", {class: "help"}, help) : null,
+    el("div", {class: "field-error", "data-error-for": name, role: "alert"}));
+}
+
+function turnsView(value) {
+  // The converted row: chat turns, prompt/completion or text, as training will see it.
+  const turn = (role, content) => el("div", {class: `turn role-${role}`}, el("b", {}, role), el("span", {}, content));
+  const part = (v, role) => (Array.isArray(v) ? v.map((m) => turn(m.role, m.content)) : turn(role, v));
+  if (!value) return el("span", {class: "muted"}, "–");
+  if (value.messages) return el("div", {}, part(value.messages));
+  if (value.text !== undefined) return el("div", {}, turn("text", value.text));
+  return el("div", {}, part(value.prompt, "prompt"), part(value.completion, "completion"));
+}
+
+export async function showForm(main, {onCreated}) {
+  const defaults = await api.defaults();
+  const fields = Object.fromEntries(defaults.fields.map((f) => [f.name, f]));
+  const controls = {};
+
+  const make = (name) => {
+    const f = fields[name];
+    const c = control(f);
+    controls[name] = {...c, field: f};
+    const help = [f.description, rangeHint(f)].filter(Boolean).join(" ");
+    return fieldBox(name, label(f), c.input, help);
+  };
+
+  // --- model --------------------------------------------------------------------
+  const model = el("input", {type: "text", id: "f-model_name", name: "model_name", list: "model-options",
+    placeholder: "a local folder or a hub id, e.g. Qwen/Qwen2.5-0.5B", autocomplete: "off"});
+  model.value = defaults.model_name;
+  const modelBox = fieldBox("model_name", "Model", model,
+    defaults.model_ready ? "The embedded tiny model is filled in; any local folder or hub id works."
+      : `The embedded tiny model is not built yet: ${defaults.model_hint}.`);
+  modelBox.append(el("datalist", {id: "model-options"}, el("option", {value: defaults.model_name}, "tiny model")));
+
+  // --- dataset ------------------------------------------------------------------
+  const source = el("div", {class: "segmented", role: "radiogroup"},
+    ...[["local", "Local files"], ["hub", "Hub dataset"]].map(([value, text], i) =>
+      el("label", {}, el("input", {type: "radio", name: "dataset-source", value, checked: i === 0}), text)));
+  const local = el("textarea", {id: "f-local_datasets", name: "local_datasets", rows: "2",
+    placeholder: "one file or folder a line (.jsonl .json .csv .parquet)"});
+  local.value = defaults.dataset;
+  const hub = el("input", {type: "text", id: "f-hf_dataset", name: "hf_dataset", placeholder: "e.g. tatsu-lab/alpaca",
+    autocomplete: "off"});
+  const localBox = fieldBox("local_datasets", "Dataset files", local,
+    `The bundled example is filled in. Files must be under ${defaults.dataset_roots.join(" or ")}.`);
+  const hubBox = fieldBox("hf_dataset", "Hub dataset id", hub, "Read when the job starts (from the cache or the hub).");
+  hubBox.hidden = true;
+  const sourceMode = () => source.querySelector("input:checked").value;
+  const formatBox = make("format_type");
+  const preview = el("div", {class: "preview", id: "preview"});
+
+  // --- method -------------------------------------------------------------------
+  const method = el("div", {class: "segmented methods", role: "radiogroup", "data-field": "training_type"},
+    ...METHODS.map(([value, text, hint]) => el("label", {title: hint},
+      el("input", {type: "radio", name: "training_type", value, checked: value === fields.training_type.default}),
+      el("span", {}, text), el("small", {}, hint))),
+    el("div", {class: "field-error", "data-error-for": "training_type", role: "alert"}));
+  const methodValue = () => method.querySelector("input:checked").value;
+
+  // --- hyperparameters ------------------------------------------------------------
+  const common = el("div", {class: "grid"}, COMMON.filter((n) => fields[n]).map(make));
+  const rest = defaults.fields.filter((f) => !COMMON.includes(f.name) && !OWN.has(f.name) && !HIDDEN.has(f.name));
+  const advanced = el("details", {class: "advanced", id: "advanced"},
+    el("summary", {}, `Advanced (${rest.length} more settings)`),
+    el("div", {class: "grid"}, rest.map((f) => make(f.name))));
+
+  const formError = el("div", {class: "form-error", id: "form-error", role: "alert", hidden: true});
+  const submit = el("button", {type: "submit", class: "button primary big", id: "start"}, "Start training");
+  const form = el("form", {id: "new-job", novalidate: true},
+    el("h1", {}, "New job"),
+    el("section", {}, el("h2", {}, "Model"), modelBox),
+    el("section", {}, el("h2", {}, "Dataset"), source, localBox, hubBox, formatBox, preview),
+    el("section", {}, el("h2", {}, "Method"), method),
+    el("section", {}, el("h2", {}, "Hyperparameters"), common, advanced),
+    formError, el("div", {class: "actions"}, submit));
+  main.replaceChildren(form);
+
+  const showLora = () => {
+    for (const name of LORA_ONLY) {
+      const box = form.querySelector(`.field[data-field="${name}"]`);
+      if (box) box.hidden = methodValue() === "full";
+    }
+  };
+  method.addEventListener("change", showLora);
+  showLora();
+
+  // --- the preview ----------------------------------------------------------------
+  let previewTimer = null, previewToken = 0;
+  const runPreview = async () => {
+    const token = ++previewToken;
+    const paths = local.value.split("\n").map((s) => s.trim()).filter(Boolean);
+    if (sourceMode() !== "local" || !paths.length) {
+      preview.replaceChildren(el("p", {class: "muted"}, "The preview reads local files; a hub dataset is read when "
+        + "the job starts."));
+      return;
+    }
+    preview.replaceChildren(el("p", {class: "muted"}, "Reading the first rows…"));
+    const body = {local_datasets: paths, format_type: controls.format_type.get(), rows: 3};
+    const mapping = controls.custom_format_mapping?.get();
+    if (mapping && typeof mapping === "object") body.custom_format_mapping = mapping;
+    try {
+      const answer = await api.preview(body);
+      if (token !== previewToken) return;
+      if (answer.error) {
+        preview.replaceChildren(el("p", {class: "error-text"}, answer.error));
+        return;
+      }
+      preview.replaceChildren(
+        el("p", {class: "preview-head"}, "Format: ", el("b", {id: "preview-format"}, answer.format),
+          answer.detected ? " (detected)" : " (as chosen)", ` · ${answer.total_rows} rows · ${answer.description}`),
+        el("table", {class: "preview-rows"},
+          el("thead", {}, el("tr", {}, el("th", {}, "row"), el("th", {}, "in the file"), el("th", {}, "as training reads it"))),
+          el("tbody", {}, answer.rows.map((r) => el("tr", {},
+            el("td", {class: "num"}, r.number),
+            el("td", {}, el("pre", {}, JSON.stringify(r.raw, null, 1))),
+            el("td", {}, r.problem ? el("span", {class: "error-text"}, `dropped: ${r.problem}`) : turnsView(r.converted)))))));
+    } catch (err) {
+      if (token !== previewToken) return;
+      const message = err instanceof ApiError ? err.message : String(err);
+      preview.replaceChildren(el("p", {class: "error-text"}, message));
+    }
+  };
+  const schedulePreview = () => { clearTimeout(previewTimer); previewTimer = setTimeout(runPreview, 500); };
+  source.addEventListener("change", () => {
+    localBox.hidden = sourceMode() !== "local";
+    hubBox.hidden = sourceMode() !== "hub";
+    schedulePreview();
+  });
+  local.addEventListener("input", schedulePreview);
+  controls.format_type.input.addEventListener("change", schedulePreview);
+  controls.custom_format_mapping?.input.addEventListener("change", schedulePreview);
+  runPreview();
+
+  // --- errors and submit -------------------------------------------------------------
+  const clearErrors = () => {
+    form.querySelectorAll(".field-error").forEach((e) => { e.textContent = ""; });
+    form.querySelectorAll(".invalid").forEach((e) => e.classList.remove("invalid"));
+    formError.hidden = true;
+  };
+  const showErrors = (errors, summary) => {
+    const loose = [];
+    for (const {field, message} of errors) {
+      const name = (field || "").split(".")[0];
+      const slot = name && form.querySelector(`[data-error-for="${name}"]`);
+      if (slot && !slot.closest("[hidden]")) {
+        slot.textContent = slot.textContent ? `${slot.textContent}; ${message}` : message;
+        slot.closest("[data-field]").classList.add("invalid");
+        const details = slot.closest("details");
+        if (details) details.open = true;
+      } else {
+        loose.push(field ? `${field}: ${message}` : message);
+      }
+    }
+    if (loose.length || !errors.length) {
+      formError.textContent = loose.length ? loose.join("\n") : summary;
+      formError.hidden = false;
+    }
+    const first = form.querySelector(".invalid, .form-error:not([hidden])");
+    if (first) first.scrollIntoView({block: "center", behavior: "smooth"});
+  };
+
+  const collect = () => {
+    const config = {model_name: model.value.trim()};
+    if (sourceMode() === "local") {
+      config.local_datasets = local.value.split("\n").map((s) => s.trim()).filter(Boolean);
+    } else {
+      config.hf_dataset = hub.value.trim();
+    }
+    if (methodValue() !== fields.training_type.default) config.training_type = methodValue();
+    for (const [name, c] of Object.entries(controls)) {
+      if (LORA_ONLY.has(name) && methodValue() === "full") continue;
+      const value = c.get();
+      if (value === undefined) continue;
+      if (JSON.stringify(value) === JSON.stringify(c.field.default)) continue;
+      config[name] = value;
+    }
+    return config;
+  };
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors();
+    submit.disabled = true;
+    try {
+      const created = await api.createJob(collect());
+      onCreated(created.id);
+    } catch (err) {
+      if (err instanceof ApiError) showErrors(err.fieldErrors, err.message);
+      else showErrors([], String(err));
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return () => clearTimeout(previewTimer);
+}

@@ -1,0 +1,110 @@
+// The job list: status, model, dataset, when, how long, final loss and a loss sparkline
+// per job; ticking two or more jobs overlays their loss curves (see compare.js).
+
+import {api} from "./api.js";
+import {sparkline} from "./charts.js";
+import {basename, datasetLabel, el, fmtDuration, fmtNumber, fmtWhen, ranFor, statusBadge, TERMINAL} from "./util.js";
+
+const POLL_MS = 2500;
+const SPARK_POINTS = 80;
+
+export class JobList {
+  constructor(container, {onSelect}) {
+    this.container = container;
+    this.onSelect = onSelect;   // called with the ticked ids
+    this.rows = new Map();      // id -> {row, cells, spark, sparkFor}
+    this.selected = new Set();
+    this.activeId = null;
+    this.timer = null;
+    this.table = el("div", {class: "jobs", id: "job-rows"});
+    this.empty = el("p", {class: "muted empty"}, "No jobs yet. Start one with the form.");
+    container.replaceChildren(this.empty, this.table);
+  }
+
+  start() { this.refresh(); }
+
+  async refresh() {
+    clearTimeout(this.timer);
+    try {
+      const page = await api.listJobs();
+      this.render(page.items);
+    } catch (err) {
+      this.empty.textContent = `Cannot list the jobs: ${err.message}`;
+      this.empty.hidden = false;
+    }
+    this.timer = setTimeout(() => this.refresh(), POLL_MS);
+  }
+
+  setActive(id) {
+    this.activeId = id;
+    for (const [jobId, r] of this.rows) r.row.classList.toggle("active", jobId === id);
+  }
+
+  setSelection(ids) {
+    this.selected = new Set(ids);
+    for (const [jobId, r] of this.rows) r.check.checked = this.selected.has(jobId);
+  }
+
+  render(items) {
+    this.empty.hidden = items.length > 0;
+    const ids = new Set(items.map((j) => j.id));
+    for (const [id, r] of this.rows) {
+      if (!ids.has(id)) { r.spark.destroy(); r.row.remove(); this.rows.delete(id); }
+    }
+    items.forEach((job, index) => {
+      let r = this.rows.get(job.id);
+      if (!r) r = this.addRow(job);
+      const at = this.table.children[index];
+      if (at !== r.row) this.table.insertBefore(r.row, at || null);
+      this.update(r, job);
+    });
+  }
+
+  addRow(job) {
+    const check = el("input", {type: "checkbox", class: "pick", title: "compare", "aria-label": `compare ${job.id}`});
+    check.addEventListener("click", (event) => event.stopPropagation());
+    check.addEventListener("change", () => {
+      if (check.checked) this.selected.add(job.id); else this.selected.delete(job.id);
+      this.onSelect([...this.selected]);
+    });
+    const cells = {
+      status: el("span", {class: "cell-status"}), model: el("span", {class: "cell-model"}),
+      dataset: el("span", {class: "cell-dataset muted"}), when: el("span", {class: "cell-when muted"}),
+      ran: el("span", {class: "cell-ran muted"}), loss: el("span", {class: "cell-loss"}),
+    };
+    const sparkBox = el("div", {class: "spark"});
+    const row = el("a", {class: "job-row", href: `#/jobs/${job.id}`, "data-job-id": job.id},
+      check,
+      el("div", {class: "job-row-main"},
+        el("div", {class: "line"}, cells.status, cells.model, cells.loss),
+        el("div", {class: "line small"}, cells.dataset, cells.when, cells.ran)),
+      sparkBox);
+    const r = {row, check, cells, spark: sparkline(sparkBox), sparkFor: null, finalLoss: null};
+    this.rows.set(job.id, r);
+    this.table.append(row);
+    return r;
+  }
+
+  update(r, job) {
+    r.cells.status.replaceChildren(statusBadge(job.status));
+    r.cells.model.textContent = basename(job.config.model_name);
+    r.cells.model.title = job.config.model_name;
+    r.cells.dataset.textContent = datasetLabel(job.config);
+    r.cells.when.textContent = fmtWhen(job.created_at);
+    r.cells.ran.textContent = job.started_at ? `ran ${fmtDuration(ranFor(job))}` : "";
+    r.check.checked = this.selected.has(job.id);
+    r.row.classList.toggle("active", job.id === this.activeId);
+    // The sparkline (and the last loss it ends on) is fetched while a job lives, and once after it ends.
+    const key = TERMINAL.has(job.status) ? `done:${job.status}` : `live:${job.last_seq}`;
+    if (r.sparkFor !== key) {
+      r.sparkFor = key;
+      api.metrics(job.id, SPARK_POINTS).then(({records}) => {
+        const train = records.filter((x) => x.loss !== null && x.loss !== undefined);
+        r.spark.setData([train.map((x) => x.step), train.map((x) => x.loss)]);
+        r.finalLoss = train.length ? train[train.length - 1].loss : null;
+        r.cells.loss.textContent = r.finalLoss === null ? "" : `loss ${fmtNumber(r.finalLoss)}`;
+        r.cells.loss.title = TERMINAL.has(job.status) ? "final loss" : "latest loss";
+      }).catch(() => { r.sparkFor = null; });
+    }
+  }
+}

@@ -1,0 +1,87 @@
+// Small DOM and formatting helpers shared by the page's views.
+
+export const TERMINAL = new Set(["completed", "stopped", "cancelled", "failed", "interrupted"]);
+export const STOPPABLE = new Set(["queued", "starting", "loading_model", "loading_dataset", "training"]);
+
+/** el("div", {class: "x", onclick: fn}, child, "text", ...) */
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (value === true) node.setAttribute(key, "");
+    else node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+export function basename(path) {
+  if (!path) return "";
+  const parts = String(path).replace(/\/+$/, "").split("/");
+  return parts[parts.length - 1];
+}
+
+export function fmtNumber(value, digits = 4) {
+  if (value === null || value === undefined || Number.isNaN(value)) return "–";
+  if (value !== 0 && (Math.abs(value) < 1e-3 || Math.abs(value) >= 1e5)) return value.toExponential(2);
+  return Number(value.toPrecision(digits)).toString();
+}
+
+export function fmtDuration(seconds) {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "–";
+  const s = Math.max(0, Math.round(seconds));
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+  if (h) return `${h}h ${String(m).padStart(2, "0")}m`;
+  if (m) return `${m}m ${String(r).padStart(2, "0")}s`;
+  return `${r}s`;
+}
+
+export function fmtBytes(bytes) {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = bytes, i = 0;
+  while (value >= 1024 && i < units.length - 1) { value /= 1024; i++; }
+  return `${i ? value.toFixed(1) : value} ${units[i]}`;
+}
+
+export function fmtWhen(ts) {
+  if (!ts) return "–";
+  const date = new Date(ts * 1000);
+  const today = new Date().toDateString() === date.toDateString();
+  return today ? date.toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"})
+    : date.toLocaleString([], {month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"});
+}
+
+/** How long a job ran (or has been running). */
+export function ranFor(job) {
+  if (!job.started_at) return null;
+  return (job.finished_at || Date.now() / 1000) - job.started_at;
+}
+
+export function datasetLabel(config) {
+  if (config.hf_dataset) return config.hf_dataset;
+  const paths = config.local_datasets || [];
+  if (!paths.length) return "–";
+  return basename(paths[0]) + (paths.length > 1 ? ` +${paths.length - 1}` : "");
+}
+
+export function statusBadge(status) {
+  return el("span", {class: `badge status-${status}`, "data-status": status}, status.replace("_", " "));
+}
+
+/** A confirmation in the page's own dialog; resolves true when the user says yes. */
+export function confirmAction(title, text, yesLabel) {
+  const dialog = document.getElementById("confirm");
+  dialog.querySelector("#confirm-title").textContent = title;
+  dialog.querySelector("#confirm-text").textContent = text;
+  dialog.querySelector("#confirm-yes").textContent = yesLabel;
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "yes"), {once: true});
+    dialog.showModal();
+  });
+}
