@@ -142,7 +142,7 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     warnings: list[str] = []
 
     fix = None
-    sample = next((convert(r.data) for r in train_rows if r.data is not None and _try(convert, r.data)), None)
+    sample = _first_example(train_rows, convert)
     if tokenizer is not None and sample is not None and _conversational(sample):
         note = ensure_chat_template(tokenizer)
         if note:
@@ -190,9 +190,12 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     )
 
 
-def _try(convert: Converter, data: dict[str, Any]) -> bool:
-    try:
-        convert(data)
-    except RowProblem:
-        return False
-    return True
+def _first_example(rows: list[Row], convert: Converter) -> dict[str, Any] | None:
+    """The first row that converts, to see which TRL shape the dataset takes."""
+    for row in rows:
+        if row.data is not None:
+            try:
+                return convert(row.data)
+            except RowProblem:
+                continue
+    return None

@@ -161,13 +161,17 @@ def _local_files(paths: list[str], train_split: str, eval_split: str | None) -> 
     """Training files and eval files. Inside folders, files named after a split belong to it."""
     train: list[Path] = []
     evals: list[Path] = []
-    explicit_eval = Path(eval_split).expanduser() if eval_split else None
-    if explicit_eval is not None and explicit_eval.exists():
-        evals = _files(explicit_eval)  # eval_split given as a path
+    # eval_split is a path when it reads like one ("data/val.jsonl"), else a split name ("test").
+    explicit_eval = Path(eval_split).expanduser() if eval_split and ("/" in eval_split or Path(eval_split).suffix
+                                                                     in SUPPORTED_SUFFIXES) else None
+    if explicit_eval is not None:
+        if not explicit_eval.exists():
+            raise UserError(f"eval_split {eval_split!r}: no such file or folder")
+        evals = _files(explicit_eval)
     for raw in paths:
         path = Path(raw)
         found = [f for f in _files(path) if f not in evals]
-        if eval_split and explicit_eval is not None and not explicit_eval.exists():
+        if eval_split and explicit_eval is None:
             evals.extend(f for f in found if _split_of(f, eval_split))
             found = [f for f in found if not _split_of(f, eval_split)]
         if path.is_dir() and any(_split_of(f, train_split) for f in found):
