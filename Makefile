@@ -4,10 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TINY := models/tiny-llama
+# The web page's charting library (uPlot), from the npm registry into api/web/node_modules.
+WEB := tunestudio/api/web
+WEB_STAMP := $(WEB)/node_modules/.installed-stamp
+# The browser tests drive Debian's chromium; Playwright never downloads a browser of its own.
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run serve test lint bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(WEB_STAMP)
 
 # torch first, exactly 2.13.0 (the CPU build on this disk); everything else
 # under constraints.txt, so no package can pull a CUDA build of torch.
@@ -17,16 +22,27 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+$(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
+	cd $(WEB) && npm ci --no-audit --no-fund
+	touch $(WEB_STAMP)
+
+$(CHROMIUM):
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+
 $(TINY)/config.json: | $(STAMP)
 	$(BIN)/tunestudio make-tiny-model $(TINY)
 
-run: $(STAMP) $(TINY)/config.json
+run: $(STAMP) $(WEB_STAMP) $(TINY)/config.json
 	$(BIN)/tunestudio train examples/quickstart.yaml
+
+serve: $(STAMP) $(WEB_STAMP) $(TINY)/config.json
+	$(BIN)/tunestudio serve
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP)
+test: $(STAMP) $(WEB_STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
@@ -34,4 +50,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/worker_overhead.py
 
 clean:
-	rm -rf $(VENV) $(TINY) outputs
+	rm -rf $(VENV) $(TINY) outputs $(WEB)/node_modules

@@ -1,3 +1,5 @@
+import {fmtNumber} from "./util.js";
+
 // Charts, drawn by uPlot (served from node_modules at /vendor/uplot). Colours come
 // from the theme's CSS variables, so a theme switch rebuilds every live chart.
 
@@ -48,7 +50,7 @@ export class Chart {
       width, height: this.height, pxAlign: false,
       scales: {x: {time: false}, ...(spec.scales || {})},
       axes: [axis({label: spec.xLabel || "step", labelSize: 18, labelFont: `11px ${css("--font")}`}),
-        ...(spec.axes || [axis({size: 56})])],
+        ...(spec.axes || [axis({size: 60, values: (u, splits) => splits.map((v) => fmtNumber(v, 3))})])],
       legend: {live: true},
       cursor: {drag: {x: true, y: false}},
       series: [{label: "step"}, ...spec.series],

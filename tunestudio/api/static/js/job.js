@@ -95,7 +95,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   const drawStatus = () => {
     status.replaceChildren(statusBadge(job.status));
     phase.textContent = job.phase && job.phase !== job.status ? `phase: ${job.phase.replace("_", " ")}` : "";
-    message.textContent = job.message || "";
+    message.textContent = job.message && job.message !== job.status && job.message !== job.phase ? job.message : "";
     stopBtn.hidden = !STOPPABLE.has(job.status);
     cancelBtn.hidden = TERMINAL.has(job.status) || job.status === "cancelling";
     resumeBtn.hidden = !job.resumable;

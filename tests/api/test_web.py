@@ -1,0 +1,219 @@
+"""The web page in a real browser (Debian's chromium through Playwright), over a real server and real workers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+
+from tunestudio.settings import Settings
+
+from ..helpers.jobs import DATA
+from ..helpers.server import running_server
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+SHORT = {"max_steps": 30, "batch_size": 8, "max_seq_length": 128, "logging_steps": 1,
+         "gradient_accumulation_steps": 1, "learning_rate": 3e-3, "lora_alpha": 32}
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs it (apt-get install chromium)")
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    settings = Settings(home=tmp_path / "home", dataset_roots=[DATA, tmp_path], sse_heartbeat_seconds=0.5,
+                        sse_retry_ms=500)
+    with running_server(settings) as url:
+        yield url
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_default_timeout(30_000)
+    yield page
+    context.close()
+    assert not errors, f"the page threw: {errors}"
+
+
+def api(url: str) -> httpx.Client:
+    return httpx.Client(base_url=url, timeout=30)
+
+
+def start_job(url: str, model: Path, **overrides: object) -> str:
+    config = {"model_name": str(model), "local_datasets": [str(DATA / "alpaca.jsonl")], **SHORT, **overrides}
+    with api(url) as client:
+        created = client.post("/api/jobs", json=config)
+    assert created.status_code == 201, created.text
+    return created.json()["id"]
+
+
+def loss_steps(page: Page) -> list[int]:
+    return page.evaluate("() => window.tunestudio ? window.tunestudio.series.lossSteps() : []")
+
+
+def wait_for_steps(page: Page, at_least: int, timeout_s: float = 180) -> list[int]:
+    page.wait_for_function(f"() => window.tunestudio && window.tunestudio.series.train.length >= {at_least}",
+                           timeout=timeout_s * 1000)
+    return loss_steps(page)
+
+
+def wait_for_status(page: Page, status: str, timeout_s: float = 240) -> None:
+    page.locator(f'#job-status [data-status="{status}"]').wait_for(timeout=timeout_s * 1000)
+
+
+def screenshot(page: Page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+# The hard timeouts are generous: the first test to ask builds the session's tiny model, which takes minutes
+# on a busy 2-core machine. They catch a hang; they do not time the page.
+@pytest.mark.timeout(900)
+def test_form_starts_a_job_that_charts_and_completes(tiny_model: Path, server: str, page: Page) -> None:
+    page.goto(server)
+    page.locator("#f-model_name").fill(str(tiny_model))
+    assert page.locator("#f-local_datasets").input_value() == str(DATA / "alpaca.jsonl")  # offered by default
+    assert page.locator("#f-format_type").input_value() == '"auto"'
+    page.locator("#preview-format").filter(has_text="alpaca").wait_for(timeout=90_000)  # as auto-detection reads it
+    assert "orange orange orange" in page.locator("#preview").inner_text()
+    for name, value in SHORT.items():
+        page.locator(f"#f-{name}").fill(str(value))
+    page.locator("#start").click()
+
+    page.wait_for_url("**/#/jobs/*")
+    job_id = page.locator(".job-view").get_attribute("data-job-id")
+    first = wait_for_steps(page, 3)
+    assert first[:3] == [1, 2, 3]
+    assert int(page.locator("#loss-chart").get_attribute("data-points") or 0) >= 1
+    wait_for_status(page, "completed")
+
+    steps = loss_steps(page)
+    assert steps == list(range(1, 31))  # every step once, in order
+    assert page.locator("#progress-text").inner_text() == "step 30 / 30"
+    assert page.locator("#output-dir").inner_text().strip()
+    artefacts = page.locator("#artefacts").inner_text()
+    assert "adapter_model.safetensors" in artefacts and "metrics.jsonl" in artefacts
+    row = page.locator(f'.job-row[data-job-id="{job_id}"]')
+    row.locator('[data-status="completed"]').wait_for()
+    row.locator(".cell-loss").filter(has_text="loss").wait_for()
+    assert page.locator("#resume").is_hidden()
+    screenshot(page, "job-completed-light.png")
+
+
+@pytest.mark.timeout(600)
+def test_reload_in_the_middle_keeps_every_point_and_continues(tiny_model: Path, server: str, page: Page) -> None:
+    job_id = start_job(server, tiny_model, max_steps=400)
+    page.goto(f"{server}/#/jobs/{job_id}")
+    before = wait_for_steps(page, 5)
+
+    page.reload()
+    after = wait_for_steps(page, len(before) + 4)
+    assert after[: len(before)] == before  # every earlier point is still there
+    assert after == list(range(1, len(after) + 1))  # no gap, no duplicate across the reload
+
+    with api(server) as client:
+        assert client.post(f"/api/jobs/{job_id}/cancel").status_code == 200
+    wait_for_status(page, "cancelled", 120)
+    final = loss_steps(page)
+    assert final == list(range(1, len(final) + 1))
+
+
+@pytest.mark.timeout(900)
+def test_stop_with_save_then_resume_to_completion(tiny_model: Path, server: str, page: Page) -> None:
+    job_id = start_job(server, tiny_model, max_steps=40)
+    page.goto(f"{server}/#/jobs/{job_id}")
+    wait_for_steps(page, 3)
+
+    page.locator("#stop").click()
+    page.locator("#confirm").wait_for()  # it asks first
+    assert "checkpoint" in page.locator("#confirm-text").inner_text()
+    page.locator("#confirm-yes").click()
+    wait_for_status(page, "stopped", 180)
+    page.locator("#resume").wait_for()
+    assert page.locator("#stop").is_hidden() and page.locator("#cancel").is_hidden()
+
+    page.locator("#resume").click()
+    page.wait_for_function(f"() => location.hash.startsWith('#/jobs/') && !location.hash.endsWith('{job_id}')")
+    resumed = page.locator(".job-view").get_attribute("data-job-id")
+    assert resumed != job_id
+    page.locator(f'.job-view[data-job-id="{resumed}"] a[href="#/jobs/{job_id}"]').wait_for()  # "resumed from"
+    wait_for_status(page, "completed", 300)
+    assert page.locator("#progress-text").inner_text() == "step 40 / 40"
+
+    # Ticking both jobs overlays their loss curves.
+    page.locator(f'.job-row[data-job-id="{job_id}"] .pick').check()
+    page.locator(f'.job-row[data-job-id="{resumed}"] .pick').check()
+    page.wait_for_url("**/#/compare/*")
+    page.wait_for_function("() => Number(document.querySelector('#overlay-chart')?.dataset.points) > 0")
+    assert page.locator("#overlay-chart .u-legend .u-series").count() == 3  # step + one series per job
+    screenshot(page, "compare-light.png")
+
+
+@pytest.mark.timeout(600)
+def test_bad_field_shows_the_api_error_next_to_it_and_starts_nothing(tiny_model: Path, server: str,
+                                                                    page: Page) -> None:
+    page.goto(server)
+    page.locator("#f-model_name").fill(str(tiny_model))
+    page.locator("#f-batch_size").fill("0")
+    page.locator("#start").click()
+
+    error = page.locator('[data-error-for="batch_size"]')
+    error.filter(has_text="greater than or equal to 1").wait_for()
+    assert page.locator('.field[data-field="batch_size"]').get_attribute("class") == "field invalid"
+    assert page.locator('[data-error-for="learning_rate"]').inner_text() == ""
+    assert page.evaluate("() => location.hash") in ("", "#/new")
+    with api(server) as client:
+        assert client.get("/api/jobs").json()["total"] == 0
+
+    # An error in the advanced section opens it; a fixed form then goes through.
+    page.locator("#f-batch_size").fill("8")
+    page.locator("#f-weight_decay").fill("-1")
+    page.locator("#start").click()
+    page.locator('[data-error-for="weight_decay"]').filter(has_text="greater than or equal to 0").wait_for()
+    assert page.locator("#advanced").get_attribute("open") is not None
+    assert page.locator('[data-error-for="batch_size"]').inner_text() == ""
+
+
+@pytest.mark.timeout(600)
+def test_dark_theme_renders(tiny_model: Path, server: str, page: Page) -> None:
+    job_id = start_job(server, tiny_model, max_steps=20, eval_steps=5)
+    page.goto(server)
+    page.locator("#theme-toggle").click()
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(15, 18, 24)", background
+    page.locator("#preview-format").wait_for(timeout=90_000)
+    screenshot(page, "form-dark.png")
+
+    page.goto(f"{server}/#/jobs/{job_id}")
+    wait_for_status(page, "completed")
+    page.wait_for_function("() => Number(document.querySelector('#loss-chart').dataset.points) >= 20")
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "dark"  # remembered
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")  # painted
+    screenshot(page, "job-completed-dark.png")
