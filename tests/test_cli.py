@@ -71,8 +71,11 @@ def test_ctrl_c_once_stops_and_saves_then_resume_completes(tiny_model: Path, tmp
         # Wait for training (read the store the way any reader would), then press Ctrl-C.
         while time.monotonic() < deadline:
             if db.exists():
-                with sqlite3.connect(db) as conn:
-                    row = conn.execute("SELECT status FROM jobs").fetchone()
+                try:
+                    with sqlite3.connect(db) as conn:
+                        row = conn.execute("SELECT status FROM jobs").fetchone()
+                except sqlite3.OperationalError:
+                    row = None  # the CLI is still creating its tables
                 if row and row[0] == "training":
                     break
             time.sleep(0.1)

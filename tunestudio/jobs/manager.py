@@ -31,6 +31,7 @@ from typing import Any
 
 from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Phase, Progress
+from tunestudio.jobs import prewarm
 from tunestudio.jobs.downsample import chart_view
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound
 from tunestudio.jobs.status import RESUMABLE, RUNNING, IllegalTransition, JobStatus, can_transition, transition
@@ -159,6 +160,8 @@ class JobManager:
             if self._scheduler is not None:
                 return self
             self._recover()
+            if self.settings.prewarm:
+                prewarm.warm_up()
             self._scheduler = threading.Thread(target=self._schedule_loop, name="scheduler", daemon=True)
             self._scheduler.start()
         return self
@@ -365,6 +368,7 @@ class JobManager:
             save_grace_seconds=self.settings.save_grace_seconds,
             kill_after_seconds=self.settings.kill_after_seconds,
             exit_after_terminal_seconds=self.settings.exit_after_terminal_seconds,
+            prewarm=self.settings.prewarm,
         )
         running.supervisor = supervisor
         self._running.add(job_id)

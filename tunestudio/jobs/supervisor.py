@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Stop, parse_event
+from tunestudio.jobs.prewarm import context as prewarm_context
 from tunestudio.worker import child
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class Supervisor:
         save_grace_seconds: float = 300.0,
         kill_after_seconds: float = 5.0,
         exit_after_terminal_seconds: float = 15.0,
+        prewarm: bool = False,
     ) -> None:
         self.config = config
         self.on_event = on_event
@@ -91,7 +93,7 @@ class Supervisor:
         self.kill_after_seconds = kill_after_seconds
         self.exit_after_terminal_seconds = exit_after_terminal_seconds
         self.malformed_events = 0
-        self._ctx = mp.get_context("spawn")
+        self._ctx = prewarm_context(prewarm)
         self._events = self._ctx.Queue()
         self._commands = self._ctx.Queue()
         self._proc: mp.process.BaseProcess | None = None

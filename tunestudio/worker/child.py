@@ -17,28 +17,48 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PARENT_POLL_S = 0.5
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed parent that nobody has reaped yet is a zombie: gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _die_with_parent(manager_pid: int) -> None:
+    """Exit (with the whole process group) as soon as the manager process is gone.
+
+    Our direct parent is the manager (spawn) or the prewarmed forkserver, which
+    itself exits when the manager does. PR_SET_PDEATHSIG covers the direct
+    parent; the watch covers the manager itself, a parent that died before
+    prctl ran, and PDEATHSIG's quirk of firing when the parent *thread* ends.
+    """
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass  # the watch below still holds
-    # PDEATHSIG fires when the *thread* that forked us exits, and not at all if
-    # the parent died before prctl ran; the pid watch covers both.
-    if os.getppid() != parent_pid:
+    first_parent = os.getppid()
+    if first_parent == 1 or not _alive(manager_pid):
         os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(PARENT_POLL_S)
-            if os.getppid() != parent_pid:
+            if os.getppid() != first_parent or not _alive(manager_pid):
                 os.killpg(os.getpgid(0), signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
