@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,7 +122,7 @@ def test_form_starts_a_job_that_charts_and_completes(tiny_model: Path, server: s
     assert "adapter_model.safetensors" in artefacts and "metrics.jsonl" in artefacts
     row = page.locator(f'.job-row[data-job-id="{job_id}"]')
     row.locator('[data-status="completed"]').wait_for()
-    row.locator(".cell-loss").filter(has_text="loss").wait_for()
+    row.locator(".cell-loss").filter(has_text=re.compile(r"^\d")).wait_for()  # the final loss
     assert page.locator("#resume").is_hidden()
     screenshot(page, "job-completed-light.png")
 
@@ -193,7 +194,10 @@ def test_bad_field_shows_the_api_error_next_to_it_and_starts_nothing(tiny_model:
 
     # An error in the advanced section opens it; a fixed form then goes through.
     page.locator("#f-batch_size").fill("8")
+    page.locator("#advanced summary").click()
     page.locator("#f-weight_decay").fill("-1")
+    page.locator("#advanced summary").click()  # closed again
+    assert page.locator("#advanced").get_attribute("open") is None
     page.locator("#start").click()
     page.locator('[data-error-for="weight_decay"]').filter(has_text="greater than or equal to 0").wait_for()
     assert page.locator("#advanced").get_attribute("open") is not None

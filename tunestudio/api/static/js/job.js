@@ -54,7 +54,8 @@ export async function showJob(main, id, {onChange, navigate}) {
             el("a", {href: `#/jobs/${job.resumed_from}`}, job.resumed_from)) : null)),
       el("div", {class: "actions"}, stopBtn, cancelBtn, resumeBtn)),
     el("div", {class: "status-line"}, status, phase, message),
-    el("div", {class: "bar", role: "progressbar", id: "progress"}, bar, barText),
+    el("div", {class: "bar-head"}, el("span", {class: "muted"}, "progress"), barText),
+    el("div", {class: "bar", role: "progressbar", id: "progress", "aria-valuemin": "0", "aria-valuemax": "100"}, bar),
     el("div", {class: "stats"}, stat("eta", "ETA"), stat("tps", "tokens/s"), stat("loss", "loss"),
       stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed")),
     errorBox, results,
@@ -94,7 +95,8 @@ export async function showJob(main, id, {onChange, navigate}) {
   };
   const drawStatus = () => {
     status.replaceChildren(statusBadge(job.status));
-    phase.textContent = job.phase && job.phase !== job.status ? `phase: ${job.phase.replace("_", " ")}` : "";
+    phase.textContent = job.phase && job.phase !== job.status && !TERMINAL.has(job.status)
+      ? `phase: ${job.phase.replace("_", " ")}` : "";
     message.textContent = job.message && job.message !== job.status && job.message !== job.phase ? job.message : "";
     stopBtn.hidden = !STOPPABLE.has(job.status);
     cancelBtn.hidden = TERMINAL.has(job.status) || job.status === "cancelling";
@@ -109,7 +111,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     results.hidden = !finished;
     if (!finished) return;
     const metrics = Object.entries(job.final_metrics || {});
-    results.replaceChildren(
+    results.replaceChildren(...[
       el("h3", {}, "Output"),
       el("p", {}, el("code", {id: "output-dir", class: "path"}, job.output_dir || "–")),
       job.checkpoint ? el("p", {class: "muted"}, "checkpoint: ", el("code", {class: "path"}, job.checkpoint)) : null,
@@ -117,7 +119,8 @@ export async function showJob(main, id, {onChange, navigate}) {
         el("tbody", {}, job.artefacts.map((a) => el("tr", {},
           el("td", {}, el("code", {}, a.name + (a.is_dir ? "/" : ""))), el("td", {class: "num"}, fmtBytes(a.bytes))))))
         : null,
-      metrics.length ? el("p", {class: "muted small"}, metrics.map(([k, v]) => `${k} ${fmtNumber(v)}`).join(" · ")) : null);
+      metrics.length ? el("p", {class: "muted small"}, metrics.map(([k, v]) => `${k} ${fmtNumber(v)}`).join(" · ")) : null,
+    ].filter(Boolean));
   };
   const log = (kind, text) => {
     logBox.append(el("div", {class: `log-line ${kind}`}, text));

@@ -76,9 +76,9 @@ export class JobList {
     const row = el("a", {class: "job-row", href: `#/jobs/${job.id}`, "data-job-id": job.id},
       check,
       el("div", {class: "job-row-main"},
-        el("div", {class: "line"}, cells.status, cells.model, cells.loss),
+        el("div", {class: "line"}, cells.status, cells.model),
         el("div", {class: "line small"}, cells.dataset, cells.when, cells.ran)),
-      sparkBox);
+      el("div", {class: "spark-col"}, sparkBox, cells.loss));
     const r = {row, check, cells, spark: sparkline(sparkBox), sparkFor: null, finalLoss: null};
     this.rows.set(job.id, r);
     this.table.append(row);
@@ -102,7 +102,7 @@ export class JobList {
         const train = records.filter((x) => x.loss !== null && x.loss !== undefined);
         r.spark.setData([train.map((x) => x.step), train.map((x) => x.loss)]);
         r.finalLoss = train.length ? train[train.length - 1].loss : null;
-        r.cells.loss.textContent = r.finalLoss === null ? "" : `loss ${fmtNumber(r.finalLoss)}`;
+        r.cells.loss.textContent = r.finalLoss === null ? "" : fmtNumber(r.finalLoss);
         r.cells.loss.title = TERMINAL.has(job.status) ? "final loss" : "latest loss";
       }).catch(() => { r.sparkFor = null; });
     }
