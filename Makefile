@@ -30,7 +30,9 @@ $(CHROMIUM):
 	apt-get update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 
-$(TINY)/config.json: | $(STAMP)
+# Rebuilt when its builder changes; the tests use this same model.
+$(TINY)/config.json: tunestudio/worker/tiny.py | $(STAMP)
+	rm -rf $(TINY)
 	$(BIN)/tunestudio make-tiny-model $(TINY)
 
 run: $(STAMP) $(WEB_STAMP) $(TINY)/config.json
@@ -42,12 +44,15 @@ serve: $(STAMP) $(WEB_STAMP) $(TINY)/config.json
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) $(WEB_STAMP) $(CHROMIUM)
+test: $(STAMP) $(WEB_STAMP) $(CHROMIUM) $(TINY)/config.json
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/worker_overhead.py
+	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/orchestrator.py
+	$(BIN)/python bench/api.py
 
 clean:
 	rm -rf $(VENV) $(TINY) outputs $(WEB)/node_modules

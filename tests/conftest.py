@@ -17,7 +17,14 @@ def _build(directory: str) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded tiny model, built once per session (in a child, as `make-tiny-model` does)."""
+    """The embedded tiny model: the one `make` built (models/tiny-llama), else built once per session.
+
+    Tests only read it. Building happens in a child, as `make-tiny-model` does, so
+    this process stays as light as a user's parent process.
+    """
+    built = REPO / "models" / "tiny-llama"
+    if (built / "config.json").is_file() and (built / "model.safetensors").is_file():
+        return built
     directory = tmp_path_factory.mktemp("tiny-llama")
     proc = mp.get_context("spawn").Process(target=_build, args=(str(directory),))
     proc.start()

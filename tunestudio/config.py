@@ -167,7 +167,7 @@ class JobConfig(BaseModel):
     wandb_token: SecretStr | None = None
     wandb_project: str = "tunestudio"
     enable_tensorboard: bool = False
-    tensorboard_dir: str = "runs"
+    tensorboard_dir: str = Field(default="runs", description="TensorBoard event files; relative: inside output_dir.")
 
     # --- outputs ---------------------------------------------------------------
     output_dir: str | None = Field(default=None, description="Where artefacts go; set by the launcher if unset.")
@@ -284,7 +284,7 @@ class JobConfig(BaseModel):
             return str(path.resolve())
         return value
 
-    @field_validator("output_dir", "tensorboard_dir")
+    @field_validator("output_dir")
     @classmethod
     def _absolute_dir(cls, value: str | None) -> str | None:
         return str(Path(value).expanduser().resolve()) if value else value
@@ -344,6 +344,8 @@ class JobConfig(BaseModel):
                 raise ValueError(
                     "custom_format_mapping: map at least one column to 'user' and one to 'assistant'"
                 )
+        if self.output_dir and not Path(self.tensorboard_dir).expanduser().is_absolute():
+            self.tensorboard_dir = str(Path(self.output_dir) / self.tensorboard_dir)
         if self.resume_from_checkpoint == "latest" and not self.output_dir:
             raise ValueError('resume_from_checkpoint: "latest" needs output_dir')
         return self

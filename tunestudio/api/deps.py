@@ -22,7 +22,11 @@ def get_manager(request: Request) -> JobManager:
 
 def require_token(request: Request) -> None:
     settings: Settings = request.app.state.settings
-    if not token_ok(settings, request.headers.get("authorization")):
+    authorization = request.headers.get("authorization")
+    if authorization is None and "access_token" in request.query_params:
+        # EventSource cannot set headers: event streams may carry the token in the query.
+        authorization = f"Bearer {request.query_params['access_token']}"
+    if not token_ok(settings, authorization):
         raise ApiError(401, "unauthorized", "this server needs 'Authorization: Bearer <token>'")
 
 

@@ -55,8 +55,8 @@ def confine_paths(config: JobConfig, settings: Settings) -> None:
     data_dir = settings.data_dir()
     for name in ("output_dir", "resume_from_checkpoint", "tensorboard_dir"):
         raw = getattr(config, name)
-        if name == "tensorboard_dir" and not config.enable_tensorboard:
-            continue
+        if name == "tensorboard_dir" and (not config.enable_tensorboard or not Path(raw).is_absolute()):
+            continue  # a relative folder lands inside output_dir, which is checked
         if raw and raw != "latest" and not _inside(Path(raw).resolve(strict=False), [data_dir]):
             raise ApiError(422, "path_not_allowed", f"{name}: {raw} is outside the data directory {data_dir}",
                            field=name)

@@ -225,7 +225,9 @@ class JobManager:
         job_id = new_job_id()
         job_dir = self.settings.jobs_dir() / job_id
         if not config.output_dir:
-            config = config.model_copy(update={"output_dir": str(job_dir / "output")})
+            # Validated again, not copied: fields that depend on output_dir follow it.
+            config = JobConfig.from_parts({**config.public_dict(), "output_dir": str(job_dir / "output")},
+                                          config.secrets())
         try:
             self.store.insert_job(
                 {

@@ -23,10 +23,18 @@ function headers(json) {
   return out;
 }
 
-export async function call(path, {method = "GET", body} = {}) {
+export async function call(path, {method = "GET", body} = {}, retried = false) {
   const res = await fetch(path, {
     method, headers: headers(body !== undefined), body: body === undefined ? undefined : JSON.stringify(body),
   });
+  if (res.status === 401 && !retried) {
+    // A server off loopback needs a token: ask once, keep it in this browser, and retry.
+    const token = window.prompt("This tunestudio server needs its API token (TUNESTUDIO_API_TOKEN):");
+    if (token) {
+      localStorage.setItem("tunestudio.token", token.trim());
+      return call(path, {method, body}, true);
+    }
+  }
   const text = await res.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = {detail: {message: text}}; }
@@ -46,5 +54,9 @@ export const api = {
   cancelJob: (id) => call(`${job(id)}/cancel`, {method: "POST"}),
   resumeJob: (id) => call(`${job(id)}/resume`, {method: "POST"}),
   metrics: (id, maxPoints) => call(`${job(id)}/metrics${maxPoints ? `?max_points=${maxPoints}` : ""}`),
-  eventsUrl: (id, after) => `${job(id)}/events?after=${after}`,
+  // EventSource cannot send headers, so a token travels in the query string.
+  eventsUrl: (id, after) => {
+    const token = localStorage.getItem("tunestudio.token");
+    return `${job(id)}/events?after=${after}` + (token ? `&access_token=${encodeURIComponent(token)}` : "");
+  },
 };
