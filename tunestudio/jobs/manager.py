@@ -32,7 +32,7 @@ from typing import Any
 from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Phase, Progress
 from tunestudio.jobs import prewarm
-from tunestudio.jobs.downsample import chart_view
+from tunestudio.jobs.downsample import chart_rows
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound
 from tunestudio.jobs.status import RESUMABLE, RUNNING, IllegalTransition, JobStatus, can_transition, transition
 from tunestudio.jobs.store import DuplicateRequest, Store
@@ -151,6 +151,7 @@ class JobManager:
         self._running: set[str] = set()
         self._wake = threading.Condition(self._lock)
         self._closing = False
+        self._views: dict[tuple[str, int | None, int | None], tuple[int, list[dict]]] = {}
         self._scheduler: threading.Thread | None = None
 
     # --- lifecycle -------------------------------------------------------------
@@ -306,10 +307,31 @@ class JobManager:
         return self.store.count_jobs([s.value for s in status or []])
 
     def metrics(self, job_id: str, max_points: int | None = None, since_step: int | None = None) -> list[dict]:
-        """Metric records in step order, newer than since_step, downsampled to max_points."""
-        self.get(job_id)
+        """Metric records in step order, newer than since_step, downsampled to max_points.
+
+        Views are cached until the job's next event, so a chart polling a long or
+        finished job costs a dictionary look-up.
+        """
+        with self._lock:
+            running = self._jobs.get(job_id)
+            seq = running.seq if running is not None else None
+        if seq is None:
+            seq = self.get(job_id).last_seq
+        key = (job_id, max_points, since_step)
+        cached = self._views.get(key)
+        if cached is not None and cached[0] == seq:
+            return cached[1]
         self.store.flush()
-        return chart_view(self.store.metrics(job_id, since_step), max_points)
+        index = self.store.metric_index(job_id, since_step)
+        if not max_points or len(index) <= max_points:
+            view = self.store.metrics(job_id, since_step)
+        else:
+            view = self.store.metric_rows([row[0] for row in chart_rows(index, max_points)])
+        with self._lock:
+            if len(self._views) >= 256:
+                self._views.pop(next(iter(self._views)))
+            self._views[key] = (seq, view)
+        return view
 
     def subscribe(
         self, job_id: str, after_seq: int = 0, deliver: Callable[[JobEvent], None] | None = None
@@ -324,7 +346,7 @@ class JobManager:
                 # Holding the job's lock, no new event can be numbered: the store plus the
                 # live feed from here on is exactly the stream, once.
                 self.store.flush()
-                sub.replay = [JobEvent(seq, kind, json.loads(data)) for seq, kind, data in
+                sub.replay = [JobEvent(seq, kind, text) for seq, kind, text in
                               self.store.events_after(job_id, after_seq)]
                 if running is not None and not running.status.is_terminal:
                     running.subscribers.append(sub)
@@ -395,13 +417,15 @@ class JobManager:
                     self.store.update_job(job_id, phase=event.phase)
             elif isinstance(event, Progress):
                 record = event.record()
-                self.store.append_metrics(job_id, [record])
-                self.store.update_job(job_id, progress=record)
+                # The metric row, the job's latest progress and the event go to the store as one write.
+                self._emit_locked(job_id, running, event.kind, event.model_dump_json(exclude={"seq"}),
+                                  metrics=[record], progress=record)
+                return
             elif isinstance(event, Completed):
                 running.completed = event
             elif isinstance(event, Failed):
                 running.failed = True
-            self._emit_locked(job_id, running, event.kind, event.model_dump(mode="json", exclude={"seq"}))
+            self._emit_locked(job_id, running, event.kind, event.model_dump_json(exclude={"seq"}))
 
     def _on_exit(self, job_id: str, outcome: Outcome) -> None:
         running = self._jobs[job_id]
@@ -420,8 +444,8 @@ class JobManager:
         with running.lock:
             if final is S.failed and not running.failed:
                 # The worker died without a word (a signal, an exit): say so in its stream.
-                self._emit_locked(job_id, running, "failed", {"kind": "failed", "message": outcome.message,
-                                                              "ts": time.time()})
+                self._emit_locked(job_id, running, "failed", json.dumps({"kind": "failed", "message": outcome.message,
+                                                                         "ts": time.time()}))
             try:
                 self._set_status_locked(job_id, running, final, message=outcome.message, error=error,
                                         checkpoint=checkpoint if final is not S.completed else None,
@@ -458,20 +482,30 @@ class JobManager:
         data = {"status": status.value, "message": message, "error": fields.get("error"), "ts": time.time()}
         if status in RUNNING:
             fields["phase"] = status.value
-        self.store.update_job(job_id, status=status.value, **fields)
-        # A final status is committed before anyone hears of it.
-        self._emit_locked(job_id, running, "status", data, wait=wait)
+        # A final status is committed before anyone hears of it (wait=True).
+        self._emit_locked(job_id, running, "status", json.dumps(data), wait=wait, status=status.value, **fields)
 
     def _emit(self, job_id: str, kind: str, data: dict[str, Any]) -> None:
         running = self._jobs[job_id]
         with running.lock:
-            self._emit_locked(job_id, running, kind, data)
+            self._emit_locked(job_id, running, kind, json.dumps(data))
 
-    def _emit_locked(self, job_id: str, running: _Running, kind: str, data: dict[str, Any], wait: bool = False) -> None:
+    def _emit_locked(
+        self,
+        job_id: str,
+        running: _Running,
+        kind: str,
+        text: str,
+        wait: bool = False,
+        metrics: list[dict[str, Any]] | None = None,
+        **fields: Any,
+    ) -> None:
+        """Number an event, store it with any metric rows and job fields in one write, and fan it out."""
         running.seq += 1
-        event = JobEvent(running.seq, kind, data)
-        self.store.append_events([(job_id, event.seq, kind, event.json())])
-        self.store.update_job(job_id, last_seq=event.seq, wait=wait)
+        event = JobEvent(running.seq, kind, text)
+        self.store.append(job_id, [(event.seq, kind, text)], metrics or (), last_seq=event.seq, **fields)
+        if wait:
+            self.store.flush()
         for sub in list(running.subscribers):
             try:
                 sub._push(event)

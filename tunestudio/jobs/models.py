@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +46,25 @@ class Job(BaseModel):
 
 @dataclass(frozen=True)
 class JobEvent:
-    """One event of a job's stream, numbered by the manager (seq is per job, from 1)."""
+    """One event of a job's stream, numbered by the manager (seq is per job, from 1).
+
+    It travels as JSON text (stored, streamed as is); `data` parses it on first use.
+    """
 
     seq: int
     kind: str
-    data: dict[str, Any]
+    text: str
+
+    @classmethod
+    def of(cls, seq: int, kind: str, data: dict[str, Any]) -> JobEvent:
+        return cls(seq, kind, json.dumps(data))
+
+    @cached_property
+    def data(self) -> dict[str, Any]:
+        return json.loads(self.text)
 
     def json(self) -> str:
-        return json.dumps(self.data)
+        return self.text
 
     @property
     def is_end(self) -> bool:

@@ -11,6 +11,7 @@ writer writes.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -18,6 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -128,36 +131,41 @@ class Store:
 
     # --- the writer ------------------------------------------------------------
     def _write_loop(self, conn: sqlite3.Connection) -> None:
+        metric_sql = (
+            f"INSERT INTO metrics (job_id, {', '.join(METRIC_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * (len(METRIC_COLUMNS) + 1))})"
+        )
         while True:
             batch = [self._ops.get()]
-            while not self._ops.empty() and len(batch) < 5000:
+            while not self._ops.empty() and len(batch) < 20_000:
                 batch.append(self._ops.get())
             done: list[threading.Event] = []
             results: list[tuple[dict[str, Any], BaseException]] = []
             stop = False
+            # Appends and updates are gathered until a barrier (insert, delete, flush, close)
+            # and written as one executemany per table and one UPDATE per job.
+            events: list[tuple] = []
+            metrics: list[tuple] = []
             updates: dict[str, dict[str, Any]] = {}
+
             try:
                 for op in batch:
                     kind = op[0]
+                    if kind == "append":
+                        _, job_id, event_rows, metric_rows, fields = op
+                        events.extend(event_rows)
+                        metrics.extend(metric_rows)
+                        if fields:
+                            updates.setdefault(job_id, {}).update(fields)
+                        continue
                     if kind == "update":  # coalesce: the latest value of each field wins
                         updates.setdefault(op[1], {}).update(op[2])
                         continue
-                    if updates:
-                        self._apply_updates(conn, updates)
-                        updates = {}
-                    if kind == "event":
-                        conn.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?)", op[1])
-                    elif kind == "metric":
-                        conn.executemany(
-                            f"INSERT INTO metrics (job_id, {', '.join(METRIC_COLUMNS)}) "
-                            f"VALUES ({', '.join('?' * (len(METRIC_COLUMNS) + 1))})",
-                            op[1],
-                        )
-                    elif kind == "insert":
+                    self._write_pending(conn, metric_sql, events, metrics, updates)
+                    if kind == "insert":
                         try:
-                            cols = ", ".join(op[1])
                             conn.execute(
-                                f"INSERT INTO jobs ({cols}) VALUES ({', '.join('?' * len(op[1]))})",
+                                f"INSERT INTO jobs ({', '.join(op[1])}) VALUES ({', '.join('?' * len(op[1]))})",
                                 tuple(op[1].values()),
                             )
                         except sqlite3.IntegrityError as exc:
@@ -169,10 +177,10 @@ class Store:
                         done.append(op[1])
                     elif kind == "close":
                         stop = True
-                if updates:
-                    self._apply_updates(conn, updates)
+                self._write_pending(conn, metric_sql, events, metrics, updates)
                 conn.commit()
             except sqlite3.Error as exc:  # keep the writer alive; report to waiters
+                log.error("store write failed: %s", exc)
                 conn.rollback()
                 for op in batch:
                     if op[0] == "insert":
@@ -184,6 +192,19 @@ class Store:
             if stop:
                 conn.close()
                 return
+
+    def _write_pending(
+        self, conn: sqlite3.Connection, metric_sql: str, events: list, metrics: list, updates: dict
+    ) -> None:
+        if events:
+            conn.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?)", events)
+            events.clear()
+        if metrics:
+            conn.executemany(metric_sql, metrics)
+            metrics.clear()
+        if updates:
+            self._apply_updates(conn, updates)
+            updates.clear()
 
     @staticmethod
     def _apply_updates(conn: sqlite3.Connection, updates: dict[str, dict[str, Any]]) -> None:
@@ -229,12 +250,23 @@ class Store:
         if wait:
             self.flush()
 
-    def append_events(self, rows: Iterable[tuple[str, int, str, str]]) -> None:
-        """(job_id, seq, kind, data_json) rows."""
-        self._ops.put(("event", list(rows)))
-
-    def append_metrics(self, job_id: str, records: Iterable[dict[str, Any]]) -> None:
-        self._ops.put(("metric", [(job_id, *(r.get(c) for c in METRIC_COLUMNS)) for r in records]))
+    def append(
+        self,
+        job_id: str,
+        events: Iterable[tuple[int, str, str]] = (),
+        metrics: Iterable[dict[str, Any]] = (),
+        **fields: Any,
+    ) -> None:
+        """One job's new events (seq, kind, data_json), metric records and field updates, as one write."""
+        unknown = set(fields) - set(JOB_COLUMNS)
+        assert not unknown, unknown
+        self._ops.put((
+            "append",
+            job_id,
+            [(job_id, seq, kind, data) for seq, kind, data in events],
+            [(job_id, *(r.get(c) for c in METRIC_COLUMNS)) for r in metrics],
+            fields,
+        ))
 
     def delete_job(self, job_id: str) -> None:
         self._ops.put(("delete", job_id))
@@ -277,6 +309,34 @@ class Store:
             (job_id, after_seq, limit),
         ).fetchall()
         return [(r[0], r[1], r[2]) for r in rows]
+
+    def metric_index(self, job_id: str, since_step: int | None = None) -> list[tuple[int, int, Any, Any]]:
+        """(rowid, step, loss, eval_loss) per record in step order: enough to choose what a chart shows."""
+        sql = "SELECT rowid, step, loss, eval_loss FROM metrics WHERE job_id = ?"
+        args: list[Any] = [job_id]
+        if since_step is not None:
+            sql += " AND step > ?"
+            args.append(since_step)
+        conn = self._reader()
+        cursor = conn.cursor()
+        cursor.row_factory = None  # plain tuples: no per-row objects for 100k rows
+        return cursor.execute(sql + " ORDER BY step, rowid", args).fetchall()
+
+    def metric_rows(self, rowids: list[int]) -> list[dict[str, Any]]:
+        """The full records of the given rows, in the given order."""
+        out: dict[int, dict[str, Any]] = {}
+        conn = self._reader()
+        for start in range(0, len(rowids), 900):  # SQLite's bound-parameter limit
+            chunk = rowids[start : start + 900]
+            rows = conn.execute(
+                f"SELECT rowid AS rid, {', '.join(METRIC_COLUMNS)} FROM metrics "
+                f"WHERE rowid IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            for row in rows:
+                record = dict(row)
+                out[record.pop("rid")] = record
+        return [out[r] for r in rowids if r in out]
 
     def metrics(self, job_id: str, since_step: int | None = None) -> list[dict[str, Any]]:
         sql = f"SELECT {', '.join(METRIC_COLUMNS)} FROM metrics WHERE job_id = ?"
