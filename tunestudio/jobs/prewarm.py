@@ -24,6 +24,7 @@ PRELOAD = [
     "tunestudio.worker.channel",
     "tunestudio.worker.main",
     "tunestudio.worker.model",
+    "tunestudio.worker.performance",
     "tunestudio.worker.data",
     "tunestudio.worker.train",
 ]

@@ -52,7 +52,7 @@ def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None
 
 def _train(cfg: JobConfig, channel: Channel) -> int:
     from tunestudio.worker import data as data_mod
-    from tunestudio.worker import integrations
+    from tunestudio.worker import integrations, performance
     from tunestudio.worker import model as model_mod
     from tunestudio.worker import train as train_mod
 
@@ -63,7 +63,8 @@ def _train(cfg: JobConfig, channel: Channel) -> int:
 
     # 1. tokenizer and model
     channel.phase("loading_model", f"loading {cfg.model_name}")
-    precision = train_mod.resolve_precision(cfg)
+    threads = performance.configure_threads()
+    precision = train_mod.resolve_precision(cfg, model_mod.hidden_size(cfg))
     gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel)
     tokenizer = model_mod.load_tokenizer(cfg)
     model = model_mod.load_model(cfg, precision.compute_dtype)
@@ -72,7 +73,7 @@ def _train(cfg: JobConfig, channel: Channel) -> int:
     four_bit = model_mod.count_4bit_layers(model)
     channel.log(
         f"model: {total:,} parameters, {trainable:,} trainable ({cfg.training_type.value}, {precision.name}"
-        + (f", {four_bit} 4-bit layers)" if four_bit else ")")
+        + (f", {four_bit} 4-bit layers" if four_bit else "") + f", {threads} threads)"
     )
     if channel.stop_request:
         return _stopped_before_training(channel)

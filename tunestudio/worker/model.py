@@ -7,7 +7,13 @@ from typing import Any
 
 import torch
 from peft import LoftQConfig, LoraConfig, get_peft_model, prepare_model_for_kbit_training
-from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BitsAndBytesConfig,
+    PreTrainedTokenizerBase,
+)
 
 from tunestudio.config import JobConfig, TrainingType
 from tunestudio.worker import hub
@@ -45,6 +51,14 @@ def load_tokenizer(cfg: JobConfig) -> PreTrainedTokenizerBase:
         # Padding positions are masked out of the loss, so reusing EOS is safe.
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def hidden_size(cfg: JobConfig) -> int | None:
+    """The model's hidden size from its config alone (no weights loaded), or None if it has none."""
+    token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
+    config = _from_pretrained(AutoConfig, cfg.model_name, "config", token=token)
+    text = getattr(config, "get_text_config", lambda: config)()
+    return getattr(text, "hidden_size", None)
 
 
 def load_model(cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:

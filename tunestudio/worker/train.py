@@ -15,6 +15,7 @@ from trl import SFTConfig, SFTTrainer
 
 from tunestudio.config import JobConfig
 from tunestudio.events import Progress, Stop
+from tunestudio.worker import performance
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.data import PreparedData
 from tunestudio.worker.errors import UserError
@@ -30,14 +31,19 @@ class Precision:
     name: str
 
 
-def resolve_precision(cfg: JobConfig) -> Precision:
-    """The mixed-precision flags, set explicitly (SFTConfig turns bf16 on by default, even on CPU)."""
+def resolve_precision(cfg: JobConfig, hidden_size: int | None = None) -> Precision:
+    """The mixed-precision flags, set explicitly (SFTConfig turns bf16 on by default, even on CPU).
+
+    auto: bf16 (or fp16 without bf16) on a GPU; on a CPU, bf16 where the measured rule in
+    tunestudio/worker/performance.py says it is faster, else fp32.
+    """
     cuda = torch.cuda.is_available()
     choice = cfg.precision
     if choice == "auto":
-        # CPU: fp32 until the bf16 rule of the performance work lands (FACTS.md: bf16 autocast
-        # was slower on the tiny model).
-        choice = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "fp32"
+        if cuda:
+            choice = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        else:
+            choice = "bf16" if performance.cpu_prefers_bf16(hidden_size) else "fp32"
     if choice == "fp16" and not cuda:
         raise UserError("precision: fp16 needs a CUDA GPU; use fp32 or bf16 on a CPU")
     if choice == "bf16":
