@@ -61,18 +61,6 @@ def latest_checkpoint(output_dir: str | None) -> str | None:
     return str(max(found)[1]) if found else None
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Subscription:
     """Events of one job after a given seq: first the stored ones, then live ones as they happen.
 
@@ -201,7 +189,7 @@ class JobManager:
             status = JobStatus(row["status"])
             if status.is_terminal:
                 continue
-            if row["owner_pid"] != me and _pid_alive(row["owner_pid"]):
+            if row["owner_pid"] and row["owner_pid"] != me and child.pid_alive(row["owner_pid"]):
                 continue  # another live process (a CLI run, a server) owns it
             if status is S.queued:
                 if self.adopt_queued:

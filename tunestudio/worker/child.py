@@ -24,7 +24,10 @@ PR_SET_PDEATHSIG = 1
 PARENT_POLL_S = 0.5
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int | None) -> bool:
+    """Whether a process exists and is not a zombie (pid 0 or None: no)."""
+    if not pid:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -52,13 +55,13 @@ def _die_with_parent(manager_pid: int) -> None:
         except (OSError, AttributeError):
             pass  # the watch below still holds
     first_parent = os.getppid()
-    if first_parent == 1 or not _alive(manager_pid):
+    if first_parent == 1 or not pid_alive(manager_pid):
         os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(PARENT_POLL_S)
-            if os.getppid() != first_parent or not _alive(manager_pid):
+            if os.getppid() != first_parent or not pid_alive(manager_pid):
                 os.killpg(os.getpgid(0), signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
