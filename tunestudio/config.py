@@ -374,16 +374,14 @@ def format_validation_error(error: ValidationError) -> list[dict[str, str]]:
     """Field errors as [{field, message}], the shape every front end shows."""
     out = []
     for item in error.errors(include_url=False):
-        loc = ".".join(str(p) for p in item["loc"]) or _field_from_message(item["msg"])
+        field = ".".join(str(p) for p in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
-        out.append({"field": loc, "message": message})
+        if not field:  # whole-model checks name their field first: "field: reason"
+            head, _, rest = message.partition(":")
+            if head.isidentifier() and rest:
+                field, message = head, rest.strip()
+        out.append({"field": field, "message": message})
     return out
-
-
-def _field_from_message(message: str) -> str:
-    # Whole-model checks name their field as the message's first word ("field: reason").
-    head = message.removeprefix("Value error, ").split(":", 1)[0]
-    return head if head.isidentifier() else ""
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> JobConfig:

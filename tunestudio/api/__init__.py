@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from tunestudio.api import errors
 from tunestudio.api.deps import require_token
 from tunestudio.api.routes import jobs, system, train, web
+from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import BodyLimit
 from tunestudio.jobs.manager import JobManager
 from tunestudio.settings import Settings
@@ -36,7 +37,7 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
             if own:
                 app.state.manager.close()
 
-    app = FastAPI(title="tunestudio", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="tunestudio", version="0.1.0", lifespan=lifespan, responses=ERRORS,
                   description="Fine-tune language models locally: jobs, live events, metrics.")
     app.state.settings = settings
     errors.install(app)

@@ -33,8 +33,9 @@ def field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
         message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
         field = ".".join(loc)
         if not field:  # whole-model checks name their field first: "field: reason"
-            head = message.split(":", 1)[0]
-            field = head if head.isidentifier() else ""
+            head, _, rest = message.partition(":")
+            if head.isidentifier() and rest:
+                field, message = head, rest.strip()
         out.append({"field": field, "message": message})
     return out
 

@@ -89,7 +89,9 @@ class ErrorOut(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "A token is required"},
     404: {"model": ErrorOut, "description": "No such job"},
     409: {"model": ErrorOut, "description": "Not possible in the job's current status"},
+    413: {"model": ErrorOut, "description": "Request body too large"},
     422: {"model": ErrorOut, "description": "Invalid request"},
 }

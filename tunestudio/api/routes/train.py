@@ -74,7 +74,8 @@ def seed_to_config(body: dict[str, Any]) -> JobConfig:
     return JobConfig.model_validate(data)
 
 
-@router.post("/start", response_model=StartResponse)
+@router.post("/start", response_model=StartResponse,
+             responses={422: {"model": StartResponse, "description": "The seed's error shape: status 'error'"}})
 def start(
     manager: ManagerDep,
     settings: SettingsDep,
