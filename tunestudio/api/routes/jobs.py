@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -76,8 +77,11 @@ def job_metrics(
     manager: ManagerDep,
     max_points: Annotated[int | None, Query(ge=2, le=100_000)] = None,
     since_step: Annotated[int | None, Query(ge=0)] = None,
-) -> MetricsOut:
-    return MetricsOut(job_id=job_id, records=manager.metrics(job_id, max_points=max_points, since_step=since_step))
+) -> Response:
+    records = manager.metrics(job_id, max_points=max_points, since_step=since_step)
+    # Plain records from the store: serialised directly, without a per-record model validation
+    # (the declared response_model still documents the shape).
+    return Response(json.dumps({"job_id": job_id, "records": records}), media_type="application/json")
 
 
 @router.get("/{job_id}/events", response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})
