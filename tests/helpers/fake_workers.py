@@ -84,14 +84,17 @@ def instant(public_config: dict, secrets: dict, events: Any, commands: Any, pare
 
 
 def flood(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
-    """As many progress events as max_steps says, as fast as the queue takes them."""
+    """As many progress events as max_steps says, as fast as the real worker channel sends them."""
+    from tunestudio.events import Completed, Phase, Progress
+    from tunestudio.worker.channel import QueueChannel
+
     _setup(parent_pid)
-    emit = _Emitter(events)
-    emit("phase", phase="training")
+    channel = QueueChannel(events, commands)
+    channel.emit(Phase, phase="training")
     total = int(public_config["max_steps"])
     for step in range(1, total + 1):
-        emit("progress", step=step, total_steps=total, loss=1.0 / step, learning_rate=1e-3, grad_norm=0.5,
-             num_tokens=step * 100, tokens_per_second=1000.0, elapsed_seconds=step * 0.01)
-    emit("completed", output_dir=None, stopped=False, saved=True, global_step=total)
-    emit.close()
+        channel.emit(Progress, step=step, total_steps=total, loss=1.0 / step, learning_rate=1e-3, grad_norm=0.5,
+                     num_tokens=step * 100, tokens_per_second=1000.0, elapsed_seconds=step * 0.01)
+    channel.emit(Completed, output_dir=None, stopped=False, saved=True, global_step=total)
+    channel.close()
     sys.exit(0)

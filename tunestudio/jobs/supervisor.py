@@ -185,6 +185,14 @@ class Supervisor:
             self._handle(item)
 
     def _handle(self, item: object) -> None:
+        """One queue item: one event, or several as newline-separated JSON (see QueueChannel)."""
+        if isinstance(item, str) and "\n" in item:
+            for line in item.split("\n"):
+                self._handle_one(line)
+        else:
+            self._handle_one(item)
+
+    def _handle_one(self, item: object) -> None:
         try:
             if not isinstance(item, (str, bytes)):
                 raise TypeError(f"not text: {type(item).__name__}")

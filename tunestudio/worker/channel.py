@@ -84,16 +84,40 @@ class Channel(ABC):
 
 
 class QueueChannel(Channel):
-    """Events onto one multiprocessing queue, commands from another."""
+    """Events onto one multiprocessing queue, commands from another.
+
+    A sender thread puts whatever events are waiting as one newline-joined item
+    (JSON text never holds a raw newline). One event alone goes at once; a burst
+    rides in one item instead of one queue round trip per event.
+    """
 
     def __init__(self, events: Any, commands: Any) -> None:
         super().__init__()
         self._events = events
         self._commands = commands
+        self._waiting: list[str] = []
+        self._ready = threading.Condition()
+        self._closing = False
+        self._sender = threading.Thread(target=self._send_loop, name="events", daemon=True)
+        self._sender.start()
         threading.Thread(target=self._read_commands, name="commands", daemon=True).start()
 
     def _send(self, line: str) -> None:
-        self._events.put(line)
+        with self._ready:
+            self._waiting.append(line)
+            self._ready.notify()
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._ready:
+                while not self._waiting and not self._closing:
+                    self._ready.wait()
+                batch, self._waiting = self._waiting, []
+                closing = self._closing
+            if batch:
+                self._events.put("\n".join(batch))
+            if closing and not batch:
+                return
 
     def _read_commands(self) -> None:
         while True:
@@ -106,6 +130,10 @@ class QueueChannel(Channel):
             self.receive(line)
 
     def close(self) -> None:
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+        self._sender.join()
         self._events.close()
         self._events.join_thread()
 
