@@ -14,6 +14,7 @@ their nearest equivalent and says so in a warning event.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -372,8 +373,13 @@ class JobConfig(BaseModel):
 
 def format_validation_error(error: ValidationError) -> list[dict[str, str]]:
     """Field errors as [{field, message}], the shape every front end shows."""
+    return field_errors(error.errors(include_url=False))
+
+
+def field_errors(items: Iterable[Any]) -> list[dict[str, str]]:
+    """[{field, message}] from pydantic's error items (a dict each, with "loc" and "msg")."""
     out = []
-    for item in error.errors(include_url=False):
+    for item in items:
         field = ".".join(str(p) for p in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
         if not field:  # whole-model checks name their field first: "field: reason"

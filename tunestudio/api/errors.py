@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tunestudio.config import field_errors
 from tunestudio.jobs.models import JobConflict, JobNotFound
 
 log = logging.getLogger(__name__)
@@ -25,19 +26,9 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"detail": {"code": code, "message": message, **extra}}
 
 
-def field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
+def request_field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
     """[{field, message}] with the body prefix dropped: the field is named as the user wrote it."""
-    out = []
-    for item in exc.errors():
-        loc = [str(p) for p in item.get("loc", ()) if p != "body"]
-        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
-        field = ".".join(loc)
-        if not field:  # whole-model checks name their field first: "field: reason"
-            head, _, rest = message.partition(":")
-            if head.isidentifier() and rest:
-                field, message = head, rest.strip()
-        out.append({"field": field, "message": message})
-    return out
+    return field_errors({**item, "loc": [p for p in item.get("loc", ()) if p != "body"]} for item in exc.errors())
 
 
 def install(app: FastAPI) -> None:
@@ -55,7 +46,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = field_errors(exc)
+        errors = request_field_errors(exc)
         summary = "; ".join(f"{e['field'] or 'request'}: {e['message']}" for e in errors)
         return JSONResponse(error_body("invalid_request", summary, errors=errors), status_code=422)
 
