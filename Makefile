@@ -48,11 +48,14 @@ test: $(STAMP) $(WEB_STAMP) $(CHROMIUM) $(TINY)/config.json
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
-bench: $(STAMP)
-	$(BIN)/python bench/worker_overhead.py
-	$(BIN)/python bench/startup.py
+# Every benchmark, sized to finish together in under 10 minutes on 2 quiet cores;
+# each prints its figures and ends with one JSON line (bench/RESULTS.md).
+bench: $(STAMP) $(TINY)/config.json
+	$(BIN)/python bench/worker_overhead.py --rounds 2 --steps 40
+	$(BIN)/python bench/startup.py --rounds 2
 	$(BIN)/python bench/orchestrator.py
 	$(BIN)/python bench/api.py
+	$(BIN)/python bench/throughput.py --steps 10
 
 clean:
 	rm -rf $(VENV) $(TINY) outputs $(WEB)/node_modules
