@@ -53,6 +53,9 @@ def configure_threads() -> int:
     competes for the cores while it runs.
     """
     cores = available_cores()
-    torch.set_num_threads(cores)
+    if torch.get_num_threads() != cores:
+        # Only when torch's own default differs (e.g. a CPU quota): resetting the pool to the
+        # same size was measured slower in a spawned worker (bench/worker_overhead.py diagnosis).
+        torch.set_num_threads(cores)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     return cores
