@@ -315,9 +315,5 @@ def make_dataset(
         console.print(str(path))
 
 
-def main() -> None:  # pragma: no cover - console entry
-    app()
-
-
 if __name__ == "__main__":
     sys.exit(app())

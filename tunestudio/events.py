@@ -97,7 +97,6 @@ Event = Annotated[
     Phase | Progress | Log | WarningEvent | Completed | Failed,
     Field(discriminator="kind"),
 ]
-TERMINAL_KINDS = frozenset({"completed", "failed"})
 
 
 class Stop(BaseModel):

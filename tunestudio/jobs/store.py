@@ -14,7 +14,6 @@ import json
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from queue import SimpleQueue
@@ -347,6 +346,3 @@ class Store:
         rows = self._reader().execute(sql + " ORDER BY step, rowid", args).fetchall()
         return [dict(r) for r in rows]
 
-
-def now() -> float:
-    return time.time()
