@@ -80,6 +80,7 @@ class Run:
     final_loss: float | None
     wall_seconds: float  # the whole run: (a) load + build trainer + train; (b) spawn → worker exit
     cpu: CpuUse | None = None  # filled in by `measured`
+    process_cpu_s: float | None = None  # the worker's CPU seconds, read from /proc as it reported its end
 
     @property
     def tokens(self) -> int:
@@ -153,10 +154,21 @@ def _snapshot() -> tuple[float, float, float, float]:
     return time.monotonic(), t.user + t.system, t.children_user + t.children_system, _machine_busy_s()
 
 
-def cpu_since(start: tuple[float, float, float, float]) -> CpuUse:
+def cpu_since(start: tuple[float, float, float, float], unwaited_child_s: float = 0.0) -> CpuUse:
+    """unwaited_child_s: CPU of a worker that is not our own waited-for child (a forkserver's fork)."""
     end = _snapshot()
     wall, parent, child, busy = (b - a for a, b in zip(start, end, strict=True))
+    child = max(child, unwaited_child_s)
     return CpuUse(wall, parent, child, max(busy - parent - child, 0.0) if busy else 0.0)
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """utime + stime of a live process (Linux /proc), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def wait_for_quiet(max_wait_s: float, busy_cores: float = 0.25) -> float:
@@ -326,7 +338,7 @@ def run_worker(model_dir: Path, out_dir: Path, settings: Settings, prewarm: bool
     prewarmed forkserver, as the JobManager (and so `tunestudio train`) starts workers.
     """
     from tunestudio.config import JobConfig
-    from tunestudio.events import Event, Progress
+    from tunestudio.events import Completed, Event, Failed, Progress
     from tunestudio.jobs.supervisor import Supervisor
 
     cfg = JobConfig(
@@ -356,9 +368,17 @@ def run_worker(model_dir: Path, out_dir: Path, settings: Settings, prewarm: bool
         train_on_completions=True,  # what TRL does by default on prompt/completion data
     )
     events: list[Event] = []
+    cpu_at_end: list[float] = []
+
+    def on_event(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, (Completed, Failed)) and supervisor.pid:
+            # a forkserver's fork is not our child, so os.times() never counts it: read it while it lives
+            cpu_at_end.extend(c for c in [process_cpu_s(supervisor.pid)] if c is not None)
+
     log_path = out_dir.parent / f"{out_dir.name}.log"
     started = time.monotonic()
-    supervisor = Supervisor(cfg, events.append, log_path=log_path, prewarm=prewarm)
+    supervisor = Supervisor(cfg, on_event, log_path=log_path, prewarm=prewarm)
     supervisor.start()
     outcome = supervisor.wait(timeout=600)
     wall = time.monotonic() - started
@@ -373,7 +393,7 @@ def run_worker(model_dir: Path, out_dir: Path, settings: Settings, prewarm: bool
     if len(logs) < 2:
         raise RuntimeError(f"worker run sent {len(logs)} training Progress events; need at least 2")
     records = [(e.num_tokens or 0, e.elapsed_seconds or 0.0) for e in logs]
-    return Run("worker", records, logs[-1].loss, wall)
+    return Run("worker", records, logs[-1].loss, wall, process_cpu_s=cpu_at_end[0] if cpu_at_end else None)
 
 
 # --- the benchmark ------------------------------------------------------------------
@@ -382,7 +402,7 @@ def measured(fn: Any, *args: Any, quiet_wait_s: float) -> Run:
     waited = wait_for_quiet(quiet_wait_s)
     start = _snapshot()
     run = fn(*args)
-    run.cpu = cpu_since(start)
+    run.cpu = cpu_since(start, run.process_cpu_s or 0.0)
     _show(run, waited)
     return run
 
@@ -440,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tunestudio-bench-") as tmp:
         model_dir = Path(tmp) / "bench-llama"
         params = build_model(model_dir, settings)
+        if opts.prewarm:
+            from tunestudio.jobs import prewarm
+
+            prewarm.warm_up().join()  # as the JobManager does at start; its imports then finish before round 1
         print(
             f"worker_overhead: {params:,}-parameter Llama, LoRA r={settings.lora_r} all-linear, "
             f"{settings.steps} steps, batch {settings.batch_size}, max_length {settings.max_length}, fp32, "
