@@ -144,9 +144,8 @@ def manager_rate(home: Path, steps: int, timeout: float = 150.0) -> tuple[dict[s
     final = _wait_final(manager, job.id, timeout)
     t1 = time.perf_counter()
     manager.store.flush()
-    reader = manager.store._reader()
-    n_events = reader.execute("SELECT COUNT(*) FROM events WHERE job_id = ?", (job.id,)).fetchone()[0]
-    n_metrics = reader.execute("SELECT COUNT(*) FROM metrics WHERE job_id = ?", (job.id,)).fetchone()[0]
+    n_events = len(manager.store.events_after(job.id))  # the job's whole stream, as a replay reads it
+    n_metrics = len(manager.store.metrics(job.id))
     figures = {
         "status": final.status.value,
         "events": n_events,

@@ -125,7 +125,7 @@ def tunestudio_worker(model_dir: Path, data: Path, steps: int) -> dict[str, Any]
         "weight_decay": 0.0, "lr_scheduler_type": "linear", "warmup_steps": 0,
     })
     events: list[Any] = []
-    sup = Supervisor(cfg, events.append)
+    sup = Supervisor(cfg, events.extend)
     sup.start()
     outcome = sup.wait(1800)
     assert outcome is not None and outcome.kind == "completed", outcome

@@ -370,15 +370,15 @@ def run_worker(model_dir: Path, out_dir: Path, settings: Settings, prewarm: bool
     events: list[Event] = []
     cpu_at_end: list[float] = []
 
-    def on_event(event: Event) -> None:
-        events.append(event)
-        if isinstance(event, (Completed, Failed)) and supervisor.pid:
+    def on_events(batch: list[Event]) -> None:
+        events.extend(batch)
+        if any(isinstance(event, (Completed, Failed)) for event in batch) and supervisor.pid:
             # a forkserver's fork is not our child, so os.times() never counts it: read it while it lives
             cpu_at_end.extend(c for c in [process_cpu_s(supervisor.pid)] if c is not None)
 
     log_path = out_dir.parent / f"{out_dir.name}.log"
     started = time.monotonic()
-    supervisor = Supervisor(cfg, on_event, log_path=log_path, prewarm=prewarm)
+    supervisor = Supervisor(cfg, on_events, log_path=log_path, prewarm=prewarm)
     supervisor.start()
     outcome = supervisor.wait(timeout=600)
     wall = time.monotonic() - started

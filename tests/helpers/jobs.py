@@ -73,11 +73,12 @@ def run_job(
     lock = threading.Lock()
     holder: dict[str, Supervisor] = {}
 
-    def handle(event: Event) -> None:
-        with lock:
-            events.append(event)
-        if on_event is not None:
-            on_event(holder["sup"], event)
+    def handle(batch: list[Event]) -> None:
+        for event in batch:
+            with lock:
+                events.append(event)
+            if on_event is not None:
+                on_event(holder["sup"], event)
 
     sup = Supervisor(cfg, handle, **supervisor_kwargs)
     holder["sup"] = sup

@@ -244,6 +244,24 @@ def test_subscribe_replays_then_follows_without_gaps(tmp_path: Path) -> None:
         assert [r["step"] for r in manager.metrics(job.id, since_step=2990)] == list(range(2991, 3001))
 
 
+def test_a_replay_gives_back_exactly_the_live_stream(tmp_path: Path) -> None:
+    """Progress events are stored once, as metrics rows; a replay rebuilds them as they were sent live."""
+    with JobManager(settings(tmp_path), worker_target=fake_workers.flood) as manager:
+        job = manager.submit(job_config("org/fake", tmp_path / "out", max_steps=2000))
+        live: list[JobEvent] = []
+        with manager.subscribe(job.id) as stream:
+            while not live or not live[-1].is_end:
+                event = stream.get(timeout=30)
+                assert event is not None, "the live stream stalled"
+                live.append(event)
+        with manager.subscribe(job.id) as again:
+            replayed = list(again.replay)
+    assert [e.seq for e in live] == list(range(1, len(live) + 1))
+    assert sum(e.kind == "progress" for e in live) == 2000
+    assert [(e.seq, e.kind, e.data) for e in replayed] == [(e.seq, e.kind, e.data) for e in live]
+    assert [json.loads(e.text) for e in replayed] == [json.loads(e.text) for e in live]
+
+
 def test_queued_jobs_survive_a_restart(tmp_path: Path) -> None:
     cfg = job_config("org/fake", tmp_path / "out")
     first = JobManager(settings(tmp_path), worker_target=fake_workers.instant)  # never started: nothing runs

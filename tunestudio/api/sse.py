@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from tunestudio.api.schemas import INT64_MAX
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import JobEvent
 
@@ -23,7 +24,7 @@ def last_event_id(header: str | None, query: int | None) -> int:
         if raw is None:
             continue
         try:
-            return max(0, int(raw))
+            return min(max(0, int(raw)), INT64_MAX)  # SQLite cannot compare with a larger integer
         except (TypeError, ValueError):
             continue
     return 0

@@ -8,7 +8,7 @@ behind. Every status change goes through `status.transition`.
 Threads: callers (any thread), one scheduler thread that starts workers (it
 lives as long as the manager, because a worker's PR_SET_PDEATHSIG fires when
 the *thread* that started it ends), and each supervisor's pump thread, which
-calls `_on_event` and `_on_exit`.
+calls `_on_events` (one burst of the worker's events at a time) and `_on_exit`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -334,7 +334,7 @@ class JobManager:
                 # Holding the job's lock, no new event can be numbered: the store plus the
                 # live feed from here on is exactly the stream, once.
                 self.store.flush()
-                sub.replay = [JobEvent(seq, kind, text) for seq, kind, text in
+                sub.replay = [JobEvent(seq, kind, text, data) for seq, kind, text, data in
                               self.store.events_after(job_id, after_seq)]
                 if running is not None and not running.status.is_terminal:
                     running.subscribers.append(sub)
@@ -372,7 +372,7 @@ class JobManager:
         Path(row["log_path"]).parent.mkdir(parents=True, exist_ok=True)
         supervisor = Supervisor(
             config,
-            lambda event: self._on_event(job_id, event),
+            lambda events: self._on_events(job_id, events),
             on_exit=lambda outcome: self._on_exit(job_id, outcome),
             target=self.worker_target,
             log_path=Path(row["log_path"]),
@@ -394,26 +394,37 @@ class JobManager:
         self.store.update_job(job_id, worker_pid=supervisor.pid)
 
     # --- events from the pump -----------------------------------------------------
-    def _on_event(self, job_id: str, event: Event) -> None:
+    def _on_events(self, job_id: str, events: list[Event]) -> None:
+        """One burst from the pump, under one lock: its progress events go to the store as one write."""
         running = self._jobs[job_id]
         with running.lock:
-            if isinstance(event, Phase):
-                new = JobStatus(event.phase)
-                if running.status in RUNNING and can_transition(running.status, new):
-                    self._set_status_locked(job_id, running, new, message=event.message or event.phase)
-                else:
-                    self.store.update_job(job_id, phase=event.phase)
-            elif isinstance(event, Progress):
-                record = event.record()
-                # The metric row, the job's latest progress and the event go to the store as one write.
-                self._emit_locked(job_id, running, event.kind, event.model_dump_json(exclude={"seq"}),
-                                  metrics=[record], progress=record)
-                return
-            elif isinstance(event, Completed):
-                running.completed = event
-            elif isinstance(event, Failed):
-                running.failed = True
-            self._emit_locked(job_id, running, event.kind, event.model_dump_json(exclude={"seq"}))
+            records: list[dict[str, Any]] = []
+            for event in events:
+                if isinstance(event, Progress):
+                    records.append(event.record())
+                    continue
+                if records:  # keep the stream in order: what came before this event is numbered first
+                    self._emit_locked(job_id, running, records=records, progress=records[-1])
+                    records = []
+                try:
+                    self._on_other_event_locked(job_id, running, event)
+                except Exception:  # one bad event must not cost the rest of the burst
+                    log.exception("job %s: handling a %s event failed", job_id, event.kind)
+            if records:
+                self._emit_locked(job_id, running, records=records, progress=records[-1])
+
+    def _on_other_event_locked(self, job_id: str, running: _Running, event: Event) -> None:
+        if isinstance(event, Phase):
+            new = JobStatus(event.phase)
+            if running.status in RUNNING and can_transition(running.status, new):
+                self._set_status_locked(job_id, running, new, message=event.message or event.phase)
+            else:
+                self.store.update_job(job_id, phase=event.phase)
+        elif isinstance(event, Completed):
+            running.completed = event
+        elif isinstance(event, Failed):
+            running.failed = True
+        self._emit_locked(job_id, running, [(event.kind, event.model_dump_json(exclude={"seq"}))])
 
     def _on_exit(self, job_id: str, outcome: Outcome) -> None:
         running = self._jobs[job_id]
@@ -432,8 +443,8 @@ class JobManager:
         with running.lock:
             if final is S.failed and not running.failed:
                 # The worker died without a word (a signal, an exit): say so in its stream.
-                self._emit_locked(job_id, running, "failed", json.dumps({"kind": "failed", "message": outcome.message,
-                                                                         "ts": time.time()}))
+                text = json.dumps({"kind": "failed", "message": outcome.message, "ts": time.time()})
+                self._emit_locked(job_id, running, [("failed", text)])
             try:
                 self._set_status_locked(job_id, running, final, message=outcome.message, error=error,
                                         checkpoint=checkpoint if final is not S.completed else None,
@@ -471,32 +482,42 @@ class JobManager:
         if status in RUNNING:
             fields["phase"] = status.value
         # A final status is committed before anyone hears of it (wait=True).
-        self._emit_locked(job_id, running, "status", json.dumps(data), wait=wait, status=status.value, **fields)
+        self._emit_locked(job_id, running, [("status", json.dumps(data))], wait=wait, status=status.value, **fields)
 
     def _emit(self, job_id: str, kind: str, data: dict[str, Any]) -> None:
         running = self._jobs[job_id]
         with running.lock:
-            self._emit_locked(job_id, running, kind, json.dumps(data))
+            self._emit_locked(job_id, running, [(kind, json.dumps(data))])
 
     def _emit_locked(
         self,
         job_id: str,
         running: _Running,
-        kind: str,
-        text: str,
+        texts: Sequence[tuple[str, str]] = (),
+        records: Sequence[dict[str, Any]] = (),
         wait: bool = False,
-        metrics: list[dict[str, Any]] | None = None,
         **fields: Any,
     ) -> None:
-        """Number an event, store it with any metric rows and job fields in one write, and fan it out."""
-        running.seq += 1
-        event = JobEvent(running.seq, kind, text)
-        self.store.append(job_id, [(event.seq, kind, text)], metrics or (), last_seq=event.seq, **fields)
+        """Number events, store them with any job fields as one write, and fan them out.
+
+        texts: (kind, JSON text) of events of any kind but progress; records: the
+        metric records of progress events, which the store keeps as metrics rows.
+        """
+        stored = [(seq, kind, text) for seq, (kind, text) in enumerate(texts, start=running.seq + 1)]
+        running.seq += len(stored)
+        metrics = list(enumerate(records, start=running.seq + 1))
+        running.seq += len(metrics)
+        self.store.append(job_id, stored, metrics, last_seq=running.seq, **fields)
         if wait:
             self.store.flush()
+        if not running.subscribers:
+            return
+        batch = [JobEvent(seq, kind, text) for seq, kind, text in stored]
+        batch += [JobEvent(seq, "progress", data={"kind": "progress", **record}) for seq, record in metrics]
         for sub in list(running.subscribers):
             try:
-                sub._push(event)
+                for event in batch:
+                    sub._push(event)
             except Exception:
                 log.exception("subscriber of job %s failed; dropping it", job_id)
                 running.subscribers.remove(sub)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -44,24 +42,39 @@ class Job(BaseModel):
         return cls.model_validate(fields)
 
 
-@dataclass(frozen=True)
 class JobEvent:
     """One event of a job's stream, numbered by the manager (seq is per job, from 1).
 
-    It travels as JSON text (stored, streamed as is); `data` parses it on first use.
+    It travels as JSON text (stored, streamed as is) and is read as a dict; it
+    is made from either, and the other is computed on first use: a progress
+    event nobody listens to is never turned into text.
     """
 
-    seq: int
-    kind: str
-    text: str
+    __slots__ = ("_data", "_text", "kind", "seq")
+
+    def __init__(self, seq: int, kind: str, text: str | None = None, data: dict[str, Any] | None = None) -> None:
+        if text is None and data is None:
+            raise ValueError("a JobEvent needs its text or its data")
+        self.seq = seq
+        self.kind = kind
+        self._text = text
+        self._data = data
 
     @classmethod
     def of(cls, seq: int, kind: str, data: dict[str, Any]) -> JobEvent:
-        return cls(seq, kind, json.dumps(data))
+        return cls(seq, kind, data=data)
 
-    @cached_property
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = json.dumps(self._data)
+        return self._text
+
+    @property
     def data(self) -> dict[str, Any]:
-        return json.loads(self.text)
+        if self._data is None:
+            self._data = json.loads(self.text)
+        return self._data
 
     def json(self) -> str:
         return self.text
@@ -70,6 +83,17 @@ class JobEvent:
     def is_end(self) -> bool:
         """The last event of a job's stream: its final status."""
         return self.kind == "status" and JobStatus(self.data["status"]).is_terminal
+
+    def __repr__(self) -> str:
+        return f"JobEvent(seq={self.seq}, kind={self.kind!r}, text={self.text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobEvent):
+            return NotImplemented
+        return (self.seq, self.kind, self.data) == (other.seq, other.kind, other.data)
+
+    def __hash__(self) -> int:
+        return hash((self.seq, self.kind))
 
 
 class JobNotFound(LookupError):

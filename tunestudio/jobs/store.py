@@ -10,11 +10,14 @@ writer writes.
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import sqlite3
 import threading
 from collections.abc import Iterable
+from itertools import islice
+from operator import itemgetter
 from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
@@ -47,7 +50,9 @@ CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
 CREATE TABLE IF NOT EXISTS metrics (
     job_id            TEXT NOT NULL,
+    seq               INTEGER,
     step              INTEGER NOT NULL,
+    total_steps       INTEGER,
     epoch             REAL,
     loss              REAL,
     learning_rate     REAL,
@@ -60,6 +65,7 @@ CREATE TABLE IF NOT EXISTS metrics (
     ts                REAL
 );
 CREATE INDEX IF NOT EXISTS metrics_job_step ON metrics (job_id, step);
+-- Events of every kind but progress; a progress event is its metrics row (seq is its place in the stream).
 CREATE TABLE IF NOT EXISTS events (
     job_id TEXT NOT NULL,
     seq    INTEGER NOT NULL,
@@ -79,6 +85,10 @@ METRIC_COLUMNS = (
     "step", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss", "num_tokens",
     "tokens_per_second", "elapsed_seconds", "eta_seconds", "ts",
 )
+# A progress event is stored once, as its metrics row: these columns give back its JSON for a replay.
+PROGRESS_COLUMNS = (*METRIC_COLUMNS, "total_steps")
+# Databases made before progress events moved into the metrics table lack these columns.
+_ADDED_METRIC_COLUMNS = (("seq", "INTEGER"), ("total_steps", "INTEGER"))
 
 
 class DuplicateRequest(Exception):
@@ -110,6 +120,11 @@ class Store:
         self._closed = False
         writer = self._connect()
         writer.executescript(SCHEMA)
+        have = {row[1] for row in writer.execute("PRAGMA table_info(metrics)")}
+        for name, sql_type in _ADDED_METRIC_COLUMNS:
+            if name not in have:  # an older database: its rows keep NULL here, and their events stay in `events`
+                writer.execute(f"ALTER TABLE metrics ADD COLUMN {name} {sql_type}")
+        writer.execute("CREATE INDEX IF NOT EXISTS metrics_job_seq ON metrics (job_id, seq)")
         writer.commit()
         self._writer = threading.Thread(target=self._write_loop, args=(writer,), name="store-writer", daemon=True)
         self._writer.start()
@@ -131,8 +146,8 @@ class Store:
     # --- the writer ------------------------------------------------------------
     def _write_loop(self, conn: sqlite3.Connection) -> None:
         metric_sql = (
-            f"INSERT INTO metrics (job_id, {', '.join(METRIC_COLUMNS)}) "
-            f"VALUES ({', '.join('?' * (len(METRIC_COLUMNS) + 1))})"
+            f"INSERT INTO metrics (job_id, seq, {', '.join(PROGRESS_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * (len(PROGRESS_COLUMNS) + 2))})"
         )
         while True:
             batch = [self._ops.get()]
@@ -253,17 +268,21 @@ class Store:
         self,
         job_id: str,
         events: Iterable[tuple[int, str, str]] = (),
-        metrics: Iterable[dict[str, Any]] = (),
+        metrics: Iterable[tuple[int, dict[str, Any]]] = (),
         **fields: Any,
     ) -> None:
-        """One job's new events (seq, kind, data_json), metric records and field updates, as one write."""
+        """One job's new events and field updates, as one write.
+
+        events: (seq, kind, data_json) of any kind but progress; metrics:
+        (seq, record) of progress events, each stored once, as its metrics row.
+        """
         unknown = set(fields) - set(JOB_COLUMNS)
         assert not unknown, unknown
         self._ops.put((
             "append",
             job_id,
             [(job_id, seq, kind, data) for seq, kind, data in events],
-            [(job_id, *(r.get(c) for c in METRIC_COLUMNS)) for r in metrics],
+            [(job_id, seq, *(r.get(c) for c in PROGRESS_COLUMNS)) for seq, r in metrics],
             fields,
         ))
 
@@ -302,12 +321,26 @@ class Store:
             return self._reader().execute(sql, wanted).fetchone()[0]
         return self._reader().execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
 
-    def events_after(self, job_id: str, after_seq: int = 0, limit: int = 100_000) -> list[tuple[int, str, str]]:
-        rows = self._reader().execute(
-            "SELECT seq, kind, data FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+    def events_after(
+        self, job_id: str, after_seq: int = 0, limit: int = 1_000_000
+    ) -> list[tuple[int, str, str | None, dict[str, Any] | None]]:
+        """The job's stream after after_seq, in seq order: (seq, kind, data_json, None) for stored events,
+        (seq, "progress", None, data) for progress events rebuilt from their metrics rows."""
+        cursor = self._reader().cursor()
+        cursor.row_factory = None
+        events = cursor.execute(
+            "SELECT seq, kind, data, NULL FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (job_id, after_seq, limit),
         ).fetchall()
-        return [(r[0], r[1], r[2]) for r in rows]
+        rows = cursor.execute(
+            f"SELECT seq, {', '.join(PROGRESS_COLUMNS)} FROM metrics WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (job_id, after_seq, limit),
+        ).fetchall()
+        progress = [
+            (row[0], "progress", None, {"kind": "progress", **dict(zip(PROGRESS_COLUMNS, row[1:], strict=True))})
+            for row in rows
+        ]
+        return list(islice(heapq.merge(events, progress, key=itemgetter(0)), limit))
 
     def metric_index(self, job_id: str, since_step: int | None = None) -> list[tuple[int, int, Any, Any]]:
         """(rowid, step, loss, eval_loss) per record in step order: enough to choose what a chart shows."""

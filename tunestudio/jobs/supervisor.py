@@ -65,14 +65,15 @@ def describe_exit(code: int | None) -> str:
 class Supervisor:
     """Keeper of one worker process.
 
-    `on_event` is called from the pump thread, in seq order; `on_exit` once,
-    from the same thread, after the last event, before `wait()` returns.
+    `on_events` is called from the pump thread with the events of one queue item
+    (a burst from the worker, one or more), in seq order; `on_exit` once, from
+    the same thread, after the last event, before `wait()` returns.
     """
 
     def __init__(
         self,
         config: JobConfig,
-        on_event: Callable[[Event], None],
+        on_events: Callable[[list[Event]], None],
         *,
         on_exit: Callable[[Outcome], None] | None = None,
         target: Callable[..., None] = child.main,
@@ -84,7 +85,7 @@ class Supervisor:
         prewarm: bool = False,
     ) -> None:
         self.config = config
-        self.on_event = on_event
+        self.on_events = on_events
         self.on_exit = on_exit
         self.target = target  # the child's entry point; tests pass scripted fake workers
         self.log_path = log_path
@@ -186,13 +187,17 @@ class Supervisor:
 
     def _handle(self, item: object) -> None:
         """One queue item: one event, or several as newline-separated JSON (see QueueChannel)."""
-        if isinstance(item, str) and "\n" in item:
-            for line in item.split("\n"):
-                self._handle_one(line)
-        else:
-            self._handle_one(item)
+        lines = item.split("\n") if isinstance(item, str) and "\n" in item else (item,)
+        batch = [event for event in map(self._parse, lines) if event is not None]
+        if not batch:
+            return
+        try:
+            self.on_events(batch)
+        except Exception:
+            log.exception("event handler failed on %s", ", ".join(sorted({e.kind for e in batch})))
 
-    def _handle_one(self, item: object) -> None:
+    def _parse(self, item: object) -> Event | None:
+        """The event in one line, or None (counted and logged) for garbage, a repeat or a second end."""
         try:
             if not isinstance(item, (str, bytes)):
                 raise TypeError(f"not text: {type(item).__name__}")
@@ -200,20 +205,17 @@ class Supervisor:
         except (ValidationError, TypeError, ValueError) as exc:
             self.malformed_events += 1
             log.warning("skipping malformed event from worker: %.200s", exc)
-            return
+            return None
         if event.seq <= self._last_seq:
             self.malformed_events += 1
             log.warning("skipping out-of-order event seq %s after %s", event.seq, self._last_seq)
-            return
+            return None
         self._last_seq = event.seq
         if isinstance(event, (Completed, Failed)):
             if self._terminal is not None:
-                return  # one end per job
+                return None  # one end per job
             self._terminal = event
-        try:
-            self.on_event(event)
-        except Exception:
-            log.exception("event handler failed on %s", event.kind)
+        return event
 
     # --- ending ----------------------------------------------------------------
     def _classify(self, code: int | None) -> Outcome:

@@ -10,7 +10,7 @@ from sse_starlette import ServerSentEvent
 
 from tunestudio.api import sse
 from tunestudio.api.deps import ManagerDep, SettingsDep
-from tunestudio.api.schemas import ERRORS, JobCreated, JobOut, JobPage, MetricsOut, StopRequest
+from tunestudio.api.schemas import ERRORS, INT64_MAX, JobCreated, JobOut, JobPage, MetricsOut, StopRequest
 from tunestudio.api.security import confine_paths
 from tunestudio.config import JobConfig
 from tunestudio.jobs.status import JobStatus
@@ -36,7 +36,7 @@ def list_jobs(
     manager: ManagerDep,
     status: Annotated[list[JobStatus] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
 ) -> JobPage:
     """Jobs, newest first."""
     items = [JobOut.of(job, with_artefacts=False) for job in manager.list(status, limit, offset)]
@@ -76,7 +76,7 @@ def job_metrics(
     job_id: str,
     manager: ManagerDep,
     max_points: Annotated[int | None, Query(ge=2, le=100_000)] = None,
-    since_step: Annotated[int | None, Query(ge=0)] = None,
+    since_step: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
 ) -> Response:
     records = manager.metrics(job_id, max_points=max_points, since_step=since_step)
     # Plain records from the store: serialised directly, without a per-record model validation
@@ -91,8 +91,8 @@ async def job_events(
     manager: ManagerDep,
     settings: SettingsDep,
     last_event_id: Annotated[str | None, Header()] = None,
-    after: Annotated[int | None, Query(ge=0, description="Same as Last-Event-ID, for clients that cannot set it.")]
-    = None,
+    after: Annotated[int | None, Query(ge=0, le=INT64_MAX,
+                                       description="Same as Last-Event-ID, for clients that cannot set it.")] = None,
 ):
     """Server-Sent Events: every event after Last-Event-ID, then live ones, until the job ends."""
     manager.get(job_id)  # 404 before the stream starts
