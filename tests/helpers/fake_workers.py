@@ -83,8 +83,12 @@ def instant(public_config: dict, secrets: dict, events: Any, commands: Any, pare
     sys.exit(0)
 
 
-def flood(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
-    """As many progress events as max_steps says, as fast as the real worker channel sends them."""
+def flood(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any,
+          live_steps: int = 0):
+    """As many progress events as max_steps says, as fast as the real worker channel sends them.
+
+    The last `live_steps` of them come one per millisecond instead, as from a (very fast) live job.
+    """
     from tunestudio.events import Completed, Phase, Progress
     from tunestudio.worker.channel import QueueChannel
 
@@ -95,6 +99,13 @@ def flood(public_config: dict, secrets: dict, events: Any, commands: Any, parent
     for step in range(1, total + 1):
         channel.emit(Progress, step=step, total_steps=total, loss=1.0 / step, learning_rate=1e-3, grad_norm=0.5,
                      num_tokens=step * 100, tokens_per_second=1000.0, elapsed_seconds=step * 0.01)
+        if step > total - live_steps:
+            time.sleep(0.001)
     channel.emit(Completed, output_dir=None, stopped=False, saved=True, global_step=total)
     channel.close()
     sys.exit(0)
+
+
+def flood_then_live(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+    """`flood`, its last 3,000 steps one per millisecond: a long history that is still growing."""
+    flood(public_config, secrets, events, commands, parent_pid, log_path, live_steps=3000)

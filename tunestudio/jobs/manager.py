@@ -32,7 +32,7 @@ from typing import Any
 from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Phase, Progress
 from tunestudio.jobs import prewarm
-from tunestudio.jobs.downsample import chart_rows
+from tunestudio.jobs.downsample import ChartView
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound
 from tunestudio.jobs.status import RESUMABLE, RUNNING, IllegalTransition, JobStatus, can_transition, transition
 from tunestudio.jobs.store import DuplicateRequest, Store
@@ -120,6 +120,16 @@ class _Running:
     failed: bool = False  # the worker sent a Failed event
 
 
+@dataclass
+class _View:
+    """A metrics answer as of event `seq`, and the chart it came from (None: not downsampled)."""
+
+    seq: int
+    chart: ChartView | None
+    records: list[dict[str, Any]]
+    by_rowid: dict[int, dict[str, Any]]  # the chart's records by metrics rowid
+
+
 class JobManager:
     def __init__(
         self,
@@ -139,7 +149,8 @@ class JobManager:
         self._running: set[str] = set()
         self._wake = threading.Condition(self._lock)
         self._closing = False
-        self._views: dict[tuple[str, int | None, int | None], tuple[int, list[dict]]] = {}
+        self._views: dict[tuple[str, int | None, int | None], _View] = {}  # least recently used first
+        self._views_lock = threading.Lock()
         self._scheduler: threading.Thread | None = None
 
     # --- lifecycle -------------------------------------------------------------
@@ -297,8 +308,10 @@ class JobManager:
     def metrics(self, job_id: str, max_points: int | None = None, since_step: int | None = None) -> list[dict]:
         """Metric records in step order, newer than since_step, downsampled to max_points.
 
-        Views are cached until the job's next event, so a chart polling a long or
-        finished job costs a dictionary look-up.
+        A downsampled view is kept per (job, max_points, since_step) and brought up
+        to date with the rows added since the last call: a chart polling a live
+        100k-step job pays for the new rows only, and one polling a finished job
+        gets the cached answer.
         """
         with self._lock:
             running = self._jobs.get(job_id)
@@ -306,20 +319,29 @@ class JobManager:
         if seq is None:
             seq = self.get(job_id).last_seq
         key = (job_id, max_points, since_step)
-        cached = self._views.get(key)
-        if cached is not None and cached[0] == seq:
-            return cached[1]
-        self.store.flush()
-        index = self.store.metric_index(job_id, since_step)
-        if not max_points or len(index) <= max_points:
-            view = self.store.metrics(job_id, since_step)
-        else:
-            view = self.store.metric_rows([row[0] for row in chart_rows(index, max_points)])
-        with self._lock:
+        with self._views_lock:
+            cached = self._views.pop(key, None)
+            if cached is not None and cached.seq == seq:
+                self._views[key] = cached  # most recently used last
+                return cached.records
+            self.store.flush()
+            chart = None
+            if not max_points:
+                records = self.store.metrics(job_id, since_step)
+            else:
+                chart = cached.chart if cached is not None and cached.chart is not None else ChartView(max_points)
+                after = (chart.last[1], chart.last[0]) if chart.last is not None else None
+                chart.extend(self.store.metric_index(job_id, since_step, after=after))
+                rowids = [row[0] for row in chart.rows()]
+                known = cached.by_rowid if cached is not None else {}  # most chosen rows were chosen last time
+                by_rowid = {r: known[r] for r in rowids if r in known}
+                missing = [r for r in rowids if r not in by_rowid]
+                by_rowid.update(zip(missing, self.store.metric_rows(missing), strict=True))
+                records = [by_rowid[r] for r in rowids]
             if len(self._views) >= 256:
                 self._views.pop(next(iter(self._views)))
-            self._views[key] = (seq, view)
-        return view
+            self._views[key] = _View(seq, chart, records, by_rowid if chart is not None else {})
+        return records
 
     def subscribe(
         self, job_id: str, after_seq: int = 0, deliver: Callable[[JobEvent], None] | None = None
@@ -354,6 +376,9 @@ class JobManager:
         self.store.delete_job(job_id)
         with self._lock:
             self._jobs.pop(job_id, None)
+        with self._views_lock:
+            for key in [k for k in self._views if k[0] == job_id]:
+                del self._views[key]
 
     # --- scheduling --------------------------------------------------------------
     def _schedule_loop(self) -> None:

@@ -342,13 +342,21 @@ class Store:
         ]
         return list(islice(heapq.merge(events, progress, key=itemgetter(0)), limit))
 
-    def metric_index(self, job_id: str, since_step: int | None = None) -> list[tuple[int, int, Any, Any]]:
-        """(rowid, step, loss, eval_loss) per record in step order: enough to choose what a chart shows."""
+    def metric_index(
+        self, job_id: str, since_step: int | None = None, after: tuple[int, int] | None = None
+    ) -> list[tuple[int, int, Any, Any]]:
+        """(rowid, step, loss, eval_loss) per record in step order: enough to choose what a chart shows.
+
+        after: (step, rowid) of the last row already read; only later rows come back (a job's steps never go down).
+        """
         sql = "SELECT rowid, step, loss, eval_loss FROM metrics WHERE job_id = ?"
         args: list[Any] = [job_id]
         if since_step is not None:
             sql += " AND step > ?"
             args.append(since_step)
+        if after is not None:
+            sql += " AND (step, rowid) > (?, ?)"
+            args.extend(after)
         conn = self._reader()
         cursor = conn.cursor()
         cursor.row_factory = None  # plain tuples: no per-row objects for 100k rows
