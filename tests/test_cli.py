@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -88,3 +89,53 @@ def test_ctrl_c_once_stops_and_saves_then_resume_completes(tiny_model: Path, tmp
                              timeout=240)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "completed" in resumed.stdout
+
+
+def _wait_for_status(db: Path, wanted: str, timeout: float) -> str:
+    """The id of the first job with status `wanted`, read the way any other process would."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as conn:
+                    row = conn.execute("SELECT id FROM jobs WHERE status = ?", (wanted,)).fetchone()
+            except sqlite3.OperationalError:
+                row = None  # the other process is still creating its tables
+            if row:
+                return row[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no job became {wanted} within {timeout}s")
+
+
+def test_jobs_stop_reaches_a_run_in_another_process(tiny_model: Path, tmp_path: Path) -> None:
+    cfg = job_config(tiny_model, tmp_path / "out", max_steps=2000)
+    job = write_job(tmp_path, **cfg.public_dict())
+    with subprocess.Popen([*CLI, "train", str(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=env(tmp_path)) as proc:
+        job_id = _wait_for_status(tmp_path / "home" / "tunestudio.db", "training", 180)
+        stop = subprocess.run([*CLI, "jobs", "stop", job_id], capture_output=True, text=True, env=env(tmp_path),
+                              timeout=180)
+        output, _ = proc.communicate(timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert f"job {job_id}: stopped" in stop.stdout and f"tunestudio jobs resume {job_id}" in stop.stdout
+    assert proc.returncode == 0 and "stopped and saved" in output, output[-3000:]
+    shown = subprocess.run([*CLI, "jobs", "show", job_id], capture_output=True, text=True, env=env(tmp_path),
+                           timeout=60)
+    assert "checkpoint-" in shown.stdout and re.search(r"resumable\s+yes", shown.stdout)
+    again = subprocess.run([*CLI, "jobs", "stop", job_id], capture_output=True, text=True, env=env(tmp_path),
+                           timeout=60)
+    assert again.returncode == 2 and "only a live job can be stopped" in again.stderr
+
+
+def test_jobs_stop_of_a_job_whose_process_died_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "home" / "tunestudio.db"
+    db.parent.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with sqlite3.connect(db) as conn:  # what a killed server leaves behind (the schema comes from the store)
+        subprocess.run([*CLI, "jobs", "list"], env=env(tmp_path), check=True, capture_output=True, timeout=60)
+        conn.execute("INSERT INTO jobs (id, status, config, created_at, owner_pid) "
+                     "VALUES ('j1', 'training', '{}', 1, ?)", (int(dead.stdout),))
+    result = subprocess.run([*CLI, "jobs", "stop", "j1"], capture_output=True, text=True, env=env(tmp_path),
+                            timeout=60)
+    assert result.returncode == 2
+    assert "gone" in result.stderr and "interrupted" in result.stderr

@@ -1,4 +1,4 @@
-"""The command line: `tunestudio train JOB.yaml`, `tunestudio make-tiny-model DIR`.
+"""The command line: `tunestudio train JOB.yaml`, `jobs list|show|stop|resume`, `serve`, `make-tiny-model DIR`.
 
 The CLI is the parent side: it never imports torch or the HF libraries itself;
 training runs in a supervised worker process.
@@ -125,6 +125,41 @@ def jobs_show(job_id: str) -> None:
         out = Path(job.output_dir) if job.output_dir else None
         if out and out.is_dir():
             console.print("[bold]artefacts[/]", ", ".join(sorted(p.name for p in out.iterdir())))
+    finally:
+        manager.store.close()
+
+
+@jobs_app.command("stop")
+def jobs_stop(
+    job_id: str,
+    cancel: Annotated[bool, typer.Option("--cancel", help="Stop without saving a checkpoint.")] = False,
+    wait: Annotated[bool, typer.Option(help="Wait until the job has ended.")] = True,
+) -> None:
+    """Stop a job that a server or another `tunestudio train` runs; it saves a resumable checkpoint."""
+    settings = Settings()
+    manager = JobManager(settings)
+    try:
+        _get_or_exit(manager, job_id)
+        try:
+            job = manager.stop(job_id, save=not cancel)
+        except JobConflict as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
+        console.print(f"{'cancel' if cancel else 'stop'} asked for job {job_id} ({job.status.value})")
+        if not wait:
+            return
+        # The owner hears of it within request_poll_seconds, then the worker has its grace period.
+        grace = settings.stop_grace_seconds if cancel else settings.save_grace_seconds
+        deadline = time.monotonic() + settings.request_poll_seconds + grace + settings.kill_after_seconds + 30
+        while not job.status.is_terminal and time.monotonic() < deadline:
+            time.sleep(0.2)
+            job = manager.get(job_id)
+        if not job.status.is_terminal:
+            err.print(f"[red]job {job_id} is still {job.status.value}[/red]")
+            raise typer.Exit(1)
+        console.print(f"job {job_id}: {job.status.value}: {job.error or job.message}")
+        if job.resumable:
+            console.print(f"resume with: tunestudio jobs resume {job_id}")
     finally:
         manager.store.close()
 

@@ -23,6 +23,9 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="How long a worker that reported its end may take to exit."
     )
     max_concurrent_jobs: int = Field(default=1, ge=1)
+    request_poll_seconds: float = Field(
+        default=0.5, gt=0, description="How often a server or CLI run checks for stop requests from other processes."
+    )
     prewarm: bool = Field(
         default=True, description="Fork workers from a server with the heavy imports done (TUNESTUDIO_PREWARM=0: off)."
     )

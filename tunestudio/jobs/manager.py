@@ -261,6 +261,8 @@ class JobManager:
                 self._queue.remove(job_id)
                 self._finish_without_worker(job_id, S.cancelled, "cancelled before it started")
                 return self.get(job_id)
+            if running is None and job.status.is_live:
+                return self._ask_owner(job_id, save)
             if running is None or running.status.is_terminal:
                 raise JobConflict(f"job {job_id} is {job.status.value}; only a live job can be stopped")
             wanted = S.stopping if save else S.cancelling
@@ -277,6 +279,31 @@ class JobManager:
 
     def cancel(self, job_id: str) -> Job:
         return self.stop(job_id, save=False)
+
+    def _ask_owner(self, job_id: str, save: bool) -> Job:
+        """A live job another process runs (a CLI run, a server): leave it a request in the store.
+
+        The owner's scheduler picks it up within `request_poll_seconds` and stops the job as if asked directly.
+        """
+        row = self.store.get_job(job_id) or {}
+        owner = row.get("owner_pid")
+        if not owner or owner == os.getpid() or not child.pid_alive(owner):
+            raise JobConflict(f"job {job_id} is {row.get('status')}, but the process that ran it (pid {owner}) is "
+                              "gone; it becomes interrupted when tunestudio next starts on this data directory")
+        wanted = "stop" if save else "cancel"
+        if row.get("stop_request") != "cancel":  # a cancel is not downgraded to a stop
+            self.store.update_job(job_id, wait=True, stop_request=wanted)
+        return self.get(job_id)
+
+    def _take_requests(self) -> None:
+        """Stop or cancel the jobs other processes asked this one to (see `_ask_owner`)."""
+        for job_id, wanted in self.store.stop_requests(os.getpid()):
+            self.store.update_job(job_id, wait=True, stop_request=None)
+            with self._lock:
+                ours = job_id in self._jobs
+            if ours:
+                with contextlib.suppress(JobConflict, JobNotFound):
+                    self.stop(job_id, save=wanted != "cancel")
 
     def resume(self, job_id: str, secrets: dict[str, str] | None = None) -> Job:
         """A new job that continues from this one's checkpoint, linked by resumed_from."""
@@ -382,11 +409,19 @@ class JobManager:
 
     # --- scheduling --------------------------------------------------------------
     def _schedule_loop(self) -> None:
-        with self._lock:
-            while not self._closing:
+        while True:
+            with self._lock:
+                if self._closing:
+                    return
                 while self._queue and len(self._running) < self.settings.max_concurrent_jobs:
                     self._start(self._queue.popleft())
-                self._wake.wait()
+                self._wake.wait(self.settings.request_poll_seconds)
+                if self._closing:
+                    return
+            try:
+                self._take_requests()
+            except Exception:  # a locked or closing database must not end the scheduler
+                log.exception("reading stop requests failed")
 
     def _start(self, job_id: str) -> None:
         row = self.store.get_job(job_id)

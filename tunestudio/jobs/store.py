@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     owner_pid     INTEGER,
     worker_pid    INTEGER,
     log_path      TEXT,
-    last_seq      INTEGER NOT NULL DEFAULT 0
+    last_seq      INTEGER NOT NULL DEFAULT 0,
+    stop_request  TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
@@ -78,7 +79,7 @@ CREATE TABLE IF NOT EXISTS events (
 JOB_COLUMNS = (
     "id", "request_id", "status", "phase", "message", "error", "config", "created_at", "started_at",
     "finished_at", "output_dir", "checkpoint", "resumed_from", "final_metrics", "progress", "owner_pid",
-    "worker_pid", "log_path", "last_seq",
+    "worker_pid", "log_path", "last_seq", "stop_request",
 )
 JSON_COLUMNS = ("config", "final_metrics", "progress")
 METRIC_COLUMNS = (
@@ -87,8 +88,12 @@ METRIC_COLUMNS = (
 )
 # A progress event is stored once, as its metrics row: these columns give back its JSON for a replay.
 PROGRESS_COLUMNS = (*METRIC_COLUMNS, "total_steps")
-# Databases made before progress events moved into the metrics table lack these columns.
-_ADDED_METRIC_COLUMNS = (("seq", "INTEGER"), ("total_steps", "INTEGER"))
+# Columns added since the first release: older databases get them (NULL in their old rows) on open.
+_ADDED_COLUMNS = (
+    ("metrics", "seq", "INTEGER"),
+    ("metrics", "total_steps", "INTEGER"),
+    ("jobs", "stop_request", "TEXT"),
+)
 
 
 class DuplicateRequest(Exception):
@@ -120,10 +125,10 @@ class Store:
         self._closed = False
         writer = self._connect()
         writer.executescript(SCHEMA)
-        have = {row[1] for row in writer.execute("PRAGMA table_info(metrics)")}
-        for name, sql_type in _ADDED_METRIC_COLUMNS:
-            if name not in have:  # an older database: its rows keep NULL here, and their events stay in `events`
-                writer.execute(f"ALTER TABLE metrics ADD COLUMN {name} {sql_type}")
+        for table, name, sql_type in _ADDED_COLUMNS:
+            if name not in {row[1] for row in writer.execute(f"PRAGMA table_info({table})")}:
+                # An older database. Its metrics rows keep seq NULL: their progress events stay in `events`.
+                writer.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
         writer.execute("CREATE INDEX IF NOT EXISTS metrics_job_seq ON metrics (job_id, seq)")
         writer.commit()
         self._writer = threading.Thread(target=self._write_loop, args=(writer,), name="store-writer", daemon=True)
@@ -313,6 +318,13 @@ class Store:
             (*args, limit, offset),
         ).fetchall()
         return [_decode(r) for r in rows]
+
+    def stop_requests(self, owner_pid: int) -> list[tuple[str, str]]:
+        """(job id, "stop" or "cancel") asked by other processes for the jobs this process owns."""
+        rows = self._reader().execute(
+            "SELECT id, stop_request FROM jobs WHERE owner_pid = ? AND stop_request IS NOT NULL", (owner_pid,)
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
 
     def count_jobs(self, statuses: Iterable[str] | None = None) -> int:
         wanted = list(statuses or [])
