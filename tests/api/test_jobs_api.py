@@ -274,6 +274,34 @@ def test_server_restart_replays_the_interrupted_jobs_stream(tiny_model: Path, tm
         server.wait(30)
 
 
+def test_resume_after_a_restart_takes_the_secrets_again(tmp_path: Path) -> None:
+    """Secrets are never stored; the resume body gives them to the new job's worker, and only to it."""
+
+    def secrets_seen(client: httpx.Client, job_id: str) -> str:
+        logs = [e.json()["message"] for e in follow(client, job_id) if e.event == "log"]
+        return next(m for m in logs if m.startswith("secrets given:"))
+
+    first = JobManager(settings(tmp_path), worker_target=fake_workers.checkpoints_then_fails)
+    with running_server(settings(tmp_path), first) as url, httpx.Client(base_url=url, timeout=30) as client:
+        job_id = client.post("/api/jobs", json={**body("org/fake", tmp_path), "hf_token": "hf_first"}).json()["id"]
+        assert secrets_seen(client, job_id) == "secrets given: hf_token"
+        assert client.get(f"/api/jobs/{job_id}").json()["status"] == "failed"
+    first.close()
+    again = JobManager(settings(tmp_path), worker_target=fake_workers.checkpoints_then_fails)  # a restarted server
+    with running_server(settings(tmp_path), again) as url, httpx.Client(base_url=url, timeout=30) as client:
+        bad = client.post(f"/api/jobs/{job_id}/resume", json={"hf_tokn": "x"})
+        assert bad.status_code == 422 and "hf_tokn" in bad.text
+        plain = client.post(f"/api/jobs/{job_id}/resume")
+        assert plain.status_code == 201 and secrets_seen(client, plain.json()["id"]) == "secrets given: "
+        given = client.post(f"/api/jobs/{job_id}/resume", json={"hf_token": "hf_second", "wandb_token": "wb_2"})
+        assert given.status_code == 201
+        assert secrets_seen(client, given.json()["id"]) == "secrets given: hf_token,wandb_token"
+        assert given.json()["resumed_from"] == job_id
+    again.close()
+    stored = b"".join(f.read_bytes() for f in (tmp_path / "home").rglob("*") if f.is_file())
+    assert b"hf_first" not in stored and b"hf_second" not in stored and b"wb_2" not in stored
+
+
 @pytest.mark.parametrize("path", ["/docs", "/openapi.json", "/healthz"])
 def test_docs_and_health_are_served(tmp_path: Path, path: str) -> None:
     with running_server(settings(tmp_path)) as url:

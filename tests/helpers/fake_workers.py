@@ -109,3 +109,20 @@ def flood(public_config: dict, secrets: dict, events: Any, commands: Any, parent
 def flood_then_live(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
     """`flood`, its last 3,000 steps one per millisecond: a long history that is still growing."""
     flood(public_config, secrets, events, commands, parent_pid, log_path, live_steps=3000)
+
+
+def checkpoints_then_fails(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int,
+                           log_path: Any):
+    """Writes a checkpoint, says which secrets it was given (names only), then exits with code 1."""
+    from pathlib import Path
+
+    _setup(parent_pid)
+    emit = _Emitter(events)
+    emit("phase", phase="training")
+    checkpoint = Path(public_config["output_dir"]) / "checkpoint-1"
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    emit("log", level="info", message="secrets given: " + ",".join(sorted(secrets)))
+    emit("progress", step=1, total_steps=2, loss=1.0)
+    emit.close()
+    sys.exit(1)

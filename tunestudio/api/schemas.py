@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from tunestudio.jobs.models import Job
 from tunestudio.jobs.status import JobStatus
@@ -74,6 +74,19 @@ class StopRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     save: bool = True
+
+
+class ResumeRequest(BaseModel):
+    """Secrets are never stored: a job resumed after a server restart needs them again if it used them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hf_token: SecretStr | None = None
+    wandb_token: SecretStr | None = None
+
+    def secrets(self) -> dict[str, str]:
+        return {k: v.get_secret_value() for k, v in (("hf_token", self.hf_token), ("wandb_token", self.wandb_token))
+                if v is not None}
 
 
 class MetricsOut(BaseModel):

@@ -10,7 +10,16 @@ from sse_starlette import ServerSentEvent
 
 from tunestudio.api import sse
 from tunestudio.api.deps import ManagerDep, SettingsDep
-from tunestudio.api.schemas import ERRORS, INT64_MAX, JobCreated, JobOut, JobPage, MetricsOut, StopRequest
+from tunestudio.api.schemas import (
+    ERRORS,
+    INT64_MAX,
+    JobCreated,
+    JobOut,
+    JobPage,
+    MetricsOut,
+    ResumeRequest,
+    StopRequest,
+)
 from tunestudio.api.security import confine_paths
 from tunestudio.config import JobConfig
 from tunestudio.jobs.status import JobStatus
@@ -60,9 +69,9 @@ def cancel_job(job_id: str, manager: ManagerDep) -> JobOut:
 
 
 @router.post("/{job_id}/resume", status_code=201, response_model=JobOut)
-def resume_job(job_id: str, manager: ManagerDep) -> JobOut:
-    """A new job continuing from this one's checkpoint."""
-    return JobOut.of(manager.resume(job_id))
+def resume_job(job_id: str, manager: ManagerDep, body: ResumeRequest | None = None) -> JobOut:
+    """A new job continuing from this one's checkpoint; the body may give the secrets again."""
+    return JobOut.of(manager.resume(job_id, secrets=body.secrets() if body else None))
 
 
 @router.delete("/{job_id}", status_code=204)
