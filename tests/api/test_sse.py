@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tunestudio.api import sse
-from tunestudio.api.schemas import INT64_MAX
+from tunestudio.jobs.store import INT64_MAX
 
 
 def test_last_event_id_prefers_the_header_and_stays_in_sqlite_range() -> None:

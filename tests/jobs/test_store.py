@@ -44,6 +44,7 @@ def test_progress_is_stored_once_and_replayed_in_place(tmp_path: Path) -> None:
     assert Progress.model_validate({**data, "seq": seq}).eval_loss == 0.5
     assert [s for s, *_ in store.events_after(job, after_seq=3)] == [4, 5]
     assert [s for s, *_ in store.events_after(job, after_seq=0, limit=2)] == [1, 2]
+    assert [s for s, *_ in store.events_after(job, after_seq=1, upto=4)] == [2, 3, 4]  # a replay's page
     assert [r["step"] for r in store.metrics(job)] == [1, 2, 3]
     assert "total_steps" not in store.metrics(job)[0]  # the metrics view keeps its columns
     assert store.get_job(job)["progress"]["step"] == 2

@@ -10,8 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tunestudio.jobs.models import Job
 from tunestudio.jobs.status import JobStatus
 
-INT64_MAX = 2**63 - 1  # SQLite's largest integer: the bound of every numeric query parameter
-
 
 class Artefact(BaseModel):
     name: str

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from tunestudio.api.schemas import INT64_MAX
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import JobEvent
+from tunestudio.jobs.store import INT64_MAX
 
 
 def last_event_id(header: str | None, query: int | None) -> int:

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -71,7 +71,8 @@ class Subscription:
     def __init__(self, manager: JobManager, job_id: str, deliver: Callable[[JobEvent], None] | None) -> None:
         self._manager = manager
         self.job_id = job_id
-        self.replay: list[JobEvent] = []
+        self.replay: Iterator[JobEvent] = iter(())  # the stored events, read from the store a page at a time
+        self._replaying = True
         self._buffer: deque[JobEvent] = deque()
         self._ready = threading.Condition()
         self._deliver = deliver
@@ -87,8 +88,11 @@ class Subscription:
 
     def get(self, timeout: float | None = None) -> JobEvent | None:
         """The next event (replayed ones first), or None after `timeout` seconds."""
-        if self.replay:
-            return self.replay.pop(0)
+        if self._replaying:
+            event = next(self.replay, None)
+            if event is not None:
+                return event
+            self._replaying = False
         with self._ready:
             if not self._buffer:
                 self._ready.wait(timeout)
@@ -272,7 +276,9 @@ class JobManager:
                 verb = "stopped" if save else "cancelled"
                 raise JobConflict(f"job {job_id} is {running.status.value}; it cannot be {verb}")
             supervisor = running.supervisor
-            self._set_status(job_id, wanted, message="stopping: saving a checkpoint" if save else "cancelling")
+            # Committed before the answer: the caller (an API client) reads the new status back at once.
+            self._set_status(job_id, wanted, message="stopping: saving a checkpoint" if save else "cancelling",
+                             wait=True)
         if supervisor is not None:
             supervisor.stop(save=save)
         return self.get(job_id)
@@ -373,7 +379,7 @@ class JobManager:
     def subscribe(
         self, job_id: str, after_seq: int = 0, deliver: Callable[[JobEvent], None] | None = None
     ) -> Subscription:
-        """Events after `after_seq`: the stored ones in `replay`/`get()`, then live ones, no gaps, no repeats."""
+        """Events after `after_seq`: the stored ones (`replay`, an iterator, or `get()`), then live ones, once each."""
         self.get(job_id)
         sub = Subscription(self, job_id, deliver)
         with self._lock:
@@ -383,11 +389,22 @@ class JobManager:
                 # Holding the job's lock, no new event can be numbered: the store plus the
                 # live feed from here on is exactly the stream, once.
                 self.store.flush()
-                sub.replay = [JobEvent(seq, kind, text, data) for seq, kind, text, data in
-                              self.store.events_after(job_id, after_seq)]
+                stored = running.seq if running is not None else (self.store.get_job(job_id) or {}).get("last_seq")
+                upto = stored or 0
+                sub.replay = self._replay(job_id, after_seq, upto)
                 if running is not None and not running.status.is_terminal:
                     running.subscribers.append(sub)
         return sub
+
+    def _replay(self, job_id: str, after_seq: int, upto: int, page: int = 2000) -> Iterator[JobEvent]:
+        """The stored events in (after_seq, upto], a page at a time: a 100k-event replay is never all in memory."""
+        while after_seq < upto:
+            rows = self.store.events_after(job_id, after_seq, limit=page, upto=upto)
+            if not rows:
+                return
+            for seq, kind, text, data in rows:
+                yield JobEvent(seq, kind, text, data)
+            after_seq = rows[-1][0]
 
     def delete(self, job_id: str, delete_artifacts: bool = False) -> None:
         job = self.get(job_id)

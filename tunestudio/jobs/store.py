@@ -82,6 +82,7 @@ JOB_COLUMNS = (
     "worker_pid", "log_path", "last_seq", "stop_request",
 )
 JSON_COLUMNS = ("config", "final_metrics", "progress")
+INT64_MAX = 2**63 - 1  # SQLite's largest integer
 METRIC_COLUMNS = (
     "step", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss", "num_tokens",
     "tokens_per_second", "elapsed_seconds", "eta_seconds", "ts",
@@ -334,19 +335,21 @@ class Store:
         return self._reader().execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
 
     def events_after(
-        self, job_id: str, after_seq: int = 0, limit: int = 1_000_000
+        self, job_id: str, after_seq: int = 0, limit: int = 1_000_000, upto: int | None = None
     ) -> list[tuple[int, str, str | None, dict[str, Any] | None]]:
-        """The job's stream after after_seq, in seq order: (seq, kind, data_json, None) for stored events,
-        (seq, "progress", None, data) for progress events rebuilt from their metrics rows."""
+        """The job's stream in (after_seq, upto], in seq order, at most `limit` events: (seq, kind, data_json,
+        None) for stored events, (seq, "progress", None, data) for progress events rebuilt from their metrics rows."""
         cursor = self._reader().cursor()
         cursor.row_factory = None
+        bound = (job_id, after_seq, INT64_MAX if upto is None else upto, limit)
         events = cursor.execute(
-            "SELECT seq, kind, data, NULL FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (job_id, after_seq, limit),
+            "SELECT seq, kind, data, NULL FROM events WHERE job_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            bound,
         ).fetchall()
         rows = cursor.execute(
-            f"SELECT seq, {', '.join(PROGRESS_COLUMNS)} FROM metrics WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (job_id, after_seq, limit),
+            f"SELECT seq, {', '.join(PROGRESS_COLUMNS)} FROM metrics "
+            "WHERE job_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            bound,
         ).fetchall()
         progress = [
             (row[0], "progress", None, {"kind": "progress", **dict(zip(PROGRESS_COLUMNS, row[1:], strict=True))})

@@ -12,7 +12,6 @@ from tunestudio.api import sse
 from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.schemas import (
     ERRORS,
-    INT64_MAX,
     JobCreated,
     JobOut,
     JobPage,
@@ -23,6 +22,7 @@ from tunestudio.api.schemas import (
 from tunestudio.api.security import confine_paths
 from tunestudio.config import JobConfig
 from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs.store import INT64_MAX  # query parameters must fit SQLite's integers
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 
