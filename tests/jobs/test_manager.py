@@ -262,6 +262,29 @@ def test_a_replay_gives_back_exactly_the_live_stream(tmp_path: Path) -> None:
     assert [json.loads(e.text) for e in replayed] == [json.loads(e.text) for e in live]
 
 
+def test_a_job_another_manager_runs_is_followed_through_the_store(tmp_path: Path) -> None:
+    """A server beside a `tunestudio train` run: its stream goes on live, from the store, to the final status."""
+    with JobManager(settings(tmp_path, stop_grace_seconds=0.5, kill_after_seconds=0.5),
+                    worker_target=fake_workers.ignores_stop) as runner:
+        job = runner.submit(job_config("org/fake", tmp_path / "out"))
+        wait_for(lambda: (runner.get(job.id).progress or {}).get("step", 0) >= 3, 30, "some progress")
+        watcher = JobManager(settings(tmp_path))  # not started: it runs nothing, it only reads
+        with watcher.subscribe(job.id) as stream:
+            replayed = list(stream.replay)
+            live = [stream.get(timeout=10) for _ in range(5)]
+            assert all(e is not None and e.kind == "progress" for e in live), live
+            runner.cancel(job.id)
+            rest = []
+            while not rest or not rest[-1].is_end:
+                event = stream.get(timeout=15)
+                assert event is not None, "the stream stalled before the final status"
+                rest.append(event)
+        watcher.store.close()
+    seqs = [e.seq for e in [*replayed, *live, *rest]]
+    assert seqs == list(range(1, seqs[-1] + 1))
+    assert rest[-1].data["status"] == "cancelled"
+
+
 def test_queued_jobs_survive_a_restart(tmp_path: Path) -> None:
     cfg = job_config("org/fake", tmp_path / "out")
     first = JobManager(settings(tmp_path), worker_target=fake_workers.instant)  # never started: nothing runs

@@ -77,6 +77,7 @@ class Subscription:
         self._ready = threading.Condition()
         self._deliver = deliver
         self.closed = False
+        self._closed_event = threading.Event()  # wakes a store tail (see JobManager._tail) on close
 
     def _push(self, event: JobEvent) -> None:
         if self._deliver is not None:
@@ -101,6 +102,7 @@ class Subscription:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self._closed_event.set()
             self._manager._unsubscribe(self)
 
     def __enter__(self) -> Subscription:
@@ -394,7 +396,31 @@ class JobManager:
                 sub.replay = self._replay(job_id, after_seq, upto)
                 if running is not None and not running.status.is_terminal:
                     running.subscribers.append(sub)
+                elif running is None and self.get(job_id).status.is_live:
+                    # Another process runs it (a `tunestudio train` beside this server): follow it in the store.
+                    threading.Thread(target=self._tail, args=(sub, upto), name=f"tail-{job_id}", daemon=True).start()
         return sub
+
+    def _tail(self, sub: Subscription, after_seq: int) -> None:
+        """Deliver the events another process stores for the job, until its final status or `sub.close()`."""
+        job_id = sub.job_id
+        while not sub.closed and not self._closing:
+            try:
+                rows = self.store.events_after(job_id, after_seq, limit=2000)
+                for seq, kind, text, data in rows:
+                    event = JobEvent(seq, kind, text, data)
+                    sub._push(event)
+                    after_seq = seq
+                    if event.is_end:
+                        return
+                if not rows:
+                    row = self.store.get_job(job_id)
+                    if row is None or (JobStatus(row["status"]).is_terminal and row["last_seq"] <= after_seq):
+                        return
+                    sub._closed_event.wait(self.settings.request_poll_seconds)
+            except Exception:
+                log.exception("following job %s in the store failed", job_id)
+                return
 
     def _replay(self, job_id: str, after_seq: int, upto: int, page: int = 2000) -> Iterator[JobEvent]:
         """The stored events in (after_seq, upto], a page at a time: a 100k-event replay is never all in memory."""
