@@ -217,6 +217,8 @@ def live_metrics_latency(home: Path, steps: int, timeout: float = 150.0) -> dict
             if view[-1]["step"] > last_step:
                 times.append(elapsed)
             last_step = view[-1]["step"]
+    if not times:
+        raise RuntimeError("no metrics call found new rows: the live part ended before the first call")
     return {"calls": calls, "calls_with_new_rows": len(times), "p50_ms": statistics.median(times),
             "p99_ms": _pct(times, 99), "max_ms": max(times), "last_step_seen": last_step}
 

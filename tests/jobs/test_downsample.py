@@ -64,3 +64,18 @@ def test_chart_view_follows_a_growing_job() -> None:
     assert view.rows() == chart_rows(index, 200)
     assert view.last == index[-1]
     assert len(view.rows()) <= 200 and view.rows()[0] == index[0] and view.rows()[-1] == index[-1]
+
+
+@pytest.mark.parametrize("budget", [2, 3, 4, 5, 10, 1000])
+def test_chart_view_never_exceeds_a_small_budget(budget: int) -> None:
+    index = [(i + 1, i, 1 / (i + 1), None) for i in range(3000)]
+    index += [(5000 + i, i, None, 1 / (i + 2)) for i in range(0, 3000, 10)]
+    index.sort(key=lambda r: (r[1], r[0]))
+    view = ChartView(budget)
+    view.extend(index)
+    rows = view.rows()
+    assert len(rows) <= budget
+    assert any(r[2] is not None for r in rows)  # the training curve is never squeezed out
+    only_evals = ChartView(budget)
+    only_evals.extend([r for r in index if r[2] is None])
+    assert 0 < len(only_evals.rows()) <= budget

@@ -79,9 +79,25 @@ def test_a_database_from_before_progress_moved_to_metrics_still_replays(tmp_path
     assert [(seq, kind) for seq, kind, _, _ in old] == [(1, "status"), (2, "progress"), (3, "status")]
     assert json.loads(old[1][2])["loss"] == 0.9
     assert store.metrics("old")[0]["loss"] == 0.9
+    assert store.get_job("old")["stop_request"] is None and [j["id"] for j in store.list_jobs()] == ["old"]
+    second = Store(path)  # a second opening (another process) finds nothing left to add
+    assert second.get_job("old")["status"] == "completed"
+    second.close()
     # ... and new jobs in the same file use the new layout.
     job = _job(store, "new")
     store.append(job, metrics=[(1, _record(1))])
     store.flush()
     assert [(seq, kind) for seq, kind, _, _ in store.events_after(job)] == [(1, "progress")]
+    store.close()
+
+
+def test_a_stop_request_is_taken_only_as_it_was_read(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db.sqlite")
+    job = _job(store)
+    store.update_job(job, wait=True, owner_pid=4242, stop_request="stop")
+    assert store.stop_requests(4242) == [(job, "stop")] and store.stop_requests(1) == []
+    store.update_job(job, wait=True, stop_request="cancel")  # upgraded by another process after the read
+    assert not store.take_stop_request(job, "stop")
+    assert store.take_stop_request(job, "cancel")
+    assert store.stop_requests(4242) == []
     store.close()

@@ -38,11 +38,14 @@ async def job_events(
     queue: asyncio.Queue[JobEvent] = asyncio.Queue()
     sub = manager.subscribe(job_id, after_seq, deliver=lambda e: loop.call_soon_threadsafe(queue.put_nowait, e))
     try:
+        last = after_seq
         for event in sub.replay:
             yield event
+            last = event.seq
             if event.is_end:
                 return
-        if manager.get(job_id).status.is_terminal and queue.empty():
+        job = manager.get(job_id)
+        if job.status.is_terminal and last >= job.last_seq and queue.empty():
             return  # nothing more will come (e.g. a job that ended before this server started)
         while True:
             try:

@@ -162,8 +162,10 @@ class ChartView:
         evals = self.evals.points()
         train = self.train.points()
         if len(train) + len(evals) > self.max_points:
-            evals = self.evals.points(min(len(evals), max(self.max_points // 4, 2)))
-            train = self.train.points(self.max_points - len(evals))
+            # A quarter of the points for the eval rows (at least two, when there is room for two and a train row).
+            share = max(self.max_points // 4, 2) if self.max_points >= 4 else self.max_points - bool(train)
+            evals = self.evals.points(min(len(evals), share)) if share > 0 else []
+            train = self.train.points(self.max_points - len(evals)) if train else []
         return sorted([*train, *evals], key=lambda r: (r[1], r[0]))
 
 

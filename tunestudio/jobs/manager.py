@@ -278,11 +278,10 @@ class JobManager:
                 verb = "stopped" if save else "cancelled"
                 raise JobConflict(f"job {job_id} is {running.status.value}; it cannot be {verb}")
             supervisor = running.supervisor
-            # Committed before the answer: the caller (an API client) reads the new status back at once.
-            self._set_status(job_id, wanted, message="stopping: saving a checkpoint" if save else "cancelling",
-                             wait=True)
+            self._set_status(job_id, wanted, message="stopping: saving a checkpoint" if save else "cancelling")
         if supervisor is not None:
             supervisor.stop(save=save)
+        self.store.flush()  # committed before the answer: the caller reads the new status back at once
         return self.get(job_id)
 
     def cancel(self, job_id: str) -> Job:
@@ -306,12 +305,16 @@ class JobManager:
     def _take_requests(self) -> None:
         """Stop or cancel the jobs other processes asked this one to (see `_ask_owner`)."""
         for job_id, wanted in self.store.stop_requests(os.getpid()):
-            self.store.update_job(job_id, wait=True, stop_request=None)
+            if not self.store.take_stop_request(job_id, wanted):
+                continue  # changed meanwhile (a stop became a cancel): the next round takes the new one
             with self._lock:
                 ours = job_id in self._jobs
-            if ours:
-                with contextlib.suppress(JobConflict, JobNotFound):
-                    self.stop(job_id, save=wanted != "cancel")
+            if not ours:
+                continue
+            try:
+                self.stop(job_id, save=wanted != "cancel")
+            except (JobConflict, JobNotFound) as exc:
+                log.info("stop request for job %s not applied: %s", job_id, exc)
 
     def resume(self, job_id: str, secrets: dict[str, str] | None = None) -> Job:
         """A new job that continues from this one's checkpoint, linked by resumed_from."""
@@ -370,9 +373,8 @@ class JobManager:
                 rowids = [row[0] for row in chart.rows()]
                 known = cached.by_rowid if cached is not None else {}  # most chosen rows were chosen last time
                 by_rowid = {r: known[r] for r in rowids if r in known}
-                missing = [r for r in rowids if r not in by_rowid]
-                by_rowid.update(zip(missing, self.store.metric_rows(missing), strict=True))
-                records = [by_rowid[r] for r in rowids]
+                by_rowid.update(self.store.metric_rows([r for r in rowids if r not in by_rowid]))
+                records = [by_rowid[r] for r in rowids if r in by_rowid]  # (a row may be deleted meanwhile)
             if len(self._views) >= 256:
                 self._views.pop(next(iter(self._views)))
             self._views[key] = _View(seq, chart, records, by_rowid if chart is not None else {})
@@ -391,14 +393,15 @@ class JobManager:
                 # Holding the job's lock, no new event can be numbered: the store plus the
                 # live feed from here on is exactly the stream, once.
                 self.store.flush()
-                stored = running.seq if running is not None else (self.store.get_job(job_id) or {}).get("last_seq")
-                upto = stored or 0
+                row = self.store.get_job(job_id) or {}  # status and last_seq from one read
+                upto = running.seq if running is not None else row.get("last_seq") or 0
                 sub.replay = self._replay(job_id, after_seq, upto)
                 if running is not None and not running.status.is_terminal:
                     running.subscribers.append(sub)
-                elif running is None and self.get(job_id).status.is_live:
+                elif running is None and row and JobStatus(row["status"]).is_live:
                     # Another process runs it (a `tunestudio train` beside this server): follow it in the store.
-                    threading.Thread(target=self._tail, args=(sub, upto), name=f"tail-{job_id}", daemon=True).start()
+                    start = max(after_seq, upto)
+                    threading.Thread(target=self._tail, args=(sub, start), name=f"tail-{job_id}", daemon=True).start()
         return sub
 
     def _tail(self, sub: Subscription, after_seq: int) -> None:
@@ -417,6 +420,8 @@ class JobManager:
                     row = self.store.get_job(job_id)
                     if row is None or (JobStatus(row["status"]).is_terminal and row["last_seq"] <= after_seq):
                         return
+                    if JobStatus(row["status"]).is_live and not child.pid_alive(row["owner_pid"] or 0):
+                        return  # its process died: nothing more will come (the next start marks it interrupted)
                     sub._closed_event.wait(self.settings.request_poll_seconds)
             except Exception:
                 log.exception("following job %s in the store failed", job_id)
@@ -457,7 +462,14 @@ class JobManager:
                 if self._closing:
                     return
                 while self._queue and len(self._running) < self.settings.max_concurrent_jobs:
-                    self._start(self._queue.popleft())
+                    job_id = self._queue.popleft()
+                    try:
+                        self._start(job_id)
+                    except Exception as exc:  # e.g. a stored config this version refuses: fail that job only
+                        log.exception("starting job %s failed", job_id)
+                        self._running.discard(job_id)
+                        with contextlib.suppress(IllegalTransition, KeyError):
+                            self._finish_without_worker(job_id, S.failed, f"could not start the job: {exc}")
                 self._wake.wait(self.settings.request_poll_seconds)
                 if self._closing:
                     return
@@ -503,15 +515,15 @@ class JobManager:
         with running.lock:
             records: list[dict[str, Any]] = []
             for event in events:
-                if isinstance(event, Progress):
-                    records.append(event.record())
-                    continue
-                if records:  # keep the stream in order: what came before this event is numbered first
-                    self._emit_locked(job_id, running, records=records, progress=records[-1])
-                    records = []
-                try:
+                try:  # one bad event must not cost the rest of the burst
+                    if isinstance(event, Progress):
+                        records.append(event.record())
+                        continue
+                    if records:  # keep the stream in order: what came before this event is numbered first
+                        records, batch = [], records
+                        self._emit_locked(job_id, running, records=batch, progress=batch[-1])
                     self._on_other_event_locked(job_id, running, event)
-                except Exception:  # one bad event must not cost the rest of the burst
+                except Exception:
                     log.exception("job %s: handling a %s event failed", job_id, event.kind)
             if records:
                 self._emit_locked(job_id, running, records=records, progress=records[-1])

@@ -129,7 +129,11 @@ class Store:
         for table, name, sql_type in _ADDED_COLUMNS:
             if name not in {row[1] for row in writer.execute(f"PRAGMA table_info({table})")}:
                 # An older database. Its metrics rows keep seq NULL: their progress events stay in `events`.
-                writer.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
+                try:
+                    writer.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
+                except sqlite3.OperationalError as exc:  # another process (a server, a CLI) added it first
+                    if "duplicate column" not in str(exc):
+                        raise
         writer.execute("CREATE INDEX IF NOT EXISTS metrics_job_seq ON metrics (job_id, seq)")
         writer.commit()
         self._writer = threading.Thread(target=self._write_loop, args=(writer,), name="store-writer", daemon=True)
@@ -190,6 +194,11 @@ class Store:
                             )
                         except sqlite3.IntegrityError as exc:
                             results.append((op[2], exc))
+                    elif kind == "clear_request":  # only if it is still what the reader saw
+                        _, job_id, wanted, box = op
+                        cur = conn.execute("UPDATE jobs SET stop_request = NULL WHERE id = ? AND stop_request = ?",
+                                           (job_id, wanted))
+                        box["taken"] = cur.rowcount == 1
                     elif kind == "delete":
                         for table, column in (("events", "job_id"), ("metrics", "job_id"), ("jobs", "id")):
                             conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op[1],))
@@ -292,6 +301,13 @@ class Store:
             fields,
         ))
 
+    def take_stop_request(self, job_id: str, wanted: str) -> bool:
+        """Clear a job's stop request if it is still `wanted`; False if another process changed it meanwhile."""
+        box: dict[str, Any] = {}
+        self._ops.put(("clear_request", job_id, wanted, box))
+        self.flush()
+        return bool(box.get("taken"))
+
     def delete_job(self, job_id: str) -> None:
         self._ops.put(("delete", job_id))
         self.flush()
@@ -339,18 +355,26 @@ class Store:
     ) -> list[tuple[int, str, str | None, dict[str, Any] | None]]:
         """The job's stream in (after_seq, upto], in seq order, at most `limit` events: (seq, kind, data_json,
         None) for stored events, (seq, "progress", None, data) for progress events rebuilt from their metrics rows."""
-        cursor = self._reader().cursor()
+        conn = self._reader()
+        cursor = conn.cursor()
         cursor.row_factory = None
         bound = (job_id, after_seq, INT64_MAX if upto is None else upto, limit)
-        events = cursor.execute(
-            "SELECT seq, kind, data, NULL FROM events WHERE job_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
-            bound,
-        ).fetchall()
-        rows = cursor.execute(
-            f"SELECT seq, {', '.join(PROGRESS_COLUMNS)} FROM metrics "
-            "WHERE job_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
-            bound,
-        ).fetchall()
+        # One read transaction, so both tables are read at the same snapshot: another process committing
+        # between the two queries could otherwise leave a hole in the merged stream.
+        conn.execute("BEGIN")
+        try:
+            events = cursor.execute(
+                "SELECT seq, kind, data, NULL FROM events WHERE job_id = ? AND seq > ? AND seq <= ? "
+                "ORDER BY seq LIMIT ?",
+                bound,
+            ).fetchall()
+            rows = cursor.execute(
+                f"SELECT seq, {', '.join(PROGRESS_COLUMNS)} FROM metrics "
+                "WHERE job_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+                bound,
+            ).fetchall()
+        finally:
+            conn.rollback()  # nothing was written: this only ends the snapshot
         progress = [
             (row[0], "progress", None, {"kind": "progress", **dict(zip(PROGRESS_COLUMNS, row[1:], strict=True))})
             for row in rows
@@ -377,8 +401,8 @@ class Store:
         cursor.row_factory = None  # plain tuples: no per-row objects for 100k rows
         return cursor.execute(sql + " ORDER BY step, rowid", args).fetchall()
 
-    def metric_rows(self, rowids: list[int]) -> list[dict[str, Any]]:
-        """The full records of the given rows, in the given order."""
+    def metric_rows(self, rowids: list[int]) -> dict[int, dict[str, Any]]:
+        """The full records of the given rows, by rowid (a row deleted meanwhile is missing)."""
         out: dict[int, dict[str, Any]] = {}
         conn = self._reader()
         for start in range(0, len(rowids), 900):  # SQLite's bound-parameter limit
@@ -391,7 +415,7 @@ class Store:
             for row in rows:
                 record = dict(row)
                 out[record.pop("rid")] = record
-        return [out[r] for r in rowids if r in out]
+        return out
 
     def metrics(self, job_id: str, since_step: int | None = None) -> list[dict[str, Any]]:
         sql = f"SELECT {', '.join(METRIC_COLUMNS)} FROM metrics WHERE job_id = ?"
