@@ -126,13 +126,16 @@ class Store:
         self._closed = False
         writer = self._connect()
         writer.executescript(SCHEMA)
+        def columns(table: str) -> set[str]:
+            return {row[1] for row in writer.execute(f"PRAGMA table_info({table})")}
+
         for table, name, sql_type in _ADDED_COLUMNS:
-            if name not in {row[1] for row in writer.execute(f"PRAGMA table_info({table})")}:
+            if name not in columns(table):
                 # An older database. Its metrics rows keep seq NULL: their progress events stay in `events`.
                 try:
                     writer.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
-                except sqlite3.OperationalError as exc:  # another process (a server, a CLI) added it first
-                    if "duplicate column" not in str(exc):
+                except sqlite3.OperationalError:
+                    if name not in columns(table):  # not another process (a server, a CLI) adding it first
                         raise
         writer.execute("CREATE INDEX IF NOT EXISTS metrics_job_seq ON metrics (job_id, seq)")
         writer.commit()
