@@ -285,6 +285,22 @@ def test_a_job_another_manager_runs_is_followed_through_the_store(tmp_path: Path
     assert rest[-1].data["status"] == "cancelled"
 
 
+def test_metric_views_stay_within_their_memory_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunestudio.jobs import manager as manager_module
+
+    monkeypatch.setattr(manager_module, "VIEW_RECORDS", 12)
+    with JobManager(settings(tmp_path), worker_target=fake_workers.flood) as manager:
+        job = manager.submit(job_config("org/fake", tmp_path / "out", max_steps=30))
+        wait_end(manager, job.id, timeout=60)
+        for points in range(2, 9):
+            view = manager.metrics(job.id, max_points=points)
+            assert len(view) <= points and view[0]["step"] == 1 and view[-1]["step"] == 30
+        held = sum(len(v.records) for v in manager._views.values())
+        assert held <= 12 and len(manager._views) < 7
+        assert len(manager.metrics(job.id)) == 30  # bigger than the bound: kept alone, as the newest
+        assert list(manager._views) == [(job.id, None, None)]
+
+
 def test_queued_jobs_survive_a_restart(tmp_path: Path) -> None:
     cfg = job_config("org/fake", tmp_path / "out")
     first = JobManager(settings(tmp_path), worker_target=fake_workers.instant)  # never started: nothing runs

@@ -43,6 +43,7 @@ from tunestudio.worker import child
 log = logging.getLogger(__name__)
 S = JobStatus
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+VIEW_RECORDS = 50_000  # metric records the cached chart views may hold together (~50 MB)
 
 
 def new_job_id() -> str:
@@ -375,9 +376,10 @@ class JobManager:
                 by_rowid = {r: known[r] for r in rowids if r in known}
                 by_rowid.update(self.store.metric_rows([r for r in rowids if r not in by_rowid]))
                 records = [by_rowid[r] for r in rowids if r in by_rowid]  # (a row may be deleted meanwhile)
-            if len(self._views) >= 256:
-                self._views.pop(next(iter(self._views)))
             self._views[key] = _View(seq, chart, records, by_rowid if chart is not None else {})
+            # Bounded by the records held (~1 KB each), least recently used out first; the newest always stays.
+            while len(self._views) > 1 and sum(len(v.records) for v in self._views.values()) > VIEW_RECORDS:
+                self._views.pop(next(iter(self._views)))
         return records
 
     def subscribe(
