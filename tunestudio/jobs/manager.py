@@ -301,7 +301,13 @@ class JobManager:
         wanted = "stop" if save else "cancel"
         if row.get("stop_request") != "cancel":  # a cancel is not downgraded to a stop
             self.store.update_job(job_id, wait=True, stop_request=wanted)
-        return self.get(job_id)
+        # Answer with the status the owner moves the job to (stopping, cancelling), as a local stop does.
+        deadline = time.monotonic() + 2 * self.settings.request_poll_seconds + 1.0
+        job = self.get(job_id)
+        while job.status.value == row["status"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+            job = self.get(job_id)
+        return job
 
     def _take_requests(self) -> None:
         """Stop or cancel the jobs other processes asked this one to (see `_ask_owner`)."""
