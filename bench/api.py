@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from timing import percentile, time_calls  # bench/timing.py, beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -47,16 +49,10 @@ TARGET_GET_P99_MS = 20
 GO_FILE = "go"  # the paced worker starts its progress events once this file is in output_dir
 
 
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
-
-
 def _summary(ms: list[float]) -> dict[str, float]:
     if not ms:
         return {"n": 0}
-    return {"n": len(ms), "p50_ms": statistics.median(ms), "p99_ms": _pct(ms, 99), "max_ms": max(ms),
+    return {"n": len(ms), "p50_ms": statistics.median(ms), "p99_ms": percentile(ms, 99), "max_ms": max(ms),
             "mean_ms": statistics.fmean(ms)}
 
 
@@ -208,14 +204,7 @@ def sse_latency(base: str, manager: Any, home: Path, clients: int, n_events: int
 
 # --- GET latencies -----------------------------------------------------------------------------
 def timed(fn: Any, calls: int = CALLS, max_seconds: float = MAX_LATENCY_S) -> dict[str, float]:
-    fn()  # warm up
-    ms: list[float] = []
-    start = time.monotonic()
-    while len(ms) < calls and time.monotonic() - start < max_seconds:
-        t0 = time.perf_counter()
-        fn()
-        ms.append((time.perf_counter() - t0) * 1000)
-    return _summary(ms)
+    return _summary(time_calls(fn, calls, max_seconds))
 
 
 def get_latency(base: str, manager: Any, home: Path, steps: int) -> dict[str, Any]:

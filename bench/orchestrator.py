@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from timing import percentile, time_calls  # bench/timing.py, beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -56,13 +58,6 @@ TARGET_METRICS_P99_MS = 20
 MIB = 1024 * 1024
 CALLS = 200  # latency samples per figure ...
 MAX_LATENCY_S = 20.0  # ... unless this many seconds pass first (a ~1 s call gets ~20)
-
-
-def _pct(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (p in 0..100)."""
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
 
 
 def _wait_final(manager: Any, job_id: str, timeout: float) -> Any:
@@ -160,17 +155,11 @@ def manager_rate(home: Path, steps: int, timeout: float = 150.0) -> tuple[dict[s
 # --- 3. metrics latency --------------------------------------------------------------
 def latency(fn: Any, calls: int, max_seconds: float) -> dict[str, float]:
     """Call fn `calls` times, or fewer if max_seconds pass first (the figures say how many ran)."""
-    fn()  # warm the reader connection and the page cache
-    times: list[float] = []
-    start = time.monotonic()
-    while len(times) < calls and time.monotonic() - start < max_seconds:
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000)
+    times = time_calls(fn, calls, max_seconds)  # after a warm-up call: the reader connection, the page cache
     return {
         "calls": len(times),
         "p50_ms": statistics.median(times),
-        "p99_ms": _pct(times, 99),
+        "p99_ms": percentile(times, 99),
         "max_ms": max(times),
         "mean_ms": statistics.fmean(times),
     }
@@ -220,7 +209,7 @@ def live_metrics_latency(home: Path, steps: int, timeout: float = 150.0) -> dict
     if not times:
         raise RuntimeError("no metrics call found new rows: the live part ended before the first call")
     return {"calls": calls, "calls_with_new_rows": len(times), "p50_ms": statistics.median(times),
-            "p99_ms": _pct(times, 99), "max_ms": max(times), "last_step_seen": last_step}
+            "p99_ms": percentile(times, 99), "max_ms": max(times), "last_step_seen": last_step}
 
 
 # --- 2. parent RSS during a real job -------------------------------------------------------
