@@ -5,13 +5,15 @@ import random
 
 import pytest
 
-from tunestudio.jobs.downsample import ChartView, MinMaxStream, chart_rows, min_max
+from tunestudio.jobs.downsample import ChartView, MinMaxStream
 
 
 def test_min_max_keeps_ends_and_extremes() -> None:
     records = [{"step": i, "loss": math.sin(i / 50) + (5.0 if i == 54_321 else 0.0)} for i in range(100_000)]
     records[77_777]["loss"] = -9.0
-    view = min_max(records, 1000, lambda r: r["loss"])
+    stream = MinMaxStream(1000, lambda r: r["loss"])
+    stream.extend(records)
+    view = stream.points()
     assert len(view) <= 1000
     assert view[0] is records[0] and view[-1] is records[-1]
     steps = [r["step"] for r in view]
@@ -19,14 +21,20 @@ def test_min_max_keeps_ends_and_extremes() -> None:
     assert 54_321 in steps and 77_777 in steps  # the spike and the dip survive
 
 
+def chart(index: list, max_points: int) -> list:
+    view = ChartView(max_points)
+    view.extend(index)
+    return view.rows()
+
+
 def test_chart_rows_keep_eval_points_and_respect_the_budget() -> None:
     index = [(i, i, 1 / (i + 1), None) for i in range(10_000)]
     index += [(10_000 + i, i, None, 2 / (i + 1)) for i in range(0, 10_000, 1000)]
-    view = chart_rows(index, 200)
+    view = chart(index, 200)
     assert len(view) <= 200
     assert sum(r[3] is not None for r in view) == 10
     assert [r[1] for r in view] == sorted(r[1] for r in view)
-    assert chart_rows(index[:50], 200) == index[:50]
+    assert chart(index[:50], 200) == index[:50]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -61,7 +69,7 @@ def test_chart_view_follows_a_growing_job() -> None:
     index = [(i + 1, i, 1 / (i + 1), None) for i in range(5000)]
     for start in range(0, 5000, 700):
         view.extend(index[start : start + 700])
-    assert view.rows() == chart_rows(index, 200)
+    assert view.rows() == chart(index, 200)  # fed in pieces or at once, the same chart
     assert view.last == index[-1]
     assert len(view.rows()) <= 200 and view.rows()[0] == index[0] and view.rows()[-1] == index[-1]
 

@@ -15,7 +15,7 @@ on light tuples; only the chosen records are read in full.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -115,21 +115,13 @@ class MinMaxStream(Generic[T]):
         if self.count > budget:
             while len(buckets) > 1 and _kept(buckets) + 2 > budget:
                 buckets = _halve(buckets)
+        if budget == 1 or self.count == 1:
+            return [self._first[1]]
         inner = dict(entry for b in buckets for entry in b.kept())
         inner.pop(self._first[0], None)
         inner.pop(self._last[0], None)
-        ends = [self._first[1]] if self.count == 1 else [self._first[1], self._last[1]]
-        kept = [inner[pos] for pos in sorted(inner)][: max(budget - len(ends), 0)]
-        return [*ends[:1], *kept, *ends[1:]][:budget] if budget > 1 else ends[:1]
-
-
-def min_max(items: Sequence[T], max_points: int, value: Callable[[T], Any]) -> list[T]:
-    """At most `max_points` items (the first and last always), in their original order."""
-    if max_points <= 0 or len(items) <= max_points:
-        return list(items)
-    stream: MinMaxStream[T] = MinMaxStream(max_points, value)
-    stream.extend(items)
-    return stream.points()
+        kept = [inner[pos] for pos in sorted(inner)][: budget - 2]
+        return [self._first[1], *kept, self._last[1]]
 
 
 # An index row: (rowid, step, loss, eval_loss), as Store.metric_index gives it.
@@ -167,12 +159,3 @@ class ChartView:
             evals = self.evals.points(min(len(evals), share)) if share > 0 else []
             train = self.train.points(self.max_points - len(evals)) if train else []
         return sorted([*train, *evals], key=lambda r: (r[1], r[0]))
-
-
-def chart_rows(index: Sequence[Index], max_points: int | None) -> list[Index]:
-    """`ChartView` over a whole index at once."""
-    if not max_points or len(index) <= max_points:
-        return list(index)
-    view = ChartView(max_points)
-    view.extend(index)
-    return view.rows()

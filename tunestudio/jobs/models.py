@@ -60,10 +60,6 @@ class JobEvent:
         self._text = text
         self._data = data
 
-    @classmethod
-    def of(cls, seq: int, kind: str, data: dict[str, Any]) -> JobEvent:
-        return cls(seq, kind, data=data)
-
     @property
     def text(self) -> str:
         if self._text is None:
