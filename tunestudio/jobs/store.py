@@ -109,6 +109,10 @@ def _encode(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: json.dumps(v) if k in JSON_COLUMNS and v is not None else v for k, v in fields.items()}
 
 
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
 def _decode(row: sqlite3.Row) -> dict[str, Any]:
     out = dict(row)
     for key in JSON_COLUMNS:
@@ -126,16 +130,13 @@ class Store:
         self._closed = False
         writer = self._connect()
         writer.executescript(SCHEMA)
-        def columns(table: str) -> set[str]:
-            return {row[1] for row in writer.execute(f"PRAGMA table_info({table})")}
-
         for table, name, sql_type in _ADDED_COLUMNS:
-            if name not in columns(table):
+            if name not in _columns(writer, table):
                 # An older database. Its metrics rows keep seq NULL: their progress events stay in `events`.
                 try:
                     writer.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
                 except sqlite3.OperationalError:
-                    if name not in columns(table):  # not another process (a server, a CLI) adding it first
+                    if name not in _columns(writer, table):  # not another process (a server, a CLI) adding it first
                         raise
         writer.execute("CREATE INDEX IF NOT EXISTS metrics_job_seq ON metrics (job_id, seq)")
         writer.commit()
