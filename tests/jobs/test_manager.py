@@ -301,6 +301,24 @@ def test_metric_views_stay_within_their_memory_bound(tmp_path: Path, monkeypatch
         assert list(manager._views) == [(job.id, None, None)]
 
 
+def test_two_processes_on_one_data_directory_share_its_slots(tmp_path: Path) -> None:
+    """A server and a CLI run beside it never run more jobs together than max_concurrent_jobs (one GPU, one job)."""
+    quick = settings(tmp_path, stop_grace_seconds=0.5, kill_after_seconds=0.5)
+    with JobManager(quick, worker_target=fake_workers.ignores_stop) as server:
+        busy = server.submit(job_config("org/fake", tmp_path / "busy"))
+        wait_for(lambda: server.get(busy.id).status is S.training, 30, "the first job to train")
+        with JobManager(settings(tmp_path), worker_target=fake_workers.instant) as cli:
+            waiting = cli.submit(job_config("org/fake", tmp_path / "waiting"))
+            wait_for(lambda: cli.get(waiting.id).message.startswith("waiting: another process"), 10,
+                     "the second job to say why it waits")
+            assert cli.get(waiting.id).status is S.queued and cli.get(waiting.id).started_at is None
+            server.cancel(busy.id)
+            assert wait_end(cli, waiting.id, timeout=30).status is S.completed
+            assert cli.get(waiting.id).started_at >= server.get(busy.id).finished_at
+            logs = [e.data["message"] for e in cli.subscribe(waiting.id).replay if e.kind == "log"]
+            assert len([m for m in logs if m.startswith("waiting:")]) == 1
+
+
 def test_queued_jobs_survive_a_restart(tmp_path: Path) -> None:
     cfg = job_config("org/fake", tmp_path / "out")
     first = JobManager(settings(tmp_path), worker_target=fake_workers.instant)  # never started: nothing runs

@@ -3,7 +3,10 @@
 Routes and the CLI call this and nothing deeper. The manager owns the queue
 (FIFO, `max_concurrent_jobs` slots), one supervisor per running job, the
 fan-out of events to subscribers, and the recovery of jobs a dead process left
-behind. Every status change goes through `status.transition`.
+behind. Every status change goes through `status.transition`. Slots are
+shared with every other process on the same data directory (`slots.py`): a
+server and a `tunestudio train` beside it run at most `max_concurrent_jobs`
+jobs together.
 
 Threads: callers (any thread), one scheduler thread that starts workers (it
 lives as long as the manager, because a worker's PR_SET_PDEATHSIG fires when
@@ -34,6 +37,7 @@ from tunestudio.events import Completed, Event, Failed, Phase, Progress
 from tunestudio.jobs import prewarm
 from tunestudio.jobs.downsample import ChartView
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound
+from tunestudio.jobs.slots import Slots
 from tunestudio.jobs.status import RESUMABLE, RUNNING, IllegalTransition, JobStatus, can_transition, transition
 from tunestudio.jobs.store import DuplicateRequest, Store
 from tunestudio.jobs.supervisor import Outcome, Supervisor
@@ -125,6 +129,8 @@ class _Running:
     secrets: dict[str, str] = field(default_factory=dict)
     completed: Completed | None = None
     failed: bool = False  # the worker sent a Failed event
+    slot: int | None = None  # the job slot (see slots.py) its worker holds
+    waiting_noted: bool = False  # told its stream it waits for another process's slot
 
 
 @dataclass
@@ -148,6 +154,7 @@ class JobManager:
         self.settings = settings or Settings()
         self.data_dir = self.settings.data_dir()
         self.store = Store(self.data_dir / "tunestudio.db")
+        self._slots = Slots(self.data_dir / "slots")
         self.worker_target = worker_target
         self.adopt_queued = adopt_queued
         self._lock = threading.RLock()
@@ -470,14 +477,21 @@ class JobManager:
                 if self._closing:
                     return
                 while self._queue and len(self._running) < self.settings.max_concurrent_jobs:
+                    slot = self._slots.acquire(self.settings.max_concurrent_jobs)
+                    if slot is None:  # another process on this data directory holds every slot: retry later
+                        self._note_waiting(self._queue[0])
+                        break
                     job_id = self._queue.popleft()
+                    started = False
                     try:
-                        self._start(job_id)
+                        started = self._start(job_id, slot)
                     except Exception as exc:  # e.g. a stored config this version refuses: fail that job only
                         log.exception("starting job %s failed", job_id)
                         self._running.discard(job_id)
                         with contextlib.suppress(IllegalTransition, KeyError):
                             self._finish_without_worker(job_id, S.failed, f"could not start the job: {exc}")
+                    if not started:
+                        self._slots.release(slot)
                 self._wake.wait(self.settings.request_poll_seconds)
                 if self._closing:
                     return
@@ -486,11 +500,22 @@ class JobManager:
             except Exception:  # a locked or closing database must not end the scheduler
                 log.exception("reading stop requests failed")
 
-    def _start(self, job_id: str) -> None:
+    def _note_waiting(self, job_id: str) -> None:
+        """Say once in a queued job's stream why it has not started although this process has a free slot."""
+        running = self._jobs.get(job_id)
+        if running is None or running.waiting_noted:
+            return
+        running.waiting_noted = True
+        message = "waiting: another process on this data directory runs as many jobs as max_concurrent_jobs allows"
+        self.store.update_job(job_id, message=message)
+        self._emit(job_id, "log", {"kind": "log", "level": "info", "message": message, "ts": time.time()})
+
+    def _start(self, job_id: str, slot: int) -> bool:
+        """Start a queued job's worker in the given slot; False if it was not started (the slot is free again)."""
         row = self.store.get_job(job_id)
         running = self._jobs[job_id]
         if row is None or JobStatus(row["status"]) is not S.queued:
-            return
+            return False
         config = JobConfig.from_parts(row["config"], running.secrets)
         Path(row["log_path"]).parent.mkdir(parents=True, exist_ok=True)
         supervisor = Supervisor(
@@ -513,8 +538,10 @@ class JobManager:
         except Exception as exc:
             self._running.discard(job_id)
             self._finish_without_worker(job_id, S.failed, f"could not start the worker: {exc}")
-            return
+            return False
+        running.slot = slot
         self.store.update_job(job_id, worker_pid=supervisor.pid)
+        return True
 
     # --- events from the pump -----------------------------------------------------
     def _on_events(self, job_id: str, events: list[Event]) -> None:
@@ -580,6 +607,9 @@ class JobManager:
         with self._lock:
             self._running.discard(job_id)
             running.supervisor = None
+            if running.slot is not None:
+                self._slots.release(running.slot)
+                running.slot = None
             self._wake.notify_all()
 
     # --- status and the event stream ------------------------------------------------
