@@ -156,6 +156,8 @@ def manager_rate(home: Path, steps: int, timeout: float = 150.0) -> tuple[dict[s
 def latency(fn: Any, calls: int, max_seconds: float) -> dict[str, float]:
     """Call fn `calls` times, or fewer if max_seconds pass first (the figures say how many ran)."""
     times = time_calls(fn, calls, max_seconds)  # after a warm-up call: the reader connection, the page cache
+    if not times:
+        raise RuntimeError(f"no timed call fitted in {max_seconds} s after the warm-up")
     return {
         "calls": len(times),
         "p50_ms": statistics.median(times),

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 
 def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (p in 0..100)."""
+    """Nearest-rank percentile (p in 0..100): the smallest value with at least p % of the values at or below it."""
+    if not values:
+        raise ValueError("no values")
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(p / 100 * len(ordered))))
     return ordered[rank - 1]
 
 

@@ -1,4 +1,7 @@
-"""A manager in its own process, for tests that kill it: `python -m tests.helpers.manager_proc HOME CONFIG.json`.
+"""A manager in its own process: `python -m tests.helpers.manager_proc HOME CONFIG.json [FAKE_WORKER]`.
+
+For tests that kill it, or that need a second process on one data directory.
+FAKE_WORKER names a function in tests/helpers/fake_workers.py to run instead of the real worker.
 
 Prints one JSON line per job event (plus {"worker_pid": N} once the worker
 runs), so the test can wait for a moment and then SIGKILL this process.
@@ -15,8 +18,13 @@ from tunestudio.jobs.manager import JobManager
 from tunestudio.settings import Settings
 
 
-def main(home: str, config_file: str) -> None:
-    manager = JobManager(Settings(home=Path(home))).start()
+def main(home: str, config_file: str, fake_worker: str | None = None) -> None:
+    if fake_worker:
+        from tests.helpers import fake_workers
+
+        manager = JobManager(Settings(home=Path(home)), worker_target=getattr(fake_workers, fake_worker)).start()
+    else:
+        manager = JobManager(Settings(home=Path(home))).start()
     job = manager.submit(JobConfig.model_validate(json.loads(Path(config_file).read_text())))
     print(json.dumps({"job_id": job.id}), flush=True)
     announced = False
@@ -36,4 +44,4 @@ def main(home: str, config_file: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])

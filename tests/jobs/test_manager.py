@@ -303,20 +303,48 @@ def test_metric_views_stay_within_their_memory_bound(tmp_path: Path, monkeypatch
 
 def test_two_processes_on_one_data_directory_share_its_slots(tmp_path: Path) -> None:
     """A server and a CLI run beside it never run more jobs together than max_concurrent_jobs (one GPU, one job)."""
-    quick = settings(tmp_path, stop_grace_seconds=0.5, kill_after_seconds=0.5)
-    with JobManager(quick, worker_target=fake_workers.ignores_stop) as server:
-        busy = server.submit(job_config("org/fake", tmp_path / "busy"))
-        wait_for(lambda: server.get(busy.id).status is S.training, 30, "the first job to train")
-        with JobManager(settings(tmp_path), worker_target=fake_workers.instant) as cli:
-            waiting = cli.submit(job_config("org/fake", tmp_path / "waiting"))
-            wait_for(lambda: cli.get(waiting.id).message.startswith("waiting: another process"), 10,
-                     "the second job to say why it waits")
-            assert cli.get(waiting.id).status is S.queued and cli.get(waiting.id).started_at is None
-            server.cancel(busy.id)
-            assert wait_end(cli, waiting.id, timeout=30).status is S.completed
-            assert cli.get(waiting.id).started_at >= server.get(busy.id).finished_at
-            logs = [e.data["message"] for e in cli.subscribe(waiting.id).replay if e.kind == "log"]
-            assert len([m for m in logs if m.startswith("waiting:")]) == 1
+    config_file = tmp_path / "busy.json"
+    config_file.write_text(json.dumps(job_config("org/fake", tmp_path / "busy").public_dict()))
+    env = {**os.environ, "TUNESTUDIO_STOP_GRACE_SECONDS": "0.5", "TUNESTUDIO_KILL_AFTER_SECONDS": "0.5"}
+    with subprocess.Popen([sys.executable, "-m", "tests.helpers.manager_proc", str(tmp_path / "home"),
+                           str(config_file), "ignores_stop"], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                          env=env) as other:
+        try:
+            assert other.stdout is not None
+            busy = json.loads(other.stdout.readline())["job_id"]
+            for line in other.stdout:  # the other process's job holds the one slot
+                if json.loads(line).get("status") == "training":
+                    break
+            with JobManager(settings(tmp_path), worker_target=fake_workers.instant) as manager:
+                waiting = manager.submit(job_config("org/fake", tmp_path / "waiting"))
+                wait_for(lambda: manager.get(waiting.id).message.startswith("waiting: another process"), 10,
+                         "the second job to say why it waits")
+                assert manager.get(waiting.id).status is S.queued and manager.get(waiting.id).started_at is None
+                assert manager.cancel(busy).status is S.cancelling  # taken by the other process, which owns it
+                assert wait_end(manager, waiting.id, timeout=30).status is S.completed
+                assert manager.get(busy).status is S.cancelled
+                assert manager.get(waiting.id).started_at >= manager.get(busy).finished_at
+                logs = [e.data["message"] for e in manager.subscribe(waiting.id).replay if e.kind == "log"]
+                assert len([m for m in logs if m.startswith("waiting:")]) == 1
+            other.wait(30)
+        finally:
+            other.kill()
+
+
+def test_a_job_queued_earlier_by_another_process_goes_first(tmp_path: Path) -> None:
+    """First come, first served across processes: a free slot is left to the oldest queued job on the directory."""
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) as other:  # a live owner
+        try:
+            with JobManager(settings(tmp_path), worker_target=fake_workers.instant) as manager:
+                manager.store.insert_job({"id": "elsewhere", "status": "queued", "config": {}, "created_at": 1.0,
+                                          "owner_pid": other.pid})
+                mine = manager.submit(job_config("org/fake", tmp_path / "out"))
+                wait_for(lambda: manager.get(mine.id).message.startswith("waiting:"), 10, "the job to defer")
+                assert manager.get(mine.id).status is S.queued
+                manager.store.update_job("elsewhere", wait=True, status="cancelled")  # the other one is gone
+                assert wait_end(manager, mine.id, timeout=30).status is S.completed
+        finally:
+            other.kill()
 
 
 def test_queued_jobs_survive_a_restart(tmp_path: Path) -> None:

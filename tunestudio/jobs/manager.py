@@ -47,7 +47,8 @@ from tunestudio.worker import child
 log = logging.getLogger(__name__)
 S = JobStatus
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-VIEW_RECORDS = 50_000  # metric records the cached chart views may hold together (~50 MB)
+VIEW_RECORDS = 50_000  # metric records the cached chart views may hold together (~50 MB) ...
+MAX_VIEWS = 256  # ... and how many views there may be
 
 
 def new_job_id() -> str:
@@ -269,14 +270,14 @@ class JobManager:
     def stop(self, job_id: str, save: bool = True) -> Job:
         """Stop a job at its next step; save=True keeps a resumable checkpoint, False is a cancel."""
         job = self.get(job_id)
+        if job_id not in self._jobs and job.status.is_live:
+            return self._ask_owner(job_id, save)  # not ours: no lock held while the owner answers
         with self._lock:
             running = self._jobs.get(job_id)
             if job.status is S.queued and job_id in self._queue:
                 self._queue.remove(job_id)
                 self._finish_without_worker(job_id, S.cancelled, "cancelled before it started")
                 return self.get(job_id)
-            if running is None and job.status.is_live:
-                return self._ask_owner(job_id, save)
             if running is None or running.status.is_terminal:
                 raise JobConflict(f"job {job_id} is {job.status.value}; only a live job can be stopped")
             wanted = S.stopping if save else S.cancelling
@@ -309,7 +310,7 @@ class JobManager:
         if row.get("stop_request") != "cancel":  # a cancel is not downgraded to a stop
             self.store.update_job(job_id, wait=True, stop_request=wanted)
         # Answer with the status the owner moves the job to (stopping, cancelling), as a local stop does.
-        deadline = time.monotonic() + 2 * self.settings.request_poll_seconds + 1.0
+        deadline = time.monotonic() + 2 * self.settings.request_poll_seconds + 3.0
         job = self.get(job_id)
         while job.status.value == row["status"] and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -390,8 +391,11 @@ class JobManager:
                 by_rowid.update(self.store.metric_rows([r for r in rowids if r not in by_rowid]))
                 records = [by_rowid[r] for r in rowids if r in by_rowid]  # (a row may be deleted meanwhile)
             self._views[key] = _View(seq, chart, records, by_rowid if chart is not None else {})
-            # Bounded by the records held (~1 KB each), least recently used out first; the newest always stays.
-            while len(self._views) > 1 and sum(len(v.records) for v in self._views.values()) > VIEW_RECORDS:
+            # Bounded by the records held (~1 KB each) and by their number, least recently used out first;
+            # the newest always stays.
+            while len(self._views) > 1 and (
+                len(self._views) > MAX_VIEWS or sum(max(1, len(v.records)) for v in self._views.values()) > VIEW_RECORDS
+            ):
                 self._views.pop(next(iter(self._views)))
         return records
 
@@ -472,33 +476,57 @@ class JobManager:
 
     # --- scheduling --------------------------------------------------------------
     def _schedule_loop(self) -> None:
+        # This thread must outlive every worker it started (PR_SET_PDEATHSIG): nothing may end it but close().
         while True:
             with self._lock:
                 if self._closing:
                     return
-                while self._queue and len(self._running) < self.settings.max_concurrent_jobs:
-                    slot = self._slots.acquire(self.settings.max_concurrent_jobs)
-                    if slot is None:  # another process on this data directory holds every slot: retry later
-                        self._note_waiting(self._queue[0])
-                        break
-                    job_id = self._queue.popleft()
-                    started = False
-                    try:
-                        started = self._start(job_id, slot)
-                    except Exception as exc:  # e.g. a stored config this version refuses: fail that job only
-                        log.exception("starting job %s failed", job_id)
-                        self._running.discard(job_id)
-                        with contextlib.suppress(IllegalTransition, KeyError):
-                            self._finish_without_worker(job_id, S.failed, f"could not start the job: {exc}")
-                    if not started:
-                        self._slots.release(slot)
+                try:
+                    self._start_what_fits()
+                except Exception:  # a full disk, a locked database...: try again next round
+                    log.exception("scheduling failed")
                 self._wake.wait(self.settings.request_poll_seconds)
                 if self._closing:
                     return
             try:
                 self._take_requests()
-            except Exception:  # a locked or closing database must not end the scheduler
+            except Exception:
                 log.exception("reading stop requests failed")
+
+    def _start_what_fits(self) -> None:
+        """Start queued jobs while this process and the data directory's slots have room (under self._lock)."""
+        while self._queue and len(self._running) < self.settings.max_concurrent_jobs:
+            head = self._queue[0]
+            if self._older_job_waits_elsewhere(head):
+                self._note_waiting(head)  # first come, first served across processes too
+                return
+            slot = self._slots.acquire(self.settings.max_concurrent_jobs)
+            if slot is None:  # another process on this data directory holds every slot: retry next round
+                self._note_waiting(head)
+                return
+            job_id = self._queue.popleft()
+            started = False
+            try:
+                started = self._start(job_id, slot)
+            except Exception as exc:  # e.g. a stored config this version refuses: fail that job only
+                log.exception("starting job %s failed", job_id)
+                self._running.discard(job_id)
+                with contextlib.suppress(Exception):
+                    self._finish_without_worker(job_id, S.failed, f"could not start the job: {exc}")
+            finally:
+                if not started:
+                    self._slots.release(slot)
+
+    def _older_job_waits_elsewhere(self, job_id: str) -> bool:
+        """Whether a job queued before this one waits in another live process on this data directory."""
+        row = self.store.get_job(job_id)
+        if row is None:
+            return False
+        me = os.getpid()
+        return any(
+            owner and owner != me and child.pid_alive(owner)
+            for owner in self.store.queued_owners_before(row["created_at"])
+        )
 
     def _note_waiting(self, job_id: str) -> None:
         """Say once in a queued job's stream why it has not started although this process has a free slot."""
@@ -590,6 +618,21 @@ class JobManager:
         error = outcome.message if final is S.failed else None
         row = self.store.get_job(job_id) or {}
         checkpoint = (done.checkpoint if done else None) or latest_checkpoint(row.get("output_dir"))
+        try:
+            self._record_exit(job_id, running, final, outcome, error, checkpoint, fields)
+        finally:
+            with self._lock:
+                self._running.discard(job_id)
+                running.supervisor = None
+                if running.slot is not None:
+                    self._slots.release(running.slot)
+                    running.slot = None
+                self._wake.notify_all()
+
+    def _record_exit(
+        self, job_id: str, running: _Running, final: JobStatus, outcome: Outcome, error: str | None,
+        checkpoint: str | None, fields: dict[str, Any],
+    ) -> None:
         with running.lock:
             if final is S.failed and not running.failed:
                 # The worker died without a word (a signal, an exit): say so in its stream.
@@ -604,13 +647,6 @@ class JobManager:
                 self._set_status_locked(job_id, running, S.failed, message=outcome.message,
                                         error=outcome.message, wait=True, **fields)
             running.subscribers.clear()
-        with self._lock:
-            self._running.discard(job_id)
-            running.supervisor = None
-            if running.slot is not None:
-                self._slots.release(running.slot)
-                running.slot = None
-            self._wake.notify_all()
 
     # --- status and the event stream ------------------------------------------------
     def _finish_without_worker(self, job_id: str, status: JobStatus, message: str) -> None:

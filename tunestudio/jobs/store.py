@@ -340,6 +340,14 @@ class Store:
         ).fetchall()
         return [_decode(r) for r in rows]
 
+    def queued_owners_before(self, created_at: float) -> list[int | None]:
+        """The owner pids of the jobs queued before `created_at` (oldest first)."""
+        rows = self._reader().execute(
+            "SELECT owner_pid FROM jobs WHERE status = 'queued' AND created_at < ? ORDER BY created_at",
+            (created_at,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
     def stop_requests(self, owner_pid: int) -> list[tuple[str, str]]:
         """(job id, "stop" or "cancel") asked by other processes for the jobs this process owns."""
         rows = self._reader().execute(
