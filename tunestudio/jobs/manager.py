@@ -39,7 +39,7 @@ from tunestudio.jobs.downsample import ChartView
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound
 from tunestudio.jobs.slots import Slots
 from tunestudio.jobs.status import RESUMABLE, RUNNING, IllegalTransition, JobStatus, can_transition, transition
-from tunestudio.jobs.store import DuplicateRequest, Store
+from tunestudio.jobs.store import INT64_MAX, DuplicateRequest, Store
 from tunestudio.jobs.supervisor import Outcome, Supervisor
 from tunestudio.settings import Settings
 from tunestudio.worker import child
@@ -428,14 +428,13 @@ class JobManager:
         job_id = sub.job_id
         while not sub.closed and not self._closing:
             try:
-                rows = self.store.events_after(job_id, after_seq, limit=2000)
-                for seq, kind, text, data in rows:
-                    event = JobEvent(seq, kind, text, data)
+                new = False
+                for event in self._replay(job_id, after_seq, INT64_MAX):  # what is stored now, a page at a time
                     sub._push(event)
-                    after_seq = seq
+                    after_seq, new = event.seq, True
                     if event.is_end:
                         return
-                if not rows:
+                if not new:
                     row = self.store.get_job(job_id)
                     if row is None or (JobStatus(row["status"]).is_terminal and row["last_seq"] <= after_seq):
                         return
