@@ -57,7 +57,7 @@ def _summary(ms: list[float]) -> dict[str, float]:
 
 
 # --- the scripted worker (runs in the spawned child) ----------------------------------------
-def scripted_worker(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+def scripted_worker(args: Any) -> None:
     """max_steps > 1000: the flood worker (a long history, fast). Otherwise paced progress events.
 
     Paced: after the phase event, wait (<= 60 s) for output_dir/go, then emit max_steps progress
@@ -65,11 +65,12 @@ def scripted_worker(public_config: dict, secrets: dict, events: Any, commands: A
     """
     from tests.helpers import fake_workers
 
-    total = int(public_config["max_steps"])
+    total = int(args.public_config["max_steps"])
     if total > 1000:
-        fake_workers.flood(public_config, secrets, events, commands, parent_pid, log_path)
+        fake_workers.flood(args)
         return
-    fake_workers._setup(parent_pid)
+    fake_workers._setup(args)
+    events = args.events
     seq = 0
 
     def emit(kind: str, **fields: Any) -> None:
@@ -78,7 +79,7 @@ def scripted_worker(public_config: dict, secrets: dict, events: Any, commands: A
         events.put(json.dumps({"kind": kind, "seq": seq, **fields, "ts": time.time()}))
 
     emit("phase", phase="training")
-    go = Path(public_config["output_dir"]) / GO_FILE
+    go = Path(args.public_config["output_dir"]) / GO_FILE
     deadline = time.monotonic() + 60
     while not go.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -218,7 +219,7 @@ def get_latency(base: str, manager: Any, home: Path, steps: int) -> dict[str, An
     while not manager.get(job.id).status.is_terminal and time.monotonic() < deadline:
         time.sleep(0.05)
     history_s = time.perf_counter() - t0
-    rows = len(manager.store.metrics(job.id))
+    rows = len(manager.metrics(job.id))
 
     def check(response: httpx.Response) -> httpx.Response:
         response.raise_for_status()

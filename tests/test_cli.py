@@ -9,12 +9,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
 
-from .helpers.jobs import job_config
+from .helpers.jobs import DATA, job_config
+from .helpers.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "tunestudio.cli"]
@@ -31,12 +31,16 @@ def write_job(tmp_path: Path, **fields: object) -> Path:
 
 
 def test_bad_config_exits_2_with_the_field_and_starts_nothing(tmp_path: Path) -> None:
-    job = write_job(tmp_path, model_name="x", local_datasets=["/nope.jsonl"], batch_size=0)
-    proc = subprocess.run([*CLI, "train", str(job)], capture_output=True, text=True, env=env(tmp_path), timeout=60)
-    assert proc.returncode == 2
-    assert "batch_size" in proc.stderr and "local_datasets" in proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
-    assert not (tmp_path / "home" / "jobs").exists()
+    for fields, named in (({"batch_size": 0, "lora_r": 0}, ("batch_size", "lora_r")),
+                          ({"local_datasets": ["/nope.jsonl"]}, ("local_datasets", "/nope.jsonl")),
+                          ({"model_name": "./models/missing"}, ("model_name", "does not exist"))):
+        job = write_job(tmp_path, **{"model_name": "x", "local_datasets": [str(DATA / "alpaca.jsonl")], **fields})
+        proc = subprocess.run([*CLI, "train", str(job)], capture_output=True, text=True, env=env(tmp_path),
+                              timeout=60)
+        assert proc.returncode == 2
+        assert all(word in proc.stderr for word in named), proc.stderr
+        assert "Traceback" not in proc.stderr + proc.stdout
+        assert not (tmp_path / "home" / "jobs").exists()
 
 
 def test_train_prints_the_summary_and_jobs_list_shows_it(tiny_model: Path, tmp_path: Path) -> None:
@@ -56,10 +60,11 @@ def test_train_prints_the_summary_and_jobs_list_shows_it(tiny_model: Path, tmp_p
 def test_failed_job_exits_1(tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"instruction": "a", "output": "b"}) + "\n")
-    job = write_job(tmp_path, model_name=str(tmp_path / "missing-model"), local_datasets=[str(data)])
+    (tmp_path / "not-a-model").mkdir()  # there, so the submit takes it; the worker finds no model in it
+    job = write_job(tmp_path, model_name=str(tmp_path / "not-a-model"), local_datasets=[str(data)])
     proc = subprocess.run([*CLI, "train", str(job)], capture_output=True, text=True, env=env(tmp_path), timeout=120)
     assert proc.returncode == 1
-    assert "missing-model" in proc.stdout and "does not exist" in proc.stdout
+    assert "failed" in proc.stdout and "not-a-model" in proc.stdout, proc.stdout
 
 
 def test_ctrl_c_once_stops_and_saves_then_resume_completes(tiny_model: Path, tmp_path: Path) -> None:
@@ -67,19 +72,8 @@ def test_ctrl_c_once_stops_and_saves_then_resume_completes(tiny_model: Path, tmp
     job = write_job(tmp_path, **cfg.public_dict())
     with subprocess.Popen([*CLI, "train", str(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env=env(tmp_path)) as proc:
-        deadline = time.monotonic() + 180
-        db = tmp_path / "home" / "tunestudio.db"
         # Wait for training (read the store the way any reader would), then press Ctrl-C.
-        while time.monotonic() < deadline:
-            if db.exists():
-                try:
-                    with sqlite3.connect(db) as conn:
-                        row = conn.execute("SELECT status FROM jobs").fetchone()
-                except sqlite3.OperationalError:
-                    row = None  # the CLI is still creating its tables
-                if row and row[0] == "training":
-                    break
-            time.sleep(0.1)
+        _wait_for_status(tmp_path / "home" / "tunestudio.db", "training", 180)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, output[-3000:]
@@ -93,18 +87,18 @@ def test_ctrl_c_once_stops_and_saves_then_resume_completes(tiny_model: Path, tmp
 
 def _wait_for_status(db: Path, wanted: str, timeout: float) -> str:
     """The id of the first job with status `wanted`, read the way any other process would."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if db.exists():
-            try:
-                with sqlite3.connect(db) as conn:
-                    row = conn.execute("SELECT id FROM jobs WHERE status = ?", (wanted,)).fetchone()
-            except sqlite3.OperationalError:
-                row = None  # the other process is still creating its tables
-            if row:
-                return row[0]
-        time.sleep(0.1)
-    raise AssertionError(f"no job became {wanted} within {timeout}s")
+
+    def find() -> str | None:
+        if not db.exists():
+            return None
+        try:
+            with sqlite3.connect(db) as conn:
+                row = conn.execute("SELECT id FROM jobs WHERE status = ?", (wanted,)).fetchone()
+        except sqlite3.OperationalError:
+            return None  # the other process is still creating its tables
+        return row[0] if row else None
+
+    return wait_until(find, timeout, f"a job to become {wanted}", every=0.1)
 
 
 def test_jobs_stop_reaches_a_run_in_another_process(tiny_model: Path, tmp_path: Path) -> None:

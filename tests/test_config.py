@@ -5,6 +5,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tunestudio.config import ConfigError, JobConfig, TrainingType, format_validation_error, load_config
@@ -30,7 +32,13 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("unknown key", {"bach_size": 8}, "bach_size"),
     ("missing model", {"model_name": None}, "model_name"),
     ("empty model", {"model_name": "  "}, "model_name"),
-    ("dataset file missing", {"local_datasets": ["/nonexistent/data.jsonl"]}, "local_datasets"),
+    ("infinite max_steps", {"max_steps": float("inf")}, "max_steps"),
+    ("NaN learning rate", {"learning_rate": float("nan")}, "learning_rate"),
+    ("Infinity epochs", {"num_epochs": "Infinity"}, "num_epochs"),
+    ("NaN eval steps", {"eval_steps": float("nan")}, "eval_steps"),
+    ("huge max_steps", {"max_steps": 10**18}, "max_steps"),
+    ("huge save_steps", {"save_steps": 2**63}, "save_steps"),
+    ("huge slice", {"dataset_slice_start": 2**70}, "dataset_slice_start"),
     ("slice end before start", {"dataset_slice_start": 10, "dataset_slice_end": 5}, "dataset_slice_end"),
     ("lora_r zero", {"lora_r": 0}, "lora_r"),
     ("unknown training type", {"training_type": "dora"}, "training_type"),
@@ -77,7 +85,24 @@ def test_defaults_live_in_the_model() -> None:
     assert cfg.learning_rate == 2e-4
     assert (cfg.batch_size, cfg.gradient_accumulation_steps, cfg.lora_r) == (2, 4, 16)
     assert cfg.format_type == "auto"
-    assert cfg.local_datasets == [str(Path(ALPACA).resolve())]
+    assert cfg.local_datasets == [ALPACA]  # as given: paths are resolved at submit (tunestudio.paths)
+
+
+def test_every_number_has_bounds() -> None:
+    """No int or float field without an upper bound: nothing a client sends can overflow a column or a loop."""
+    import annotated_types
+
+    for name, info in JobConfig.model_fields.items():
+        kinds = {a for a in getattr(info.annotation, "__args__", (info.annotation,)) if a is not type(None)}
+        if kinds & {int, float} and not kinds & {bool, str}:
+            uppers = [m for m in info.metadata if isinstance(m, (annotated_types.Le, annotated_types.Lt))]
+            assert uppers, f"{name} has no upper bound"
+
+
+def test_validation_does_no_io(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing dataset or model folder is the paths step's business, not the model's."""
+    cfg = JobConfig.model_validate(valid(local_datasets=["/nonexistent/data.jsonl"], model_name="./no/such/model"))
+    assert cfg.local_datasets == ["/nonexistent/data.jsonl"] and cfg.model_name == "./no/such/model"
 
 
 @pytest.mark.parametrize(
@@ -153,3 +178,42 @@ def test_load_config_bad_yaml(tmp_path: Path) -> None:
     yml.write_text("model_name: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(yml)
+
+
+# --- the config is pure: validating its own dump gives it back ------------------------------------------
+_FIELD_VALUES = {
+    "training_type": st.sampled_from(["lora", "qlora", "full", "LoRA/QLoRA", "Full Finetuning"]),
+    "max_seq_length": st.integers(8, 1_048_576),
+    "precision": st.sampled_from(["auto", "fp32", "bf16", "fp16"]),
+    "format_type": st.sampled_from(["auto", "alpaca", "sharegpt", "messages", "chatml", "", None, "completion"]),
+    "eval_split": st.sampled_from([None, "", "test", "data/val.jsonl"]),
+    "eval_steps": st.one_of(st.floats(0, 0.99), st.integers(1, 10_000).map(float)),
+    "num_epochs": st.floats(0.01, 100),
+    "learning_rate": st.one_of(st.floats(1e-8, 1.0), st.sampled_from(["2e-4", "1e-3"])),
+    "batch_size": st.integers(1, 65_536),
+    "warmup_steps": st.one_of(st.none(), st.integers(0, 1000), st.just("")),
+    "max_steps": st.integers(0, 10**6),
+    "lora_r": st.integers(1, 4096),
+    "lora_dropout": st.floats(0, 0.99),
+    "target_modules": st.sampled_from([None, "all-linear", "q_proj, v_proj", ["q_proj"], []]),
+    "gradient_checkpointing": st.sampled_from([True, False, "unsloth", "on", "off"]),
+    "optim": st.sampled_from(["adamw_torch", "ADAMW_8BIT", " sgd "]),
+    "output_dir": st.sampled_from([None, "", "out", "/tmp/x/out"]),
+    "tensorboard_dir": st.sampled_from(["runs", "/tmp/tb"]),
+    "resume_from_checkpoint": st.sampled_from([None, "/tmp/x/checkpoint-3"]),
+    "custom_format_mapping": st.sampled_from([None, {"q": "human", "a": "gpt"}]),
+    "sample_prompts": st.lists(st.text(max_size=20), max_size=3),
+    "hf_token": st.sampled_from([None, "", "hf_abc"]),
+    "wandb_token": st.sampled_from([None, "wb_abc"]),
+    "dataset_slice_start": st.one_of(st.none(), st.integers(0, 10)),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({}, optional=_FIELD_VALUES))
+def test_validating_a_configs_own_dump_gives_it_back(fields: dict[str, Any]) -> None:
+    try:
+        cfg = JobConfig.model_validate(valid(**fields))
+    except ValidationError:
+        assume(False)
+    assert JobConfig.model_validate(cfg.public_dict() | cfg.secrets()) == cfg

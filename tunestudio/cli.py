@@ -20,11 +20,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from tunestudio.config import ConfigError, load_config
-from tunestudio.events import Completed, Event, Failed, Log, WarningEvent, parse_event
+from tunestudio.events import Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job, JobConflict, JobNotFound
+from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
 from tunestudio.jobs.status import JobStatus
+from tunestudio.paths import PathRefused, resolve
 from tunestudio.settings import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fine-tune language models on your own machine.")
@@ -65,12 +66,16 @@ def train(
     """Run one fine-tuning job with a live progress view. Ctrl-C once: stop and save; twice: cancel."""
     overrides = {"output_dir": output_dir} if output_dir else {}
     try:
-        cfg = load_config(job_file, overrides)
-    except ConfigError as exc:
+        cfg = resolve(load_config(job_file, overrides))  # a bad field, or a missing file: nothing starts
+    except (ConfigError, PathRefused) as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
     with _manager() as manager:
-        job = manager.submit(cfg)
+        try:
+            job = manager.submit(cfg)
+        except (PathRefused, QueueFull) as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
         final = _follow(manager, job.id)
     if final.status is JobStatus.failed:
         raise typer.Exit(1)
@@ -102,7 +107,7 @@ def jobs_list(
             )
         console.print(table)
     finally:
-        manager.store.close()
+        manager.close()
 
 
 @jobs_app.command("show")
@@ -126,7 +131,7 @@ def jobs_show(job_id: str) -> None:
         if out and out.is_dir():
             console.print("[bold]artefacts[/]", ", ".join(sorted(p.name for p in out.iterdir())))
     finally:
-        manager.store.close()
+        manager.close()
 
 
 @jobs_app.command("stop")
@@ -161,7 +166,7 @@ def jobs_stop(
         if job.resumable:
             console.print(f"resume with: tunestudio jobs resume {job_id}")
     finally:
-        manager.store.close()
+        manager.close()
 
 
 @jobs_app.command("resume")
@@ -171,7 +176,7 @@ def jobs_resume(job_id: str) -> None:
         _get_or_exit(manager, job_id)
         try:
             job = manager.resume(job_id)
-        except JobConflict as exc:
+        except (JobConflict, PathRefused, QueueFull) as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None
         final = _follow(manager, job.id)
@@ -224,10 +229,10 @@ def _follow(manager: JobManager, job_id: str) -> Job:
                 item = stream.get(timeout=0.2)
                 if item is None:
                     continue
-                if item.kind == "status":
-                    bar.update(task, phase=item.data["status"])
+                event = parse_stream_event(item.data)
+                if isinstance(event, StatusEvent):
+                    bar.update(task, phase=event.status)
                 else:
-                    event = parse_event({**item.data, "seq": item.seq})
                     if isinstance(event, Completed):
                         completed = event
                     _show(event, bar, task, records)

@@ -4,6 +4,12 @@ This is the one place defaults live. The parent validates a config before any
 process starts; the worker receives `model_dump(mode="json")` (secrets removed)
 plus the secrets through a separate channel, and validates it again.
 
+The model is pure: validators never touch the filesystem and never derive one
+field from another, so `JobConfig.model_validate(c.public_dict() | c.secrets())
+== c` (tests/test_config.py checks it on generated configs). Paths are made
+absolute and checked in an explicit step, `tunestudio.paths`. Every number has
+bounds, and NaN or infinity is refused.
+
 The seed's request fields are accepted under their seed names and spellings
 ("LoRA/QLoRA", "Full Finetuning", learning_rate as a string, "" for unset).
 Values that only meant something to the seed's own engine ("unsloth" gradient
@@ -88,6 +94,11 @@ _ROLE_ALIASES = {"human": "user", "gpt": "assistant", "instruction": "user", "in
                  "output": "assistant", "response": "assistant", "bot": "assistant"}
 
 
+# Upper bounds for counts: far beyond any real job, small enough for every integer column and loop.
+MAX_STEPS = 100_000_000
+MAX_ROWS = 10_000_000_000
+
+
 class ConfigError(ValueError):
     """A config file could not be read or did not validate; the message is for the user."""
 
@@ -101,7 +112,7 @@ def _blank_to_none(value: Any) -> Any:
 class JobConfig(BaseModel):
     """One fine-tuning job. Unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, use_enum_values=False)
+    model_config = ConfigDict(extra="forbid", validate_default=True, use_enum_values=False, allow_inf_nan=False)
 
     # --- model -----------------------------------------------------------------
     model_name: str = Field(min_length=1, description="Local model folder or a hub model id.")
@@ -115,16 +126,16 @@ class JobConfig(BaseModel):
 
     # --- data ------------------------------------------------------------------
     hf_dataset: str | None = None
-    local_datasets: list[str] = Field(default_factory=list)
+    local_datasets: list[str] = Field(default_factory=list, max_length=256)
     format_type: FormatType = "auto"
     subset: str | None = None
     train_split: str = "train"
     eval_split: str | None = None
     eval_steps: float = Field(
-        default=0.0, ge=0, description="0: no eval; below 1: a fraction of the total steps; else steps."
+        default=0.0, ge=0, le=MAX_STEPS, description="0: no eval; below 1: a fraction of the total steps; else steps."
     )
-    dataset_slice_start: int | None = Field(default=None, ge=0, description="First row kept (inclusive).")
-    dataset_slice_end: int | None = Field(default=None, ge=0, description="Last row kept (inclusive).")
+    dataset_slice_start: int | None = Field(default=None, ge=0, le=MAX_ROWS, description="First row kept (inclusive).")
+    dataset_slice_end: int | None = Field(default=None, ge=0, le=MAX_ROWS, description="Last row kept (inclusive).")
     custom_format_mapping: dict[str, Role] | None = None
 
     # --- optimisation ----------------------------------------------------------
@@ -132,11 +143,11 @@ class JobConfig(BaseModel):
     learning_rate: float = Field(default=2e-4, gt=0, le=1.0)
     batch_size: int = Field(default=2, ge=1, le=65_536)
     gradient_accumulation_steps: int = Field(default=4, ge=1, le=65_536)
-    warmup_steps: int | None = Field(default=None, ge=0)
+    warmup_steps: int | None = Field(default=None, ge=0, le=MAX_STEPS)
     warmup_ratio: float | None = Field(default=None, ge=0, lt=1)
-    max_steps: int = Field(default=0, ge=0, description="0: train for num_epochs.")
-    save_steps: int = Field(default=0, ge=0, description="0: no periodic checkpoints.")
-    logging_steps: int = Field(default=1, ge=1)
+    max_steps: int = Field(default=0, ge=0, le=MAX_STEPS, description="0: train for num_epochs.")
+    save_steps: int = Field(default=0, ge=0, le=MAX_STEPS, description="0: no periodic checkpoints.")
+    logging_steps: int = Field(default=1, ge=1, le=MAX_STEPS)
     weight_decay: float = Field(default=0.01, ge=0, le=10)
     random_seed: int = Field(default=3407, ge=0, le=2**32 - 1)
     packing: bool = False
@@ -148,7 +159,7 @@ class JobConfig(BaseModel):
     lora_alpha: int = Field(default=16, ge=1, le=65_536)
     lora_dropout: float = Field(default=0.0, ge=0, lt=1)
     target_modules: list[str] | None = Field(
-        default=None, description="Module names to adapt; unset means every linear layer."
+        default=None, max_length=1024, description="Module names to adapt; unset means every linear layer."
     )
     gradient_checkpointing: bool | Literal["unsloth"] = False
     use_rslora: bool = False
@@ -168,7 +179,9 @@ class JobConfig(BaseModel):
     wandb_token: SecretStr | None = None
     wandb_project: str = "tunestudio"
     enable_tensorboard: bool = False
-    tensorboard_dir: str = Field(default="runs", description="TensorBoard event files; relative: inside output_dir.")
+    tensorboard_dir: str = Field(
+        default="runs", min_length=1, description="TensorBoard event files; relative: inside output_dir."
+    )
 
     # --- outputs ---------------------------------------------------------------
     output_dir: str | None = Field(default=None, description="Where artefacts go; set by the launcher if unset.")
@@ -245,17 +258,6 @@ class JobConfig(BaseModel):
             return [value] if value.strip() else []
         return value
 
-    @field_validator("local_datasets")
-    @classmethod
-    def _datasets_exist(cls, paths: list[str]) -> list[str]:
-        resolved = []
-        for raw in paths:
-            path = Path(raw).expanduser()
-            if not path.exists():
-                raise ValueError(f"dataset path {raw!r} does not exist")
-            resolved.append(str(path.resolve()))
-        return resolved
-
     @field_validator("custom_format_mapping", mode="before")
     @classmethod
     def _role_aliases(cls, value: Any) -> Any:
@@ -276,19 +278,11 @@ class JobConfig(BaseModel):
 
     @field_validator("model_name")
     @classmethod
-    def _local_model_absolute(cls, value: str) -> str:
+    def _model_name_stripped(cls, value: str) -> str:
         value = value.strip()
         if not value:
             raise ValueError("model_name is empty")
-        path = Path(value).expanduser()
-        if path.is_dir():
-            return str(path.resolve())
         return value
-
-    @field_validator("output_dir")
-    @classmethod
-    def _absolute_dir(cls, value: str | None) -> str | None:
-        return str(Path(value).expanduser().resolve()) if value else value
 
     @field_validator("eval_steps")
     @classmethod
@@ -345,8 +339,6 @@ class JobConfig(BaseModel):
                 raise ValueError(
                     "custom_format_mapping: map at least one column to 'user' and one to 'assistant'"
                 )
-        if self.output_dir and not Path(self.tensorboard_dir).expanduser().is_absolute():
-            self.tensorboard_dir = str(Path(self.output_dir) / self.tensorboard_dir)
         if self.resume_from_checkpoint == "latest" and not self.output_dir:
             raise ValueError('resume_from_checkpoint: "latest" needs output_dir')
         return self

@@ -4,6 +4,15 @@ Worker → parent: `Phase`, `Progress`, `Log`, `WarningEvent`, `Completed`,
 `Failed`, each with a `seq` that only ever increases within one worker and a
 timestamp. Parent → worker: the one command, `Stop(save)`.
 
+A job's stream, as stored and served, is the worker's events plus the
+manager's own: `StatusEvent` (every status change), `Log` (e.g. "waiting for
+a slot") and `Failed` (a worker that died without a word). Two numberings, on
+purpose: the worker's `seq` orders and de-duplicates what one worker process
+sends (the supervisor drops repeats); the manager renumbers every event of the
+job's stream, its own included, as the stream's `seq` (the SSE `id:`), which
+also continues across the worker processes of a job and its restarts. The
+worker's own seq is not kept in the stream.
+
 Both sides serialise with `model_dump_json()` and read with `parse_event` /
 `parse_command`, which raise `pydantic.ValidationError` on anything malformed,
 so a reader can count and skip garbage instead of dying on it.
@@ -11,6 +20,7 @@ so a reader can count and skip garbage instead of dying on it.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Annotated, Any, Literal
 
@@ -93,8 +103,23 @@ class Failed(_Message):
     traceback: str = ""
 
 
+class StatusEvent(_Message):
+    """The manager's: a job's status changed (a `JobStatus` value; the stream ends after a terminal one)."""
+
+    kind: Literal["status"] = "status"
+    status: str
+    message: str = ""
+    error: str | None = None
+
+
 Event = Annotated[
     Phase | Progress | Log | WarningEvent | Completed | Failed,
+    Field(discriminator="kind"),
+]
+
+# What a job's stream holds: the worker's events and the manager's status changes.
+StreamEvent = Annotated[
+    Phase | Progress | Log | WarningEvent | Completed | Failed | StatusEvent,
     Field(discriminator="kind"),
 ]
 
@@ -109,6 +134,7 @@ class Stop(BaseModel):
 
 
 _EVENT = TypeAdapter(Event)
+_STREAM_EVENT = TypeAdapter(StreamEvent)
 
 
 def parse_event(data: str | bytes | dict[str, Any]) -> Event:
@@ -116,6 +142,13 @@ def parse_event(data: str | bytes | dict[str, Any]) -> Event:
     if isinstance(data, dict):
         return _EVENT.validate_python(data)
     return _EVENT.validate_json(data)
+
+
+def parse_stream_event(data: str | bytes | dict[str, Any]) -> StreamEvent:
+    """Parse one event of a job's stream (stored without its worker seq: it gets seq 0)."""
+    if isinstance(data, dict):
+        return _STREAM_EVENT.validate_python({"seq": 0, **data})
+    return _STREAM_EVENT.validate_python({"seq": 0, **json.loads(data)})
 
 
 def parse_command(data: str | bytes) -> Stop:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tunestudio.paths import Roots
 
 
 class Settings(BaseSettings):
@@ -23,6 +26,7 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="How long a worker that reported its end may take to exit."
     )
     max_concurrent_jobs: int = Field(default=1, ge=1)
+    max_queued_jobs: int = Field(default=500, ge=1, description="Beyond this many queued jobs, a submit is refused.")
     request_poll_seconds: float = Field(
         default=0.5, gt=0, description="How often a server or CLI run checks for stop requests from other processes."
     )
@@ -37,6 +41,10 @@ class Settings(BaseSettings):
     dataset_roots: list[Path] = Field(
         default_factory=list, description="Where local datasets may live; empty: the data directory and the cwd."
     )
+    model_roots: list[Path] = Field(
+        default_factory=list,
+        description="Where local model folders may live (API); empty: the data directory, the cwd, the hub cache.",
+    )
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     sse_heartbeat_seconds: float = Field(default=5.0, gt=0)
     sse_retry_ms: int = Field(default=2000, ge=100)
@@ -45,6 +53,18 @@ class Settings(BaseSettings):
         roots = self.dataset_roots or [self.data_dir(), Path.cwd()]
         return [Path(r).expanduser().resolve() for r in roots]
 
+    def allowed_model_roots(self) -> list[Path]:
+        if self.model_roots:
+            roots = list(self.model_roots)
+        else:
+            hub = os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
+            roots = [self.data_dir(), Path.cwd(), Path(hub)]
+        return [Path(r).expanduser().resolve() for r in roots]
+
+    def roots(self) -> Roots:
+        """Where a job submitted through the API may read and write (see tunestudio.paths)."""
+        return Roots(self.data_dir(), tuple(self.allowed_dataset_roots()), tuple(self.allowed_model_roots()))
+
     def data_dir(self) -> Path:
         path = self.home.expanduser().resolve()
         path.mkdir(parents=True, exist_ok=True)
@@ -52,10 +72,5 @@ class Settings(BaseSettings):
 
     def jobs_dir(self) -> Path:
         path = self.data_dir() / "jobs"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def logs_dir(self) -> Path:
-        path = self.data_dir() / "logs"
         path.mkdir(parents=True, exist_ok=True)
         return path

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +19,7 @@ from tunestudio.settings import Settings
 from ..helpers import fake_workers
 from ..helpers.jobs import DATA, job_config
 from ..helpers.server import read_sse, running_server
+from ..helpers.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,8 +29,12 @@ def settings(tmp_path: Path, **overrides: object) -> Settings:
                     **overrides)
 
 
+_outputs = itertools.count()
+
+
 def body(model: Path | str, tmp_path: Path, **overrides: object) -> dict:
-    cfg = job_config(model, tmp_path / "home" / "out", **overrides).public_dict()
+    """A job request with an output folder of its own (two live jobs never share one)."""
+    cfg = job_config(model, tmp_path / "home" / f"out-{next(_outputs)}", **overrides).public_dict()
     return {k: v for k, v in cfg.items() if v is not None}
 
 
@@ -86,7 +91,8 @@ def test_reconnect_with_last_event_id_gets_exactly_the_missed_events(tmp_path: P
         job_id = client.post("/api/jobs", json=body("org/fake", tmp_path)).json()["id"]
         first = follow(client, job_id, stop_after=5)  # the client drops the connection here
         last = int([e for e in first if e.id][-1].id)
-        time.sleep(0.3)  # let events happen while nobody listens
+        # Events happen while nobody listens: wait until the job has gone on by a few.
+        wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["last_seq"] > last + 5, 30, "more events")
         second = follow(client, job_id, after=last, stop_after=10)
         ids = [int(e.id) for e in second if e.id]
         assert ids[0] == last + 1 and ids == list(range(last + 1, last + 1 + len(ids)))
@@ -120,8 +126,19 @@ def test_bad_input_is_refused_with_field_errors_and_nothing_starts(tmp_path: Pat
             refused = client.post("/api/jobs", json={**body("org/m", tmp_path), "local_datasets": [path]})
             assert refused.status_code == 422, path
             assert refused.json()["detail"]["code"] == "path_not_allowed"
-        out = client.post("/api/jobs", json={**body("org/m", tmp_path), "output_dir": str(tmp_path / "elsewhere")})
-        assert out.status_code == 422 and out.json()["detail"]["field"] == "output_dir"
+        for where in (tmp_path.parent / "elsewhere", tmp_path, tmp_path / "home", tmp_path / "home" / "jobs" / "x"):
+            out = client.post("/api/jobs", json={**body("org/m", tmp_path), "output_dir": str(where)})
+            assert out.status_code == 422 and out.json()["detail"]["field"] == "output_dir", where
+        for field, value in (("max_steps", 1e300), ("learning_rate", float("nan")), ("num_epochs", float("inf")),
+                             ("eval_steps", float("-inf")), ("save_steps", 2**70), ("lora_r", 10**9)):
+            overflow = client.post("/api/jobs", content=json.dumps({**body("org/m", tmp_path), field: value}),
+                                   headers={"content-type": "application/json"})
+            assert overflow.status_code == 422, (field, overflow.text)
+            assert overflow.json()["detail"]["errors"][0]["field"] == field
+        for field, value in (("model_name", "/opt/models/m"), ("eval_split", "/etc/val.jsonl"),
+                             ("resume_from_checkpoint", "/var/ckpt")):
+            confined = client.post("/api/jobs", json={**body("org/m", tmp_path), field: value})
+            assert confined.status_code == 422 and confined.json()["detail"]["field"] == field, field
         huge = client.post("/api/jobs", content=b"{" + b" " * 2_000_000 + b"}",
                            headers={"content-type": "application/json"})
         assert huge.status_code == 413 and huge.json()["detail"]["code"] == "too_large"
@@ -148,10 +165,7 @@ def test_plot_has_an_empty_state_and_delete_rules(tmp_path: Path) -> None:
         assert client.delete(f"/api/jobs/{job_id}").status_code == 409  # live
         assert client.post(f"/api/jobs/{queued}/cancel").json()["status"] == "cancelled"
         client.post(f"/api/jobs/{job_id}/cancel")
-        deadline = time.monotonic() + 30
-        while client.get(f"/api/jobs/{job_id}").json()["status"] != "cancelled":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["status"] == "cancelled", 30, "the cancel")
         job_dir = tmp_path / "home" / "jobs" / job_id
         assert job_dir.exists()
         assert client.delete(f"/api/jobs/{job_id}", params={"delete_artifacts": True}).status_code == 204
@@ -241,24 +255,23 @@ def test_server_restart_replays_the_interrupted_jobs_stream(tiny_model: Path, tm
     def start() -> subprocess.Popen:
         proc = subprocess.Popen([sys.executable, "-m", "tunestudio.cli", "serve", "--port", str(port)], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while True:
+
+        def up() -> bool:
+            assert proc.poll() is None, "the server exited"
             try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    return proc
+                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
             except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
-            time.sleep(0.1)
+                return False
+
+        wait_until(up, 60, "the server to start", every=0.1)
+        return proc
 
     server = start()
     try:
         with httpx.Client(base_url=url, timeout=30) as client:
             job_id = client.post("/api/jobs", json=body(tiny_model, tmp_path, max_steps=2000)).json()["id"]
-            deadline = time.monotonic() + 120
-            while (client.get(f"/api/jobs/{job_id}").json()["progress"] or {}).get("step", 0) < 3:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            wait_until(lambda: (client.get(f"/api/jobs/{job_id}").json()["progress"] or {}).get("step", 0) >= 3,
+                       120, "training")
         server.send_signal(signal.SIGKILL)
         server.wait(10)
         server = start()
@@ -293,10 +306,12 @@ def test_resume_after_a_restart_takes_the_secrets_again(tmp_path: Path) -> None:
         assert bad.status_code == 422 and "hf_tokn" in bad.text
         plain = client.post(f"/api/jobs/{job_id}/resume")
         assert plain.status_code == 201 and secrets_seen(client, plain.json()["id"]) == "secrets given: "
-        given = client.post(f"/api/jobs/{job_id}/resume", json={"hf_token": "hf_second", "wandb_token": "wb_2"})
+        assert client.post(f"/api/jobs/{job_id}/resume").status_code == 409  # a job resumes once
+        child = plain.json()["id"]  # it failed too (this worker always does): resume it, with secrets
+        given = client.post(f"/api/jobs/{child}/resume", json={"hf_token": "hf_second", "wandb_token": "wb_2"})
         assert given.status_code == 201
         assert secrets_seen(client, given.json()["id"]) == "secrets given: hf_token,wandb_token"
-        assert given.json()["resumed_from"] == job_id
+        assert given.json()["resumed_from"] == child
     again.close()
     stored = b"".join(f.read_bytes() for f in (tmp_path / "home").rglob("*") if f.is_file())
     assert b"hf_first" not in stored and b"hf_second" not in stored and b"wb_2" not in stored

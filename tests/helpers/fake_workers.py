@@ -6,19 +6,19 @@ but import nothing heavy, so they start in milliseconds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import signal
 import sys
 import time
 from typing import Any
 
 from tunestudio.worker import child
+from tunestudio.worker.child import WorkerArgs
 
 
-def _setup(parent_pid: int) -> None:
-    os.setpgid(0, 0)
-    child._die_with_parent(parent_pid)
+def _setup(args: WorkerArgs) -> None:
+    child.become_worker(dataclasses.replace(args, log_path=None))  # their output stays on the terminal
 
 
 class _Emitter:
@@ -35,11 +35,11 @@ class _Emitter:
         self.events.join_thread()
 
 
-def ignores_stop(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+def ignores_stop(args: WorkerArgs) -> None:
     """Trains forever, deaf to stop commands and to SIGTERM: only SIGKILL ends it."""
-    _setup(parent_pid)
+    _setup(args)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    emit = _Emitter(events)
+    emit = _Emitter(args.events)
     emit("phase", phase="loading_model")
     emit("phase", phase="loading_dataset")
     emit("phase", phase="training")
@@ -50,32 +50,32 @@ def ignores_stop(public_config: dict, secrets: dict, events: Any, commands: Any,
         time.sleep(0.05)
 
 
-def malformed(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+def malformed(args: WorkerArgs) -> None:
     """Garbage of every kind between valid events; ends with a proper Completed."""
-    _setup(parent_pid)
-    emit = _Emitter(events)
+    _setup(args)
+    emit = _Emitter(args.events)
     emit("phase", phase="loading_model")
-    events.put({"not": "a string"})
-    events.put(42)
-    events.put("this is not json")
-    events.put(json.dumps({"kind": "progress", "seq": 1000, "step": "three", "total_steps": 10}))
-    events.put(json.dumps({"kind": "unknown-kind", "seq": 1001}))
+    args.events.put({"not": "a string"})
+    args.events.put(42)
+    args.events.put("this is not json")
+    args.events.put(json.dumps({"kind": "progress", "seq": 1000, "step": "three", "total_steps": 10}))
+    args.events.put(json.dumps({"kind": "unknown-kind", "seq": 1001}))
     emit("log", message="x" * 5_000_000)  # a huge but valid message
-    events.put(json.dumps({"kind": "log", "seq": 1, "ts": 0, "message": "replayed seq"}))  # out of order
+    args.events.put(json.dumps({"kind": "log", "seq": 1, "ts": 0, "message": "replayed seq"}))  # out of order
     emit("phase", phase="loading_dataset")
     emit("phase", phase="training")
     for step in range(1, 6):
         emit("progress", step=step, total_steps=5, loss=2.0 / step)
     emit("phase", phase="saving")
-    emit("completed", output_dir=public_config["output_dir"], stopped=False, saved=True, global_step=5)
+    emit("completed", output_dir=args.public_config["output_dir"], stopped=False, saved=True, global_step=5)
     emit.close()
     sys.exit(0)
 
 
-def instant(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+def instant(args: WorkerArgs) -> None:
     """Completes at once."""
-    _setup(parent_pid)
-    emit = _Emitter(events)
+    _setup(args)
+    emit = _Emitter(args.events)
     emit("phase", phase="training")
     emit("progress", step=1, total_steps=1, loss=1.0)
     emit("completed", output_dir=None, stopped=False, saved=True, global_step=1)
@@ -83,8 +83,7 @@ def instant(public_config: dict, secrets: dict, events: Any, commands: Any, pare
     sys.exit(0)
 
 
-def flood(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any,
-          live_steps: int = 0):
+def flood(args: WorkerArgs, live_steps: int = 0) -> None:
     """As many progress events as max_steps says, as fast as the real worker channel sends them.
 
     The last `live_steps` of them come one per millisecond instead, as from a (very fast) live job.
@@ -92,10 +91,10 @@ def flood(public_config: dict, secrets: dict, events: Any, commands: Any, parent
     from tunestudio.events import Completed, Phase, Progress
     from tunestudio.worker.channel import QueueChannel
 
-    _setup(parent_pid)
-    channel = QueueChannel(events, commands)
+    _setup(args)
+    channel = QueueChannel(args.events, args.commands)
     channel.emit(Phase, phase="training")
-    total = int(public_config["max_steps"])
+    total = int(args.public_config["max_steps"])
     for step in range(1, total + 1):
         channel.emit(Progress, step=step, total_steps=total, loss=1.0 / step, learning_rate=1e-3, grad_norm=0.5,
                      num_tokens=step * 100, tokens_per_second=1000.0, elapsed_seconds=step * 0.01)
@@ -106,23 +105,22 @@ def flood(public_config: dict, secrets: dict, events: Any, commands: Any, parent
     sys.exit(0)
 
 
-def flood_then_live(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+def flood_then_live(args: WorkerArgs) -> None:
     """`flood`, its last 3,000 steps one per millisecond: a long history that is still growing."""
-    flood(public_config, secrets, events, commands, parent_pid, log_path, live_steps=3000)
+    flood(args, live_steps=3000)
 
 
-def checkpoints_then_fails(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int,
-                           log_path: Any):
+def checkpoints_then_fails(args: WorkerArgs) -> None:
     """Writes a checkpoint, says which secrets it was given (names only), then exits with code 1."""
     from pathlib import Path
 
-    _setup(parent_pid)
-    emit = _Emitter(events)
+    _setup(args)
+    emit = _Emitter(args.events)
     emit("phase", phase="training")
-    checkpoint = Path(public_config["output_dir"]) / "checkpoint-1"
+    checkpoint = Path(args.public_config["output_dir"]) / "checkpoint-1"
     checkpoint.mkdir(parents=True, exist_ok=True)
     (checkpoint / "trainer_state.json").write_text("{}")
-    emit("log", level="info", message="secrets given: " + ",".join(sorted(secrets)))
+    emit("log", level="info", message="secrets given: " + ",".join(sorted(args.secrets)))
     emit("progress", step=1, total_steps=2, loss=1.0)
     emit.close()
     sys.exit(1)

@@ -34,8 +34,8 @@ def main(home: str, config_file: str, fake_worker: str | None = None) -> None:
             if event is None:
                 continue
             if not announced and event.kind == "status" and event.data["status"] == "loading_model":
-                manager.store.flush()
-                print(json.dumps({"worker_pid": manager.store.get_job(job.id)["worker_pid"]}), flush=True)
+                manager.flush()
+                print(json.dumps({"worker_pid": manager.get(job.id).worker_pid}), flush=True)
                 announced = True
             print(json.dumps({"seq": event.seq, "kind": event.kind, **event.data}), flush=True)
             if event.is_end:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from tests.helpers.wait import wait_until
 from tunestudio.api import create_app
 from tunestudio.jobs.manager import JobManager
 from tunestudio.settings import Settings
@@ -25,11 +25,9 @@ def running_server(settings: Settings, manager: JobManager | None = None) -> Ite
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
+    wait_until(lambda: server.started or not thread.is_alive(), 30, "the test server to start")
+    if not server.started:
+        raise RuntimeError("the test server did not start")
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
         yield f"http://127.0.0.1:{port}"

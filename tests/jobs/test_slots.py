@@ -5,10 +5,11 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tunestudio.jobs.slots import Slots
+
+from ..helpers.wait import wait_until
 
 HOLD = """
 import sys, time
@@ -43,12 +44,7 @@ def test_a_slot_held_by_a_killed_process_is_free_again(tmp_path: Path) -> None:
             assert slots.acquire(1) is None
             holder.send_signal(signal.SIGKILL)
             holder.wait(10)
-            deadline = time.monotonic() + 5
-            slot = slots.acquire(1)
-            while slot is None and time.monotonic() < deadline:
-                time.sleep(0.02)
-                slot = slots.acquire(1)
-            assert slot is not None, "the dead holder's lock was not dropped"
+            slot = wait_until(lambda: slots.acquire(1), 5, "the dead holder's lock to be dropped")
             slots.release(slot)
         finally:
             holder.kill()

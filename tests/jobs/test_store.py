@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from tunestudio.events import Progress
-from tunestudio.jobs.store import Store
+from tunestudio.jobs.store import PROGRESS_COLUMNS, Store
 
 
 def _job(store: Store, job_id: str = "job-1") -> str:
@@ -46,7 +46,7 @@ def test_progress_is_stored_once_and_replayed_in_place(tmp_path: Path) -> None:
     assert [s for s, *_ in store.events_after(job, after_seq=0, limit=2)] == [1, 2]
     assert [s for s, *_ in store.events_after(job, after_seq=1, upto=4)] == [2, 3, 4]  # a replay's page
     assert [r["step"] for r in store.metrics(job)] == [1, 2, 3]
-    assert "total_steps" not in store.metrics(job)[0]  # the metrics view keeps its columns
+    assert store.metrics(job)[0]["total_steps"] == 10  # a record is the whole event: a reload knows the length
     assert store.get_job(job)["progress"]["step"] == 2
     store.close()
 
@@ -101,3 +101,12 @@ def test_a_stop_request_is_taken_only_as_it_was_read(tmp_path: Path) -> None:
     assert store.take_stop_request(job, "cancel")
     assert store.stop_requests(4242) == []
     store.close()
+
+
+def test_every_progress_field_has_a_metrics_column(tmp_path: Path) -> None:
+    """The metrics table is derived from the Progress model: a new field is a new column, also in old databases."""
+    Store(tmp_path / "db.sqlite").close()
+    with sqlite3.connect(tmp_path / "db.sqlite") as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(metrics)")}
+    assert set(Progress.model_fields) - {"kind", "seq"} <= columns
+    assert set(PROGRESS_COLUMNS) == set(Progress.model_fields) - {"kind", "seq"}

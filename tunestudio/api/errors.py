@@ -11,7 +11,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunestudio.config import field_errors
-from tunestudio.jobs.models import JobConflict, JobNotFound
+from tunestudio.jobs.models import JobConflict, JobNotFound, QueueFull
+from tunestudio.paths import PathRefused
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,15 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(JobConflict)
     async def _conflict(request: Request, exc: JobConflict) -> JSONResponse:
         return JSONResponse(error_body("conflict", str(exc)), status_code=409)
+
+    @app.exception_handler(PathRefused)
+    async def _path(request: Request, exc: PathRefused) -> JSONResponse:
+        errors = [{"field": exc.field, "message": exc.message}]
+        return JSONResponse(error_body(exc.code, str(exc), field=exc.field, errors=errors), status_code=422)
+
+    @app.exception_handler(QueueFull)
+    async def _queue_full(request: Request, exc: QueueFull) -> JSONResponse:
+        return JSONResponse(error_body("queue_full", str(exc)), status_code=429)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tunestudio import paths
 from tunestudio.api.errors import ApiError
 from tunestudio.config import JobConfig
 from tunestudio.settings import Settings
@@ -39,27 +39,13 @@ def token_ok(settings: Settings, authorization: str | None) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), expected.encode())
 
 
-def _inside(path: Path, roots: list[Path]) -> bool:
-    return any(path == root or path.is_relative_to(root) for root in roots)
-
-
 def confine_paths(config: JobConfig, settings: Settings) -> None:
-    """Datasets inside the allowed roots, output inside the data directory (symlinks resolved)."""
-    roots = settings.allowed_dataset_roots()
-    for raw in config.local_datasets:
-        real = Path(raw).resolve(strict=False)
-        if not _inside(real, roots):
-            raise ApiError(422, "path_not_allowed",
-                           f"local_datasets: {raw} is outside the allowed dataset folders "
-                           f"({', '.join(map(str, roots))})", field="local_datasets")
-    data_dir = settings.data_dir()
-    for name in ("output_dir", "resume_from_checkpoint", "tensorboard_dir"):
-        raw = getattr(config, name)
-        if name == "tensorboard_dir" and (not config.enable_tensorboard or not Path(raw).is_absolute()):
-            continue  # a relative folder lands inside output_dir, which is checked
-        if raw and raw != "latest" and not _inside(Path(raw).resolve(strict=False), [data_dir]):
-            raise ApiError(422, "path_not_allowed", f"{name}: {raw} is outside the data directory {data_dir}",
-                           field=name)
+    """Every path the job touches inside the allowed roots (tunestudio.paths.confine), as a 422 naming the field."""
+    try:
+        paths.confine(config, settings.roots())
+    except paths.PathRefused as exc:
+        raise ApiError(422, exc.code, str(exc), field=exc.field,
+                       errors=[{"field": exc.field, "message": exc.message}]) from None
 
 
 class BodyLimit:

@@ -28,6 +28,7 @@ class Job(BaseModel):
     final_metrics: dict[str, Any] | None = None
     progress: dict[str, Any] | None = None
     log_path: str | None = None
+    worker_pid: int | None = None
     last_seq: int = 0
 
     @property
@@ -72,9 +73,6 @@ class JobEvent:
             self._data = json.loads(self.text)
         return self._data
 
-    def json(self) -> str:
-        return self.text
-
     @property
     def is_end(self) -> bool:
         """The last event of a job's stream: its final status."""
@@ -100,3 +98,7 @@ class JobNotFound(LookupError):
 
 class JobConflict(ValueError):
     """The job exists but cannot do what was asked in its current status."""
+
+
+class QueueFull(RuntimeError):
+    """As many jobs as `max_queued_jobs` wait already."""

@@ -12,30 +12,18 @@ fork would break. If it dies, `ensure_running` starts a new one at the next job.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import threading
 from multiprocessing import forkserver
 from typing import Any
 
+from tunestudio.process import start_context
+from tunestudio.worker.child import PRELOAD
+
 log = logging.getLogger(__name__)
 
-# What a worker imports on its way to the first step (see tunestudio/worker/main.py).
-PRELOAD = [
-    "tunestudio.worker.channel",
-    "tunestudio.worker.main",
-    "tunestudio.worker.model",
-    "tunestudio.worker.performance",
-    "tunestudio.worker.data",
-    "tunestudio.worker.train",
-]
-
-
 def context(prewarm: bool) -> Any:
-    if not prewarm:
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ctx
+    """The context workers start from (see `tunestudio.process.start_context`)."""
+    return start_context(prewarm, PRELOAD)
 
 
 def warm_up() -> threading.Thread:

@@ -15,12 +15,15 @@ import json
 import logging
 import sqlite3
 import threading
+import typing
 from collections.abc import Iterable
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
+
+from tunestudio.events import Progress
 
 log = logging.getLogger(__name__)
 
@@ -49,22 +52,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
-CREATE TABLE IF NOT EXISTS metrics (
-    job_id            TEXT NOT NULL,
-    seq               INTEGER,
-    step              INTEGER NOT NULL,
-    total_steps       INTEGER,
-    epoch             REAL,
-    loss              REAL,
-    learning_rate     REAL,
-    grad_norm         REAL,
-    eval_loss         REAL,
-    num_tokens        INTEGER,
-    tokens_per_second REAL,
-    elapsed_seconds   REAL,
-    eta_seconds       REAL,
-    ts                REAL
-);
+-- metrics: one row per progress event, its columns derived from events.Progress (see PROGRESS_COLUMNS).
 CREATE INDEX IF NOT EXISTS metrics_job_step ON metrics (job_id, step);
 -- Events of every kind but progress; a progress event is its metrics row (seq is its place in the stream).
 CREATE TABLE IF NOT EXISTS events (
@@ -83,18 +71,47 @@ JOB_COLUMNS = (
 )
 JSON_COLUMNS = ("config", "final_metrics", "progress")
 INT64_MAX = 2**63 - 1  # SQLite's largest integer
-METRIC_COLUMNS = (
-    "step", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss", "num_tokens",
-    "tokens_per_second", "elapsed_seconds", "eta_seconds", "ts",
+
+
+def _sql_type(annotation: Any) -> str:
+    """The SQLite type of a Progress field: int/bool INTEGER, float REAL, str TEXT, anything else JSON TEXT."""
+    base = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation)
+    return {int: "INTEGER", bool: "INTEGER", float: "REAL", str: "TEXT"}.get(base, "JSON")
+
+
+# A progress event is stored once, as its metrics row: one column per field of the Progress model, so a
+# field added there is a column here (tests/jobs/test_store.py checks it), and a replay rebuilds the event.
+PROGRESS_TYPES = {name: _sql_type(f.annotation) for name, f in Progress.model_fields.items()
+                  if name not in ("kind", "seq")}
+PROGRESS_COLUMNS = tuple(PROGRESS_TYPES)
+METRIC_COLUMNS = PROGRESS_COLUMNS  # a metric record is the progress event without kind and seq
+_JSON_PROGRESS = tuple(name for name, kind in PROGRESS_TYPES.items() if kind == "JSON")
+METRICS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS metrics (job_id TEXT NOT NULL, seq INTEGER, "
+    + ", ".join(f"{name} {'TEXT' if kind == 'JSON' else kind}{' NOT NULL' if name == 'step' else ''}"
+                for name, kind in PROGRESS_TYPES.items())
+    + ")"
 )
-# A progress event is stored once, as its metrics row: these columns give back its JSON for a replay.
-PROGRESS_COLUMNS = (*METRIC_COLUMNS, "total_steps")
 # Columns added since the first release: older databases get them (NULL in their old rows) on open.
 _ADDED_COLUMNS = (
     ("metrics", "seq", "INTEGER"),
-    ("metrics", "total_steps", "INTEGER"),
+    *(("metrics", name, "TEXT" if kind == "JSON" else kind) for name, kind in PROGRESS_TYPES.items()
+      if name != "step"),
     ("jobs", "stop_request", "TEXT"),
 )
+
+
+def _progress_values(record: dict[str, Any]) -> list[Any]:
+    return [json.dumps(record[c]) if c in _JSON_PROGRESS and record.get(c) is not None else record.get(c)
+            for c in PROGRESS_COLUMNS]
+
+
+def _progress_record(values: Iterable[Any]) -> dict[str, Any]:
+    record = dict(zip(PROGRESS_COLUMNS, values, strict=True))
+    for name in _JSON_PROGRESS:
+        if record[name] is not None:
+            record[name] = json.loads(record[name])
+    return record
 
 
 class DuplicateRequest(Exception):
@@ -129,7 +146,7 @@ class Store:
         self._ops: SimpleQueue[tuple[Any, ...]] = SimpleQueue()
         self._closed = False
         writer = self._connect()
-        writer.executescript(SCHEMA)
+        writer.executescript(SCHEMA.replace("-- metrics:", METRICS_TABLE + ";\n-- metrics:", 1))
         for table, name, sql_type in _ADDED_COLUMNS:
             if name not in _columns(writer, table):
                 # An older database. Its metrics rows keep seq NULL: their progress events stay in `events`.
@@ -301,7 +318,7 @@ class Store:
             "append",
             job_id,
             [(job_id, seq, kind, data) for seq, kind, data in events],
-            [(job_id, seq, *(r.get(c) for c in PROGRESS_COLUMNS)) for seq, r in metrics],
+            [(job_id, seq, *_progress_values(r)) for seq, r in metrics],
             fields,
         ))
 
@@ -388,7 +405,7 @@ class Store:
         finally:
             conn.rollback()  # nothing was written: this only ends the snapshot
         progress = [
-            (row[0], "progress", None, {"kind": "progress", **dict(zip(PROGRESS_COLUMNS, row[1:], strict=True))})
+            (row[0], "progress", None, {"kind": "progress", **_progress_record(row[1:])})
             for row in rows
         ]
         return list(islice(heapq.merge(events, progress, key=itemgetter(0)), limit))
@@ -425,8 +442,7 @@ class Store:
                 chunk,
             ).fetchall()
             for row in rows:
-                record = dict(row)
-                out[record.pop("rid")] = record
+                out[row[0]] = _progress_record(tuple(row)[1:])
         return out
 
     def metrics(self, job_id: str, since_step: int | None = None) -> list[dict[str, Any]]:
@@ -436,5 +452,29 @@ class Store:
             sql += " AND step > ?"
             args.append(since_step)
         rows = self._reader().execute(sql + " ORDER BY step, rowid", args).fetchall()
-        return [dict(r) for r in rows]
+        return [_progress_record(tuple(r)) for r in rows]
+
+    def output_dirs(self) -> list[dict[str, Any]]:
+        """(id, status, output_dir) of every job with an output folder."""
+        rows = self._reader().execute("SELECT id, status, output_dir FROM jobs WHERE output_dir IS NOT NULL")
+        return [dict(r) for r in rows.fetchall()]
+
+    def resumed_by(self, job_id: str) -> str | None:
+        """The job that resumed this one, if any."""
+        row = self._reader().execute("SELECT id FROM jobs WHERE resumed_from = ? LIMIT 1", (job_id,)).fetchone()
+        return row[0] if row else None
+
+    def jobs_referring_to(self, folder: str, besides: str) -> list[str]:
+        """Other jobs whose output folder or checkpoint lies in `folder`, or that it lies in, or resumed `besides`."""
+        target = Path(folder).resolve()
+        found = []
+        rows = self._reader().execute("SELECT id, output_dir, resumed_from, config FROM jobs WHERE id != ?", (besides,))
+        for row in rows.fetchall():
+            config = json.loads(row["config"]) if row["config"] else {}
+            used = [p for p in (row["output_dir"], config.get("resume_from_checkpoint")) if p and p != "latest"]
+            if row["resumed_from"] == besides or any(
+                Path(p).resolve().is_relative_to(target) or target.is_relative_to(Path(p).resolve()) for p in used
+            ):
+                found.append(row["id"])
+        return found
 

@@ -17,27 +17,49 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from tunestudio.process import pid_alive
 
 PR_SET_PDEATHSIG = 1
 PARENT_POLL_S = 0.5
 
+# What a worker imports on its way to the first step (see worker/main.py): a prewarmed
+# forkserver imports these once, so each job's fork starts with them loaded.
+PRELOAD = (
+    "tunestudio.worker.channel",
+    "tunestudio.worker.main",
+    "tunestudio.worker.model",
+    "tunestudio.worker.performance",
+    "tunestudio.worker.data",
+    "tunestudio.worker.train",
+)
 
-def pid_alive(pid: int | None) -> bool:
-    """Whether a process exists and is not a zombie (pid 0 or None: no)."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed parent that nobody has reaped yet is a zombie: gone for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    """Everything a worker process is started with.
+
+    public_config: the job's config without secrets (JSON-ready); secrets travel
+    beside it and are never written anywhere. events/commands: the two queues
+    of the protocol in `tunestudio.events`. parent_pid: the manager process the
+    worker must not outlive. kind: which recipe runs (only "train" today).
+    """
+
+    public_config: dict[str, Any]
+    secrets: dict[str, str]
+    events: Any
+    commands: Any
+    parent_pid: int
+    log_path: str | None = None
+    kind: Literal["train"] = "train"
+
+
+class WorkerEntry(Protocol):
+    """A worker's entry point: `main` below, or a scripted fake in the tests."""
+
+    def __call__(self, args: WorkerArgs) -> None: ...
 
 
 def _die_with_parent(manager_pid: int) -> None:
@@ -79,27 +101,25 @@ def _redirect_output(log_path: str | None) -> None:
     os.close(fd)
 
 
-def main(
-    public_config: dict[str, Any],
-    secrets: dict[str, str],
-    events: Any,
-    commands: Any,
-    parent_pid: int,
-    log_path: str | None,
-) -> None:
+def become_worker(args: WorkerArgs) -> None:
+    """The first steps of every worker: its own process group, death with its parent, output to its log."""
     os.setpgid(0, 0)
-    _die_with_parent(parent_pid)
-    _redirect_output(log_path)
+    _die_with_parent(args.parent_pid)
+    _redirect_output(args.log_path)
+
+
+def main(args: WorkerArgs) -> None:
+    become_worker(args)
     # A stop is a command, not a signal: Ctrl-C in the parent's terminal must not reach us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     from tunestudio.worker.channel import QueueChannel
     from tunestudio.worker.main import run
 
-    channel = QueueChannel(events, commands)
+    channel = QueueChannel(args.events, args.commands)
     code = 1
     try:
-        code = run(public_config, channel, secrets)
+        code = run(args.public_config, channel, args.secrets)
     finally:
         channel.close()
         sys.stdout.flush()

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tunestudio import paths
 from tunestudio.config import JobConfig, format_validation_error
 from tunestudio.events import Sample
 from tunestudio.worker.channel import Channel
@@ -41,13 +42,15 @@ def run(config: JobConfig | dict[str, Any], channel: Channel, secrets: dict[str,
 
 
 def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None) -> JobConfig:
-    if isinstance(config, JobConfig):
-        return config
+    """The config validated again, its paths checked again: the worker may start long after the submit."""
     try:
-        return JobConfig.from_parts(config, secrets)
+        cfg = config if isinstance(config, JobConfig) else JobConfig.from_parts(config, secrets)
+        return paths.resolve(cfg)
     except ValidationError as exc:
         fields = "; ".join(f"{e['field']}: {e['message']}" for e in format_validation_error(exc))
         raise UserError(f"invalid config: {fields}") from None
+    except paths.PathRefused as exc:
+        raise UserError(str(exc)) from None
 
 
 def _train(cfg: JobConfig, channel: Channel) -> int:

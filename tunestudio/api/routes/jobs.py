@@ -113,7 +113,7 @@ async def job_events(
             if event is None:
                 yield sse.heartbeat()
             else:
-                yield ServerSentEvent(data=event.json(), id=str(event.seq), event=event.kind)
+                yield ServerSentEvent(data=event.text, id=str(event.seq), event=event.kind)
 
     return sse.response(items(), settings.sse_retry_ms)
 

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from sse_starlette import ServerSentEvent
 
+from tunestudio import paths
 from tunestudio.api import sse
 from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
@@ -94,7 +95,11 @@ def start(
     except ApiError as exc:
         return JSONResponse(StartResponse(job_id=None, status="error", message="invalid training request",
                                           error=exc.message).model_dump(), status_code=exc.status)
-    job = manager.submit(config, request_id=idempotency_key)
+    try:
+        job = manager.submit(config, request_id=idempotency_key)
+    except paths.PathRefused as exc:
+        return JSONResponse(StartResponse(job_id=None, status="error", message="invalid training request",
+                                          error=str(exc)).model_dump(), status_code=422)
     position = len(manager.list([S.queued], limit=1000))
     return StartResponse(job_id=job.id, status="queued",
                          message="training queued" + (f" ({position} in the queue)" if position > 1 else ""))
@@ -198,7 +203,7 @@ async def progress(
                 yield sse.heartbeat()
             elif event.kind == "progress" and event.data.get("loss") is not None:
                 if event.data["step"] > after_step:
-                    yield ServerSentEvent(data=event.json(), id=str(event.data["step"]), event="progress")
+                    yield ServerSentEvent(data=event.text, id=str(event.data["step"]), event="progress")
             elif event.is_end:
                 final = event.data["status"]
                 kind = "error" if final in ("failed", "interrupted") else "complete"

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tunestudio import paths
 from tunestudio.api.deps import SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.security import confine_paths
@@ -121,6 +122,7 @@ def preview(settings: SettingsDep, body: Annotated[PreviewRequest, Body()]) -> d
         raise ApiError(422, "invalid_request", "; ".join(f"{e['field'] or 'request'}: {e['message']}"
                                                          for e in errors), errors=errors) from None
     confine_paths(config, settings)
+    config = paths.resolve(config)  # a missing file is a 422 naming the field
 
     from tunestudio.api.preview import PreviewTimeout, preview_rows
 

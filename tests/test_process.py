@@ -1,0 +1,44 @@
+"""The process helpers both sides share."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from tunestudio.process import kill_group, pid_alive, start_context
+
+from .helpers.wait import wait_until
+
+
+def test_pid_alive_knows_the_living_the_dead_and_the_zombies() -> None:
+    assert pid_alive(os.getpid())
+    assert not pid_alive(None) and not pid_alive(0)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert pid_alive(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(proc.pid), 5, "the killed child to read as gone (a zombie is gone)")
+    proc.wait(5)
+    assert not pid_alive(proc.pid)
+
+
+def test_kill_group_reaches_the_whole_group_and_tolerates_the_gone() -> None:
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; "
+         "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print(c.pid, flush=True); "
+         "time.sleep(60)"],
+        start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert leader.stdout is not None
+    grandchild = int(leader.stdout.readline())
+    kill_group(leader.pid, signal.SIGKILL)
+    leader.wait(5)
+    leader.stdout.close()
+    wait_until(lambda: not pid_alive(grandchild), 5, "the grandchild to die with its group")
+    kill_group(leader.pid, signal.SIGKILL)  # gone already: no error
+    kill_group(None, signal.SIGKILL)
+
+
+def test_start_context() -> None:
+    assert start_context(False).get_start_method() == "spawn"
+    assert start_context(True, ["json"]).get_start_method() == "forkserver"

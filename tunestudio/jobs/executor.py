@@ -1,0 +1,91 @@
+"""Where a job's worker runs. The supervisor talks to an executor and to nothing lower.
+
+An executor starts one worker, says whether it is alive and how it exited,
+carries commands to it and its events back, and kills it. `LocalExecutor` runs
+the worker as a process on this machine (spawned, or forked from the prewarmed
+forkserver); a cluster executor (Ray) implements the same protocol, and the
+supervisor's pump, escalation and exit classification stay the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+from typing import Any, Protocol
+
+from tunestudio.events import Stop
+from tunestudio.jobs.prewarm import context as start_context
+from tunestudio.process import kill_group
+from tunestudio.worker.child import WorkerArgs, WorkerEntry
+
+
+class Executor(Protocol):
+    """One worker's way of running: start, watch, talk, kill."""
+
+    def start(self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None) -> None:
+        """Start the worker; raises if it could not be started."""
+
+    @property
+    def pid(self) -> int | None:
+        """The local process that stands for the worker (a launcher, a driver), if any."""
+
+    def alive(self) -> bool: ...
+
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the worker to exit."""
+
+    def exitcode(self) -> int | None:
+        """The exit code once it exited (negative: killed by that signal); None while it runs."""
+
+    def send(self, command: Stop) -> None:
+        """Deliver a command; a worker already gone is not an error."""
+
+    def next_item(self, timeout: float) -> object | None:
+        """The next raw item the worker sent (JSON text, one event or several), or None after `timeout`."""
+
+    def kill(self, sig: int) -> None:
+        """Signal the worker and everything it started; gone already is not an error."""
+
+
+class LocalExecutor:
+    """The worker as a child process of this one, leading its own process group."""
+
+    def __init__(self, target: WorkerEntry, prewarm: bool = False) -> None:
+        self.target = target
+        self._ctx = start_context(prewarm)
+        self._events = self._ctx.Queue()
+        self._commands = self._ctx.Queue()
+        self._proc: Any = None
+
+    def start(self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None) -> None:
+        args = WorkerArgs(public_config, secrets, self._events, self._commands, os.getpid(), log_path)
+        self._proc = self._ctx.Process(target=self.target, args=(args,), name="tunestudio-worker")
+        self._proc.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def join(self, timeout: float) -> None:
+        if self._proc is not None:
+            self._proc.join(timeout=timeout)
+
+    def exitcode(self) -> int | None:
+        return self._proc.exitcode if self._proc is not None else None
+
+    def send(self, command: Stop) -> None:
+        with contextlib.suppress(ValueError, OSError):  # queue closed: the worker is gone already
+            self._commands.put(command.model_dump_json())
+
+    def next_item(self, timeout: float) -> object | None:
+        try:
+            return self._events.get(timeout=timeout)
+        except (queue.Empty, EOFError, OSError):
+            return None
+
+    def kill(self, sig: int) -> None:
+        kill_group(self.pid, sig)

@@ -1,0 +1,129 @@
+"""The jobs this process queued or runs: their status, the worker's events applied, how each ended.
+
+A status changes here and nowhere else, always through `status.transition`,
+and every change is a `StatusEvent` in the job's stream. The pump thread of a
+job's supervisor calls `on_events` (one burst at a time) and `record_exit`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunestudio.checkpoints import latest_checkpoint
+from tunestudio.config import JobConfig
+from tunestudio.events import Event, Failed, Phase, Progress, StatusEvent
+from tunestudio.jobs.status import RUNNING, IllegalTransition, JobStatus, can_transition, transition
+from tunestudio.jobs.store import Store
+from tunestudio.jobs.stream import Feed
+from tunestudio.jobs.supervisor import Outcome, Supervisor
+
+log = logging.getLogger(__name__)
+S = JobStatus
+_FINAL = {"completed": S.completed, "stopped": S.stopped, "cancelled": S.cancelled, "failed": S.failed}
+
+
+@dataclass
+class Running:
+    """What this process keeps in memory about one of its jobs."""
+
+    feed: Feed
+    status: JobStatus = S.queued
+    config: JobConfig | None = None  # the validated config, for jobs this process submitted
+    supervisor: Supervisor | None = None
+    secrets: dict[str, str] = field(default_factory=dict)
+    failed: bool = False  # the worker sent a Failed event
+    slot: int | None = None  # the job slot (see slots.py) its worker holds
+    waiting_noted: bool = False  # told its stream it waits for another process's slot
+
+
+class Tracker:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.jobs: dict[str, Running] = {}
+
+    def track(self, job_id: str, last_seq: int = 0, **fields: Any) -> Running:
+        running = self.jobs[job_id] = Running(Feed(job_id, self.store, last_seq), **fields)
+        return running
+
+    # --- status ------------------------------------------------------------------
+    def set_status(self, job_id: str, status: JobStatus, **fields: Any) -> None:
+        running = self.jobs[job_id]
+        with running.feed.lock:
+            self._set_status_locked(running, status, **fields)
+
+    def finish_without_worker(self, job_id: str, status: JobStatus, message: str, last_seq: int = 0) -> None:
+        """End a job that has no worker (cancelled while queued, could not start)."""
+        running = self.jobs.get(job_id) or self.track(job_id, last_seq)
+        with running.feed.lock:
+            self._set_status_locked(running, status, message=message, error=message if status is S.failed else None,
+                                    finished_at=time.time(), wait=True)
+            running.feed.end()
+
+    def _set_status_locked(self, running: Running, status: JobStatus, wait: bool = False, **fields: Any) -> None:
+        running.status = transition(running.status, status)
+        event = StatusEvent(seq=0, status=status.value, message=fields.get("message", ""), error=fields.get("error"))
+        if status in RUNNING:
+            fields["phase"] = status.value
+        # A final status is committed before anyone hears of it (wait=True).
+        running.feed.emit([event], wait=wait, status=status.value, **fields)
+
+    # --- from the pump ---------------------------------------------------------------
+    def on_events(self, job_id: str, events: list[Event]) -> None:
+        """One burst from the pump, under one lock: its progress events go to the store as one write."""
+        running = self.jobs[job_id]
+        with running.feed.lock:
+            records: list[dict[str, Any]] = []
+            for event in events:
+                try:  # one bad event must not cost the rest of the burst
+                    if isinstance(event, Progress):
+                        records.append(event.record())
+                        continue
+                    if records:  # keep the stream in order: what came before this event is numbered first
+                        records, batch = [], records
+                        running.feed.emit(records=batch, progress=batch[-1])
+                    self._on_other_event_locked(running, event)
+                except Exception:
+                    log.exception("job %s: handling a %s event failed", job_id, event.kind)
+            if records:
+                running.feed.emit(records=records, progress=records[-1])
+
+    def _on_other_event_locked(self, running: Running, event: Event) -> None:
+        if isinstance(event, Phase):
+            new = JobStatus(event.phase)
+            if running.status in RUNNING and can_transition(running.status, new):
+                self._set_status_locked(running, new, message=event.message or event.phase)
+            else:
+                self.store.update_job(running.feed.job_id, phase=event.phase)
+        elif isinstance(event, Failed):
+            running.failed = True
+        running.feed.emit([event])
+
+    def record_exit(self, job_id: str, outcome: Outcome) -> None:
+        """The worker is gone: its final status (committed), and the end of its stream."""
+        running = self.jobs[job_id]
+        final = _FINAL[outcome.kind]
+        done = outcome.completed
+        fields: dict[str, Any] = {"finished_at": time.time()}
+        if done is not None:
+            fields["final_metrics"] = done.metrics
+            if done.output_dir:
+                fields["output_dir"] = done.output_dir
+        row = self.store.get_job(job_id) or {}
+        checkpoint = (done.checkpoint if done else None) or latest_checkpoint(row.get("output_dir"))
+        error = outcome.message if final is S.failed else None
+        with running.feed.lock:
+            if final is S.failed and not running.failed:
+                # The worker died without a word (a signal, an exit): say so in its stream.
+                running.feed.emit([Failed(seq=0, message=outcome.message)])
+            try:
+                self._set_status_locked(running, final, message=outcome.message, error=error,
+                                        checkpoint=checkpoint if final is not S.completed else None,
+                                        wait=True, **fields)
+            except IllegalTransition:
+                log.error("job %s: outcome %s is illegal from %s", job_id, final, running.status)
+                self._set_status_locked(running, S.failed, message=outcome.message,
+                                        error=outcome.message, wait=True, **fields)
+            running.feed.end()

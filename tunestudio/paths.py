@@ -1,0 +1,169 @@
+"""The paths of a job: made absolute and checked, as an explicit step outside `JobConfig`.
+
+`JobConfig` is pure data: its validators never touch the filesystem, so
+validating a config twice gives the same config. What the filesystem says is
+asked here, at submit (and again in the worker, which may run later or
+elsewhere):
+
+- `resolve(cfg)`: every local path made absolute; local datasets, a local
+  model folder, an eval file and a local hub-dataset folder must exist.
+- `confine(cfg, roots)`: for clients that must not reach the whole machine
+  (the HTTP API): every path a job reads or writes lies inside its allowed
+  roots. It runs *before* `resolve`, on paths alone, so a refusal never tells
+  whether an outside path exists.
+- `protect_data_dir(cfg, data_dir, others)`: no job writes over the data
+  directory's own folders or another job's outputs (every caller).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunestudio.config import JobConfig
+
+__all__ = ["PathRefused", "Roots", "confine", "looks_like_path", "protect_data_dir", "resolve", "tensorboard_path"]
+
+
+class PathRefused(ValueError):
+    """A path of the config is missing or not allowed; `field` names the config field."""
+
+    def __init__(self, field: str, message: str, code: str = "path_not_allowed") -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Where a confined job may read and write."""
+
+    data_dir: Path
+    dataset_roots: tuple[Path, ...]  # datasets, eval files, output folders
+    model_roots: tuple[Path, ...]  # local model folders
+
+
+def looks_like_path(value: str) -> bool:
+    """Whether a model or dataset name is meant as a local path rather than a hub id ("org/name")."""
+    return value.startswith(("/", "./", "../", "~")) or value.count("/") > 1 or value in (".", "..")
+
+
+def _abs(raw: str) -> Path:
+    return Path(raw).expanduser().resolve(strict=False)
+
+
+def _inside(path: Path, roots: Iterable[Path], strictly: bool = False) -> bool:
+    return any(path.is_relative_to(root) and not (strictly and path == root) for root in roots)
+
+
+def _eval_path(cfg: JobConfig) -> str | None:
+    """eval_split when it names a file or folder ("data/val.jsonl") rather than a split ("test")."""
+    raw = cfg.eval_split
+    if raw and ("/" in raw or Path(raw).suffix):
+        return raw
+    return None
+
+
+def _local_model(cfg: JobConfig) -> str | None:
+    raw = cfg.model_name
+    return raw if looks_like_path(raw) or Path(raw).expanduser().is_dir() else None
+
+
+def _local_hub_dataset(cfg: JobConfig) -> str | None:
+    raw = cfg.hf_dataset
+    return raw if raw and (looks_like_path(raw) or Path(raw).expanduser().exists()) else None
+
+
+def tensorboard_path(cfg: JobConfig) -> Path:
+    """Where TensorBoard files go: tensorboard_dir, relative to output_dir unless absolute."""
+    path = Path(cfg.tensorboard_dir).expanduser()
+    return path if path.is_absolute() else Path(cfg.output_dir or ".") / path
+
+
+def resolve(cfg: JobConfig) -> JobConfig:
+    """The config with every local path absolute; raises PathRefused for one that must exist and does not."""
+    update: dict[str, object] = {}
+    datasets = []
+    for raw in cfg.local_datasets:
+        path = _abs(raw)
+        if not path.exists():
+            raise PathRefused("local_datasets", f"dataset path {raw!r} does not exist", code="not_found")
+        datasets.append(str(path))
+    update["local_datasets"] = datasets
+    if (model := _local_model(cfg)) is not None:
+        path = _abs(model)
+        if not path.is_dir():
+            raise PathRefused("model_name", f"local model folder {model!r} does not exist (a hub id reads "
+                                            "'org/name')", code="not_found")
+        update["model_name"] = str(path)
+    if (dataset := _local_hub_dataset(cfg)) is not None:
+        path = _abs(dataset)
+        if not path.exists():
+            raise PathRefused("hf_dataset", f"local dataset {dataset!r} does not exist", code="not_found")
+        update["hf_dataset"] = str(path)
+    if (eval_file := _eval_path(cfg)) is not None:
+        path = _abs(eval_file)
+        if not path.exists():
+            raise PathRefused("eval_split", f"eval file {eval_file!r} does not exist", code="not_found")
+        update["eval_split"] = str(path)
+    for name in ("output_dir", "resume_from_checkpoint"):
+        raw = getattr(cfg, name)
+        if raw and raw != "latest":
+            update[name] = str(_abs(raw))
+    return cfg.model_copy(update=update)
+
+
+def confine(cfg: JobConfig, roots: Roots) -> None:
+    """Raise PathRefused unless every path the job touches lies inside its roots (paths only, no lookups)."""
+    allowed = (roots.data_dir, *roots.dataset_roots)
+
+    def refuse(field: str, raw: str, where: Iterable[Path], what: str) -> PathRefused:
+        return PathRefused(field, f"{raw} is outside the allowed {what} ({', '.join(map(str, where))})")
+
+    for raw in cfg.local_datasets:
+        if not _inside(_abs(raw), roots.dataset_roots):
+            raise refuse("local_datasets", raw, roots.dataset_roots, "dataset folders")
+    for field, raw in (("eval_split", _eval_path(cfg)), ("hf_dataset", _local_hub_dataset(cfg))):
+        if raw is not None and not _inside(_abs(raw), roots.dataset_roots):
+            raise refuse(field, raw, roots.dataset_roots, "dataset folders")
+    if (model := _local_model(cfg)) is not None and not _inside(_abs(model), roots.model_roots):
+        raise refuse("model_name", model, roots.model_roots, "model folders (TUNESTUDIO_MODEL_ROOTS)")
+    if cfg.output_dir and not _inside(_abs(cfg.output_dir), allowed, strictly=True):
+        raise PathRefused("output_dir", f"{cfg.output_dir} must be a folder strictly inside one of "
+                                        f"{', '.join(map(str, allowed))}")
+    checkpoint = cfg.resume_from_checkpoint
+    if checkpoint and checkpoint != "latest" and not _inside(_abs(checkpoint), allowed):
+        raise refuse("resume_from_checkpoint", checkpoint, allowed, "folders")
+    if cfg.enable_tensorboard or Path(cfg.tensorboard_dir).is_absolute():
+        board = tensorboard_path(cfg).resolve(strict=False)
+        inside_output = cfg.output_dir is not None and board.is_relative_to(_abs(cfg.output_dir))
+        if not inside_output and not _inside(board, [roots.data_dir]):
+            raise PathRefused("tensorboard_dir", f"{cfg.tensorboard_dir} must be inside output_dir or the data "
+                                                 f"directory {roots.data_dir}")
+
+
+def protect_data_dir(cfg: JobConfig, data_dir: Path, other_outputs: Iterable[tuple[str, bool]]) -> None:
+    """Refuse an output_dir that would write over the data directory's own files or another job's outputs.
+
+    Not the data directory or a folder above it, not its jobs/, data/ or slots/ (or inside them: jobs/ID/
+    folders are the manager's to assign), not a folder that holds, or lies in, another job's outputs, and
+    not the output folder of a live job. other_outputs: (output_dir, live) of the other jobs. The same
+    folder as a finished job's is allowed (running a job file again); deleting either job's artefacts is
+    then refused while the other refers to the folder.
+    """
+    if not cfg.output_dir:
+        return
+    out = _abs(cfg.output_dir)
+    data_dir = data_dir.resolve()
+    if data_dir.is_relative_to(out):
+        raise PathRefused("output_dir", f"{cfg.output_dir} is the data directory {data_dir} or holds it")
+    for own in ("jobs", "data", "slots"):
+        if out.is_relative_to(data_dir / own):
+            raise PathRefused("output_dir", f"{cfg.output_dir} is inside the data directory's {own}/ folder, "
+                                            "which tunestudio manages; leave output_dir unset or pick another")
+    for other, live in other_outputs:
+        theirs = _abs(other)
+        if (out != theirs or live) and (out.is_relative_to(theirs) or theirs.is_relative_to(out)):
+            raise PathRefused("output_dir", f"{cfg.output_dir} overlaps the output folder {theirs} of another job")

@@ -1,0 +1,59 @@
+"""Processes, for both sides: is a pid alive, signal a process group, how a worker is started.
+
+Standard library only: the parent (jobs/) and the child (worker/) import it,
+and neither may pull anything heavy through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether a process exists and is not a zombie (pid 0 or None: no)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed process that nobody has reaped yet is a zombie: gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def kill_group(pid: int | None, sig: int) -> None:
+    """Send `sig` to the process group `pid` leads; to `pid` alone if it leads none yet. Gone is fine."""
+    if not pid:
+        return
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)  # not yet its own group leader, or already gone
+    except PermissionError:
+        pass
+
+
+def start_context(prewarm: bool, preload: Sequence[str] = ()) -> Any:
+    """The multiprocessing context workers start from.
+
+    prewarm=False: "spawn", a fresh interpreter per worker. prewarm=True: the
+    "forkserver", which imported `preload` once; every worker is still a new
+    fork of that idle server, which only ever imported and so holds no CUDA
+    context and no thread pools a fork would break.
+    """
+    if not prewarm:
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(preload))
+    return ctx
+
