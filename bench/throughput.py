@@ -125,13 +125,14 @@ def tunestudio_worker(model_dir: Path, data: Path, steps: int) -> dict[str, Any]
         "weight_decay": 0.0, "lr_scheduler_type": "linear", "warmup_steps": 0,
     })
     events: list[Any] = []
-    sup = Supervisor(cfg, events.extend)
+    sup = Supervisor(cfg, events.extend, cache_dir=str(model_dir.parent / "cache"))
     sup.start()
     outcome = sup.wait(1800)
     assert outcome is not None and outcome.kind == "completed", outcome
     progress = [e for e in events if isinstance(e, Progress) and e.loss is not None]
     logs = [e.message for e in events if isinstance(e, Log)]
-    precision = "bf16" if any("bf16" in m for m in logs if m.startswith("model:")) else "fp32"
+    decided = [m for m in logs if m.startswith("precision auto → ")]  # worker/calibrate.py's log line
+    precision = decided[0].split("→ ")[1].split()[0] if decided else "fp32"
     return {"tokens_per_s": progress[-1].tokens_per_second, "losses": [e.loss for e in progress],
             "precision": precision}
 

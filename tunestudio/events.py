@@ -57,6 +57,7 @@ class Progress(_Message):
     tokens_per_second: float | None = None
     elapsed_seconds: float | None = None
     eta_seconds: float | None = None
+    peak_memory_mb: float | None = None  # the worker's peak so far: process RSS on a CPU, allocated on a GPU
 
     def record(self) -> dict[str, Any]:
         """The metric record (one row of metrics.jsonl / the metrics table)."""

@@ -51,15 +51,17 @@ class Executor(Protocol):
 class LocalExecutor:
     """The worker as a child process of this one, leading its own process group."""
 
-    def __init__(self, target: WorkerEntry, prewarm: bool = False) -> None:
+    def __init__(self, target: WorkerEntry, prewarm: bool = False, cache_dir: str | None = None) -> None:
         self.target = target
+        self.cache_dir = cache_dir
         self._ctx = start_context(prewarm)
         self._events = self._ctx.Queue()
         self._commands = self._ctx.Queue()
         self._proc: Any = None
 
     def start(self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None) -> None:
-        args = WorkerArgs(public_config, secrets, self._events, self._commands, os.getpid(), log_path)
+        args = WorkerArgs(public_config, secrets, self._events, self._commands, os.getpid(), log_path,
+                          cache_dir=self.cache_dir)
         self._proc = self._ctx.Process(target=self.target, args=(args,), name="tunestudio-worker")
         self._proc.start()
 

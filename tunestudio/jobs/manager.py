@@ -364,6 +364,7 @@ class JobManager:
             kill_after_seconds=self.settings.kill_after_seconds,
             exit_after_terminal_seconds=self.settings.exit_after_terminal_seconds,
             prewarm=self.settings.prewarm,
+            cache_dir=str(self.data_dir / "cache"),
         )
         running.supervisor = supervisor
         self._running.add(job_id)

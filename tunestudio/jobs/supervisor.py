@@ -80,6 +80,7 @@ class Supervisor:
         exit_after_terminal_seconds: float = 15.0,
         prewarm: bool = False,
         executor: Executor | None = None,
+        cache_dir: str | None = None,
     ) -> None:
         self.config = config
         self.on_events = on_events
@@ -90,7 +91,7 @@ class Supervisor:
         self.kill_after_seconds = kill_after_seconds
         self.exit_after_terminal_seconds = exit_after_terminal_seconds
         # target: the worker's entry point (tests pass scripted fake workers); used by the default executor.
-        self.executor: Executor = executor or LocalExecutor(target, prewarm)
+        self.executor: Executor = executor or LocalExecutor(target, prewarm, cache_dir)
         self._terminal: Completed | Failed | None = None
         self._asked = _Asked()
         self._done = threading.Event()

@@ -45,6 +45,7 @@ class WorkerArgs:
     beside it and are never written anywhere. events/commands: the two queues
     of the protocol in `tunestudio.events`. parent_pid: the manager process the
     worker must not outlive. kind: which recipe runs (only "train" today).
+    cache_dir: where the worker may keep measured decisions between jobs.
     """
 
     public_config: dict[str, Any]
@@ -54,6 +55,7 @@ class WorkerArgs:
     parent_pid: int
     log_path: str | None = None
     kind: Literal["train"] = "train"
+    cache_dir: str | None = None
 
 
 class WorkerEntry(Protocol):
@@ -119,7 +121,7 @@ def main(args: WorkerArgs) -> None:
     channel = QueueChannel(args.events, args.commands)
     code = 1
     try:
-        code = run(args.public_config, channel, args.secrets)
+        code = run(args.public_config, channel, args.secrets, cache_dir=args.cache_dir)
     finally:
         channel.close()
         sys.stdout.flush()

@@ -11,6 +11,7 @@ else is a bug and carries the traceback for the logs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -28,12 +29,18 @@ from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
 
 
-def run(config: JobConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None) -> int:
-    """Run one job to its end; returns the process exit code (0 completed or stopped, 1 failed)."""
+def run(
+    config: JobConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None,
+    cache_dir: str | None = None,
+) -> int:
+    """Run one job to its end; returns the process exit code (0 completed or stopped, 1 failed).
+
+    cache_dir: where measured decisions (the precision of `auto`) are kept between jobs.
+    """
     try:
         cfg = _validate(config, secrets)
         _quiet_libraries()
-        return _train(cfg, channel)
+        return _train(cfg, channel, Path(cache_dir) if cache_dir else None)
     except UserError as exc:
         channel.failed(str(exc), traceback.format_exc())
     except Exception as exc:
@@ -53,9 +60,9 @@ def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None
         raise UserError(str(exc)) from None
 
 
-def _train(cfg: JobConfig, channel: Channel) -> int:
+def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
+    from tunestudio.worker import calibrate, integrations, performance
     from tunestudio.worker import data as data_mod
-    from tunestudio.worker import integrations, performance
     from tunestudio.worker import model as model_mod
     from tunestudio.worker import train as train_mod
 
@@ -96,6 +103,16 @@ def _train(cfg: JobConfig, channel: Channel) -> int:
     trainer, reporter = train_mod.build_trainer(
         cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
     )
+    # precision auto: measured on this model and a batch of this data (worker/calibrate.py)
+    decision = calibrate.for_job(cfg, trainer, cache_dir)
+    if decision is not None:
+        channel.log(decision.describe())
+        if decision.precision != precision.name:
+            precision = train_mod.precision_named(decision.precision)
+            data = dataclasses.replace(data, train=trainer.train_dataset, eval=trainer.eval_dataset or data.eval)
+            trainer, reporter = train_mod.build_trainer(
+                cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
+            )
     if channel.stop_request:
         return _stopped_before_training(channel)
 

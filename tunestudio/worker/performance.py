@@ -45,6 +45,15 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def peak_memory_mb() -> float:
+    """The process's peak memory so far: allocated CUDA memory on a GPU, else the peak resident set size."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
 def configure_threads() -> int:
     """One torch thread per available core; tokenizers and data loading stay single-threaded.
 

@@ -34,18 +34,24 @@ class Precision:
 def resolve_precision(cfg: JobConfig, hidden_size: int | None = None) -> Precision:
     """The mixed-precision flags, set explicitly (SFTConfig turns bf16 on by default, even on CPU).
 
-    auto: bf16 (or fp16 without bf16) on a GPU; on a CPU, bf16 where the measured rule in
-    tunestudio/worker/performance.py says it is faster, else fp32.
+    auto: provisional; worker/calibrate.py measures and may change it before training (a GPU starts
+    from bf16, or fp16 without bf16; a CPU from fp32; QLoRA on a CPU keeps performance.py's rule).
     """
     cuda = torch.cuda.is_available()
     choice = cfg.precision
     if choice == "auto":
         if cuda:
             choice = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        else:
+        elif cfg.training_type.value == "qlora":  # its compute dtype is fixed at load: the rule decides
             choice = "bf16" if performance.cpu_prefers_bf16(hidden_size) else "fp32"
+        else:  # fp32 until worker/calibrate.py has measured
+            choice = "fp32"
     if choice == "fp16" and not cuda:
         raise UserError("precision: fp16 needs a CUDA GPU; use fp32 or bf16 on a CPU")
+    return precision_named(choice)
+
+
+def precision_named(choice: str) -> Precision:
     if choice == "bf16":
         return Precision(True, False, torch.bfloat16, "bf16")
     if choice == "fp16":
@@ -128,6 +134,7 @@ class ReportingCallback(TrainerCallback):
             tokens_per_second=tps,
             elapsed_seconds=elapsed,
             eta_seconds=eta,
+            peak_memory_mb=performance.peak_memory_mb(),
         )
         self.records.append(event.record())
 

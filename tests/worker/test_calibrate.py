@@ -1,0 +1,42 @@
+"""precision auto: measured on the job's own model and batch, cached, and harmless to the training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def test_decide_measures_caches_and_leaves_weights_and_rng_alone(tiny_model: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tunestudio.worker import calibrate
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    ids = torch.randint(3, 700, (4, 64))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+
+    short = calibrate.decide(model, batch, total_steps=2, accumulation=1, key="k1", cache_dir=tmp_path)
+    options = calibrate.candidates()
+    assert short.precision == "fp32"
+    if len(options) > 1:
+        assert "does not repay" in short.reason  # 2 tiny steps: not worth measuring
+    monkeypatch.setattr(calibrate, "MIN_JOB_S", 0.0)
+    monkeypatch.setattr(calibrate, "BUDGET_S", 1.0)
+    decision = calibrate.decide(model, batch, total_steps=10_000, accumulation=1, key="k2", cache_dir=tmp_path)
+    assert decision.precision in options and not decision.cached
+    if len(options) > 1:
+        assert set(decision.seconds_per_step) == set(options) and all(v > 0 for v in decision.seconds_per_step.values())
+        assert abs(decision.losses["bf16"] - decision.losses["fp32"]) < 0.05 * decision.losses["fp32"]
+        again = calibrate.decide(model, batch, total_steps=10_000, accumulation=1, key="k2", cache_dir=tmp_path)
+        assert again.cached and again.precision == decision.precision
+        assert "k2" in (tmp_path / "precision.json").read_text()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert "precision auto → " in decision.describe()
