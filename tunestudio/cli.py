@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
@@ -91,7 +92,7 @@ def jobs_list(
     limit: Annotated[int, typer.Option(min=1)] = 20,
 ) -> None:
     """Jobs, newest first."""
-    manager = JobManager(Settings())
+    manager = JobManager(_settings())
     try:
         table = Table("id", "status", "model", "steps", "loss", "created", "message")
         for job in manager.list(status or None, limit=limit):
@@ -113,7 +114,7 @@ def jobs_list(
 @jobs_app.command("show")
 def jobs_show(job_id: str) -> None:
     """A job's status, config, last metrics and artefacts."""
-    manager = JobManager(Settings())
+    manager = JobManager(_settings())
     try:
         job = _get_or_exit(manager, job_id)
         table = Table(show_header=False, box=None)
@@ -141,7 +142,7 @@ def jobs_stop(
     wait: Annotated[bool, typer.Option(help="Wait until the job has ended.")] = True,
 ) -> None:
     """Stop a job that a server or another `tunestudio train` runs; it saves a resumable checkpoint."""
-    settings = Settings()
+    settings = _settings()
     manager = JobManager(settings)
     try:
         _get_or_exit(manager, job_id)
@@ -184,9 +185,20 @@ def jobs_resume(job_id: str) -> None:
         raise typer.Exit(1)
 
 
+def _settings() -> Settings:
+    """Settings from the environment, or one line naming what is wrong and an exit (no traceback)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            name = "TUNESTUDIO_" + "_".join(str(p) for p in error["loc"][:1]).upper()
+            err.print(f"[red]{name}: {error['msg'].removeprefix('Value error, ')}[/red]")
+        raise typer.Exit(2) from None
+
+
 def _manager() -> JobManager:
     # A CLI run owns only its own job: queued jobs of a server stay the server's.
-    return JobManager(Settings(), adopt_queued=False)
+    return JobManager(_settings(), adopt_queued=False)
 
 
 def _get_or_exit(manager: JobManager, job_id: str) -> Job:
@@ -306,7 +318,7 @@ def serve(
     from tunestudio.api import create_app
     from tunestudio.api.security import check_bind
 
-    settings = Settings()
+    settings = _settings()
     host = host or settings.host
     port = port or settings.port
     try:
@@ -314,6 +326,8 @@ def serve(
     except SystemExit as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
+    # The app checks Host headers against the address it is really bound to.
+    settings = settings.model_copy(update={"host": host, "port": port})
     console.print(f"tunestudio on http://{host}:{port}  (API docs: /docs, data: {settings.data_dir()})")
     uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
 

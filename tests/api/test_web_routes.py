@@ -19,7 +19,8 @@ from ..helpers.jobs import DATA
 @pytest.fixture
 def client(tmp_path: Path):
     settings = Settings(home=tmp_path / "home", dataset_roots=[DATA, tmp_path])
-    with TestClient(create_app(settings)) as client:
+    # The app answers only to its own Host names; TestClient's default "testserver" is not one.
+    with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
         yield client
 
 

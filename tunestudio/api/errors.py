@@ -71,4 +71,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(error_body("internal_error", "internal error; see the server log"), status_code=500)
+        # Starlette sends this answer from outside every middleware, so it carries the security headers itself.
+        return JSONResponse(error_body("internal_error", "internal error; see the server log"), status_code=500,
+                            headers={"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff"})
