@@ -124,3 +124,22 @@ def checkpoints_then_fails(args: WorkerArgs) -> None:
     emit("progress", step=1, total_steps=2, loss=1.0)
     emit.close()
     sys.exit(1)
+
+
+def waits_for_go(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+    """Trains until a file named `go` appears in its output_dir, then completes: the test decides when it ends."""
+    from pathlib import Path
+
+    _setup(parent_pid)
+    emit = _Emitter(events)
+    emit("phase", phase="training")
+    go = Path(public_config["output_dir"]) / "go"
+    go.parent.mkdir(parents=True, exist_ok=True)
+    step = 0
+    while not go.exists():
+        step += 1
+        emit("progress", step=step, total_steps=10**6, loss=1.0)
+        time.sleep(0.02)
+    emit("completed", output_dir=None, stopped=False, saved=True, global_step=step)
+    emit.close()
+    sys.exit(0)

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunestudio.config import field_errors
 from tunestudio.jobs.models import JobConflict, JobNotFound, QueueFull
+from tunestudio.jobs.store import StoreUnavailable
 from tunestudio.paths import PathRefused
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(QueueFull)
     async def _queue_full(request: Request, exc: QueueFull) -> JSONResponse:
         return JSONResponse(error_body("queue_full", str(exc)), status_code=429)
+
+    @app.exception_handler(StoreUnavailable)
+    async def _store(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        return JSONResponse(error_body("store_unavailable", str(exc), reason=exc.reason), status_code=503,
+                            headers={"Retry-After": "5"})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -109,4 +109,5 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorOut, "description": "Not possible in the job's current status"},
     413: {"model": ErrorOut, "description": "Request body too large"},
     422: {"model": ErrorOut, "description": "Invalid request"},
+    503: {"model": ErrorOut, "description": "The job database does not accept writes now (disk full, locked...)"},
 }

@@ -11,6 +11,7 @@ else is a bug and carries the traceback for the logs.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -37,8 +38,19 @@ def run(config: JobConfig | dict[str, Any], channel: Channel, secrets: dict[str,
     except UserError as exc:
         channel.failed(str(exc), traceback.format_exc())
     except Exception as exc:
-        channel.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        prefix = "disk full: " if _disk_full(exc) else ""
+        channel.failed(f"{prefix}{type(exc).__name__}: {exc}", traceback.format_exc())
     return 1
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """Whether an error (or what caused it: torch and safetensors wrap OSError) is a full disk."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left on device" in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None) -> JobConfig:
