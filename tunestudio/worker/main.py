@@ -158,9 +158,9 @@ def _stopped_before_training(channel: Channel) -> int:
 
 
 def _latest_checkpoint(output_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    from tunestudio.checkpoints import latest_checkpoint
 
-    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+    return latest_checkpoint(output_dir)
 
 
 def _quiet_libraries() -> None:
