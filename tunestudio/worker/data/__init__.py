@@ -57,11 +57,18 @@ class PreparedData:
 
 
 # --- slicing and splitting ------------------------------------------------------
-def slice_rows(rows: list[Any], start: int | None, end: int | None) -> list[Any]:
-    """Rows start..end, both inclusive, clamped to the dataset's range."""
+def slice_rows(rows: list[Any], start: int | None, end: int | None, what: str = "the dataset") -> list[Any]:
+    """Rows start..end, both inclusive; the end clamps to the last row.
+
+    Raises UserError when the slice starts past the last row: training on "the last row" instead would
+    be a job the user did not ask for.
+    """
     if not rows:
         return rows
-    first = min(max(start or 0, 0), len(rows) - 1)
+    if start is not None and start >= len(rows):
+        raise UserError(f"dataset_slice_start: the slice {start}..{'end' if end is None else end} starts past the end "
+                        f"of {what}, which has {len(rows)} rows (numbered 0..{len(rows) - 1})")
+    first = max(start or 0, 0)
     last = len(rows) - 1 if end is None else min(max(end, first), len(rows) - 1)
     return rows[first : last + 1]
 
@@ -141,7 +148,7 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     and row when the data cannot be trained on.
     """
     rows = read_rows(cfg)
-    train_rows = slice_rows(rows.train, cfg.dataset_slice_start, cfg.dataset_slice_end)
+    train_rows = slice_rows(rows.train, cfg.dataset_slice_start, cfg.dataset_slice_end, f"dataset {rows.description}")
     fmt, convert, detected = resolve_format(cfg, train_rows)
     notes = [f"dataset: {len(train_rows)} rows from {rows.description}, read as {fmt}"
              + (" (auto-detected)" if detected else "")]
