@@ -341,6 +341,7 @@ def serve(
     import uvicorn
 
     from tunestudio.api import create_app
+    from tunestudio.api.http import server_config
     from tunestudio.api.security import check_bind
 
     settings = _settings()
@@ -356,7 +357,8 @@ def serve(
     manager = _open_manager(settings, start=True)  # a damaged or read-only database: one line, before serving
     console.print(f"tunestudio on http://{host}:{port}  (API docs: /docs, data: {settings.data_dir()})")
     try:
-        uvicorn.run(create_app(settings, manager), host=host, port=port, log_level="warning")
+        # A header read timeout and a connection cap (api/http.py): slow or idle sockets cannot hold the server.
+        uvicorn.Server(server_config(create_app(settings, manager), settings, host, port)).run()
     finally:
         manager.close()
 

@@ -53,6 +53,12 @@ class Settings(BaseSettings):
         description="Where local model folders may live (API); empty: the data directory, the cwd, the hub cache.",
     )
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    header_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=600, description="A connection whose request headers take longer is closed."
+    )
+    max_connections: int = Field(
+        default=256, ge=4, description="Open connections (event streams included) beyond which the server says 503."
+    )
     sse_heartbeat_seconds: float = Field(default=5.0, gt=0)
     sse_retry_ms: int = Field(default=2000, ge=100)
 
