@@ -49,7 +49,7 @@ def test_the_stream_ends_with_the_final_status_while_the_database_is_locked(tmp_
             assert client.get(f"/api/jobs/{job_id}").json()["status"] == "completed"
             # ... and a caller whose write cannot be made hears so at once, in the API's error shape.
             started = time.monotonic()
-            refused = client.post("/api/jobs", json=body)
+            refused = client.post("/api/jobs", json={**body, "output_dir": str(tmp_path / "home" / "out2")})
             assert refused.status_code == 503 and refused.json()["detail"]["code"] == "store_unavailable"
             assert "locked" in refused.json()["detail"]["message"]
             assert time.monotonic() - started < 15
