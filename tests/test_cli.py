@@ -135,3 +135,51 @@ def test_jobs_stop_of_a_job_whose_process_died_says_so(tmp_path: Path) -> None:
                             timeout=60)
     assert result.returncode == 2
     assert "gone" in result.stderr and "interrupted" in result.stderr
+
+
+def _commands(tmp_path: Path) -> list[list[str]]:
+    job = write_job(tmp_path, model_name="org/fake", local_datasets=[str(REPO / "examples" / "data" / "alpaca.jsonl")])
+    return [["serve", "--port", "1"], ["train", str(job)], ["jobs", "list"], ["jobs", "show", "x"]]
+
+
+def _one_line_exit_2(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr  # one line: what, where, what to do
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+def test_a_corrupt_database_is_one_clear_line_and_left_untouched(tmp_path: Path) -> None:
+    import hashlib
+
+    home = tmp_path / "home"
+    home.mkdir()
+    db = home / "tunestudio.db"
+    db.write_bytes(b"this is not a database, but someone's notes\n" * 500)
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    for command in _commands(tmp_path):
+        proc = subprocess.run([*CLI, *command], capture_output=True, text=True, env=env(tmp_path), timeout=60)
+        _one_line_exit_2(proc, str(db), "not a valid SQLite database", "move it aside")
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_a_read_only_data_directory_is_one_clear_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    subprocess.run([*CLI, "jobs", "list"], env=env(tmp_path), check=True, capture_output=True, timeout=60)
+    if os.geteuid() == 0:
+        # Root writes through file modes, so make the folder really read-only: a read-only bind mount of it,
+        # in a mount namespace of the command's own.
+        script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+        wrap = ["unshare", "-m", "sh", "-c", script, str(home)]
+    else:
+        home.chmod(0o555)
+        wrap = []
+    try:
+        for command in _commands(tmp_path):
+            proc = subprocess.run([*wrap, *CLI, *command], capture_output=True, text=True, env=env(tmp_path),
+                                  timeout=60)
+            _one_line_exit_2(proc, str(home), "not writable", "TUNESTUDIO_HOME")
+    finally:
+        home.chmod(0o755)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sqlite3
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
@@ -25,6 +27,7 @@ from tunestudio.events import Progress as ProgressEvent
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
 from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs.store import StoreError, open_error
 from tunestudio.paths import PathRefused, resolve
 from tunestudio.settings import Settings
 
@@ -91,7 +94,7 @@ def jobs_list(
     limit: Annotated[int, typer.Option(min=1)] = 20,
 ) -> None:
     """Jobs, newest first."""
-    manager = JobManager(Settings())
+    manager = _open_manager()
     try:
         table = Table("id", "status", "model", "steps", "loss", "created", "message")
         for job in manager.list(status or None, limit=limit):
@@ -113,7 +116,7 @@ def jobs_list(
 @jobs_app.command("show")
 def jobs_show(job_id: str) -> None:
     """A job's status, config, last metrics and artefacts."""
-    manager = JobManager(Settings())
+    manager = _open_manager()
     try:
         job = _get_or_exit(manager, job_id)
         table = Table(show_header=False, box=None)
@@ -141,8 +144,8 @@ def jobs_stop(
     wait: Annotated[bool, typer.Option(help="Wait until the job has ended.")] = True,
 ) -> None:
     """Stop a job that a server or another `tunestudio train` runs; it saves a resumable checkpoint."""
-    settings = Settings()
-    manager = JobManager(settings)
+    settings = _settings()
+    manager = _open_manager(settings)
     try:
         _get_or_exit(manager, job_id)
         try:
@@ -184,9 +187,43 @@ def jobs_resume(job_id: str) -> None:
         raise typer.Exit(1)
 
 
+def _settings() -> Settings:
+    """Settings from the environment, or one line naming what is wrong and an exit (no traceback)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            name = "TUNESTUDIO_" + "_".join(str(p) for p in error["loc"][:1]).upper()
+            err.print(f"[red]{name}: {error['msg'].removeprefix('Value error, ')}[/red]")
+        raise typer.Exit(2) from None
+
+
 def _manager() -> JobManager:
     # A CLI run owns only its own job: queued jobs of a server stay the server's.
-    return JobManager(Settings(), adopt_queued=False)
+    return _open_manager(adopt_queued=False, start=True)
+
+
+def _open_manager(settings: Settings | None = None, *, start: bool = False, **options: Any) -> JobManager:
+    """A manager on the data directory, or one line saying why the database cannot be used (no traceback)."""
+    settings = settings or _settings()
+    manager: JobManager | None = None
+    try:
+        manager = JobManager(settings, **options)
+        if start:  # recovery reads every job: a damaged file shows here (the context manager's start is a no-op)
+            manager.start()
+        return manager
+    except StoreError as exc:
+        message = str(exc)
+    except sqlite3.DatabaseError as exc:
+        message = str(open_error(settings.data_dir() / "tunestudio.db", exc))
+    except OSError as exc:
+        message = (f"cannot use the data directory {settings.home}: {exc.strerror or exc}; make it writable, or set "
+                   "TUNESTUDIO_HOME to a folder you can write")
+    if manager is not None:
+        with contextlib.suppress(Exception):  # half-started on a damaged file: let go of what it holds
+            manager.close()
+    err.print(f"[red]{message}[/red]", soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def _get_or_exit(manager: JobManager, job_id: str) -> Job:
@@ -304,9 +341,10 @@ def serve(
     import uvicorn
 
     from tunestudio.api import create_app
+    from tunestudio.api.http import server_config
     from tunestudio.api.security import check_bind
 
-    settings = Settings()
+    settings = _settings()
     host = host or settings.host
     port = port or settings.port
     try:
@@ -314,8 +352,15 @@ def serve(
     except SystemExit as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
+    # The app checks Host headers against the address it is really bound to.
+    settings = settings.model_copy(update={"host": host, "port": port})
+    manager = _open_manager(settings, start=True)  # a damaged or read-only database: one line, before serving
     console.print(f"tunestudio on http://{host}:{port}  (API docs: /docs, data: {settings.data_dir()})")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    try:
+        # A header read timeout and a connection cap (api/http.py): slow or idle sockets cannot hold the server.
+        uvicorn.Server(server_config(create_app(settings, manager), settings, host, port)).run()
+    finally:
+        manager.close()
 
 
 @app.command("make-tiny-model")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tunestudio.paths import Roots
 
@@ -38,6 +40,11 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Bind address; anything but loopback needs api_token.")
     port: int = Field(default=8765, ge=1, le=65535)
     api_token: SecretStr | None = Field(default=None, description="Bearer token every /api route then requires.")
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names the server answers to besides 127.0.0.1, localhost, ::1 and its bind address "
+                    "(comma-separated or a JSON list; \"*\" turns the Host check off, e.g. behind a proxy).",
+    )
     dataset_roots: list[Path] = Field(
         default_factory=list, description="Where local datasets may live; empty: the data directory and the cwd."
     )
@@ -46,8 +53,33 @@ class Settings(BaseSettings):
         description="Where local model folders may live (API); empty: the data directory, the cwd, the hub cache.",
     )
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    header_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=600, description="A connection whose request headers take longer is closed."
+    )
+    max_connections: int = Field(
+        default=256, ge=4, description="Open connections (event streams included) beyond which the server says 503."
+    )
     sse_heartbeat_seconds: float = Field(default=5.0, gt=0)
     sse_retry_ms: int = Field(default=2000, ge=100)
+
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _no_blank_token(cls, value: Any) -> Any:
+        # A blank token would look like protection and be none: refuse it rather than serve open.
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(raw, str):
+            if not raw.strip():
+                raise ValueError("TUNESTUDIO_API_TOKEN is blank; set a real token or unset the variable")
+            return raw.strip()
+        return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [h.strip() for h in text.split(",") if h.strip()]
+        return value
 
     def allowed_dataset_roots(self) -> list[Path]:
         roots = self.dataset_roots or [self.data_dir(), Path.cwd()]

@@ -22,6 +22,7 @@ from ..helpers.server import read_sse, running_server
 from ..helpers.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+JSON = {"Content-Type": "application/json"}  # every state-changing request must say it is JSON
 
 
 def settings(tmp_path: Path, **overrides: object) -> Settings:
@@ -96,7 +97,7 @@ def test_reconnect_with_last_event_id_gets_exactly_the_missed_events(tmp_path: P
         second = follow(client, job_id, after=last, stop_after=10)
         ids = [int(e.id) for e in second if e.id]
         assert ids[0] == last + 1 and ids == list(range(last + 1, last + 1 + len(ids)))
-        client.post(f"/api/jobs/{job_id}/cancel")
+        client.post(f"/api/jobs/{job_id}/cancel", json={})
     manager.close()
 
 
@@ -162,13 +163,13 @@ def test_plot_has_an_empty_state_and_delete_rules(tmp_path: Path) -> None:
         empty = client.get(f"/api/jobs/{queued}/plot.png", params={"theme": "dark"})
         assert empty.status_code == 200 and empty.content[:4] == b"\x89PNG"
         assert client.get(f"/api/jobs/{queued}/plot.png", params={"theme": "sepia"}).status_code == 422
-        assert client.delete(f"/api/jobs/{job_id}").status_code == 409  # live
-        assert client.post(f"/api/jobs/{queued}/cancel").json()["status"] == "cancelled"
-        client.post(f"/api/jobs/{job_id}/cancel")
+        assert client.delete(f"/api/jobs/{job_id}", headers=JSON).status_code == 409  # live
+        assert client.post(f"/api/jobs/{queued}/cancel", json={}).json()["status"] == "cancelled"
+        client.post(f"/api/jobs/{job_id}/cancel", json={})
         wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["status"] == "cancelled", 30, "the cancel")
         job_dir = tmp_path / "home" / "jobs" / job_id
         assert job_dir.exists()
-        assert client.delete(f"/api/jobs/{job_id}", params={"delete_artifacts": True}).status_code == 204
+        assert client.delete(f"/api/jobs/{job_id}", params={"delete_artifacts": True}, headers=JSON).status_code == 204
         assert not job_dir.exists() and client.get(f"/api/jobs/{job_id}").status_code == 404
     manager.close()
 
@@ -237,7 +238,7 @@ def test_seed_train_surface_round_trip(tiny_model: Path, tmp_path: Path) -> None
             replayed = [e.id for e in read_sse(response) if e.event == "progress"]
         assert replayed == ["8", "9", "10"]
         assert client.post("/api/train/stop", json={"save": True}).json()["success"] is False
-        assert client.post("/api/train/reset").json()["success"] is True
+        assert client.post("/api/train/reset", json={}).json()["success"] is True
         assert client.get("/api/train/status").json()["phase"] == "idle"
         assert "cpu" in client.get("/api/train/hardware").json()
 
@@ -304,9 +305,9 @@ def test_resume_after_a_restart_takes_the_secrets_again(tmp_path: Path) -> None:
     with running_server(settings(tmp_path), again) as url, httpx.Client(base_url=url, timeout=30) as client:
         bad = client.post(f"/api/jobs/{job_id}/resume", json={"hf_tokn": "x"})
         assert bad.status_code == 422 and "hf_tokn" in bad.text
-        plain = client.post(f"/api/jobs/{job_id}/resume")
+        plain = client.post(f"/api/jobs/{job_id}/resume", json={})
         assert plain.status_code == 201 and secrets_seen(client, plain.json()["id"]) == "secrets given: "
-        assert client.post(f"/api/jobs/{job_id}/resume").status_code == 409  # a job resumes once
+        assert client.post(f"/api/jobs/{job_id}/resume", json={}).status_code == 409  # a job resumes once
         child = plain.json()["id"]  # it failed too (this worker always does): resume it, with secrets
         given = client.post(f"/api/jobs/{child}/resume", json={"hf_token": "hf_second", "wandb_token": "wb_2"})
         assert given.status_code == 201

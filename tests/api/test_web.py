@@ -139,7 +139,7 @@ def test_reload_in_the_middle_keeps_every_point_and_continues(tiny_model: Path, 
     assert after == list(range(1, len(after) + 1))  # no gap, no duplicate across the reload
 
     with api(server) as client:
-        assert client.post(f"/api/jobs/{job_id}/cancel").status_code == 200
+        assert client.post(f"/api/jobs/{job_id}/cancel", json={}).status_code == 200
     wait_for_status(page, "cancelled", 120)
     final = loss_steps(page)
     assert final == list(range(1, len(final) + 1))

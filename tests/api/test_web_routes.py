@@ -19,7 +19,8 @@ from ..helpers.jobs import DATA
 @pytest.fixture
 def client(tmp_path: Path):
     settings = Settings(home=tmp_path / "home", dataset_roots=[DATA, tmp_path])
-    with TestClient(create_app(settings)) as client:
+    # The app answers only to its own Host names; TestClient's default "testserver" is not one.
+    with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
         yield client
 
 
@@ -93,3 +94,45 @@ console.log(JSON.stringify({{steps: s.lossSteps(), dup, old, next, ev, loss: s.l
     xs, raw, avg, evals = got["loss"]
     assert xs == [1, 2, 3, 4] and evals == [None, 0.5, None, None] and raw[0] == 1 and len(avg) == 4
     assert got["lr"] == [[1, 2, 3, 4], [0.1] * 4]
+
+
+@pytest.mark.timeout(180)
+def test_preview_reads_each_file_once_and_only_its_start_and_cuts_long_cells(client: TestClient,
+                                                                            tmp_path: Path) -> None:
+    from tunestudio.api import preview
+
+    big = tmp_path / "big.jsonl"
+    with big.open("w") as fh:  # ~3 MB of rows, the first with a 100k-character answer
+        fh.write(json.dumps({"instruction": "long", "output": "x" * 100_000}) + "\n")
+        for i in range(30_000):
+            fh.write(json.dumps({"instruction": f"row {i}", "output": "y" * 80}) + "\n")
+    got = client.post("/api/web/preview", json={"local_datasets": [str(big)] * 40, "rows": 2}).json()
+    assert got["description"] == "1 file(s): big.jsonl"  # forty times the same file is one file
+    assert got["partial"] is True and got["total_rows"] < 30_001  # only the first READ_BYTES were read
+    assert got["total_rows"] <= preview.READ_BYTES // 100
+    raw = got["rows"][0]["raw"]["output"]
+    assert raw.startswith("x" * preview.CELL_CHARS) and raw.endswith("(98,000 more characters)")
+    assert len(got["rows"][0]["converted"]["completion"][0]["content"]) < preview.CELL_CHARS + 40
+
+    one_line = tmp_path / "one_line.jsonl"  # a single row bigger than what the preview reads
+    one_line.write_text(json.dumps({"instruction": "i", "output": "z" * (preview.READ_BYTES * 2)}) + "\n")
+    answer = client.post("/api/web/preview", json={"local_datasets": [str(one_line)], "format_type": "alpaca"}).json()
+    assert "longer than the 1,000,000 bytes the preview reads" in answer["rows"][0]["problem"]
+
+    whole = client.post("/api/web/preview", json={"local_datasets": [str(DATA / "alpaca.jsonl")]}).json()
+    assert whole["partial"] is False and whole["total_rows"] == 400
+
+
+def test_preview_runs_at_most_two_children_and_says_so_beyond(client: TestClient, monkeypatch) -> None:
+    from tunestudio.api import preview
+
+    monkeypatch.setattr(preview, "SLOT_WAIT_S", 0.2)
+    assert preview.MAX_CHILDREN == 2
+    held = [preview._slots.acquire(timeout=5) for _ in range(preview.MAX_CHILDREN)]  # two previews running
+    try:
+        assert all(held)
+        busy = client.post("/api/web/preview", json={"local_datasets": [str(DATA / "alpaca.jsonl")]})
+        assert busy.status_code == 429 and busy.json()["detail"]["code"] == "busy"
+    finally:
+        for _ in held:
+            preview._slots.release()

@@ -16,6 +16,8 @@ from typing import Any
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerArgs
 
+from .checkpoints import write_checkpoint
+
 
 def _setup(args: WorkerArgs) -> None:
     child.become_worker(dataclasses.replace(args, log_path=None))  # their output stays on the terminal
@@ -117,10 +119,44 @@ def checkpoints_then_fails(args: WorkerArgs) -> None:
     _setup(args)
     emit = _Emitter(args.events)
     emit("phase", phase="training")
-    checkpoint = Path(args.public_config["output_dir"]) / "checkpoint-1"
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    (checkpoint / "trainer_state.json").write_text("{}")
+    write_checkpoint(Path(args.public_config["output_dir"]), 1)
     emit("log", level="info", message="secrets given: " + ",".join(sorted(args.secrets)))
     emit("progress", step=1, total_steps=2, loss=1.0)
     emit.close()
     sys.exit(1)
+
+
+def waits_for_go(args: WorkerArgs) -> None:
+    """Trains until a file named `go` appears in its output_dir, then completes: the test decides when it ends."""
+    from pathlib import Path
+
+    _setup(args)
+    emit = _Emitter(args.events)
+    emit("phase", phase="training")
+    go = Path(args.public_config["output_dir"]) / "go"
+    go.parent.mkdir(parents=True, exist_ok=True)
+    step = 0
+    while not go.exists():
+        step += 1
+        emit("progress", step=step, total_steps=10**6, loss=1.0)
+        time.sleep(0.02)
+    emit("completed", output_dir=None, stopped=False, saved=True, global_step=step)
+    emit.close()
+    sys.exit(0)
+
+
+def killed_while_saving_second_checkpoint(args: WorkerArgs) -> None:
+    """The real worker, killed by SIGKILL in the middle of its second checkpoint: weights written, optimizer not."""
+    from transformers import Trainer
+
+    original = Trainer._save_optimizer_and_scheduler
+    saves = {"count": 0}
+
+    def dies_on_the_second(self: Any, output_dir: str) -> None:
+        saves["count"] += 1
+        if saves["count"] == 2:
+            signal.raise_signal(signal.SIGKILL)
+        original(self, output_dir)
+
+    Trainer._save_optimizer_and_scheduler = dies_on_the_second
+    child.main(args)

@@ -13,7 +13,7 @@ from tunestudio.api import errors
 from tunestudio.api.deps import require_token
 from tunestudio.api.routes import jobs, system, train, web
 from tunestudio.api.schemas import ERRORS
-from tunestudio.api.security import BodyLimit
+from tunestudio.api.security import BodyLimit, RequestGuard
 from tunestudio.jobs.manager import JobManager
 from tunestudio.settings import Settings
 
@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(web.router, dependencies=guarded)
     app.include_router(system.health)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(RequestGuard, settings=settings)  # added last: outermost, so it sees every request
     if VENDOR.is_dir():
         app.mount("/vendor/uplot", StaticFiles(directory=VENDOR), name="vendor-uplot")
     if (STATIC / "index.html").is_file():

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunestudio.config import field_errors
 from tunestudio.jobs.models import JobConflict, JobNotFound, QueueFull
+from tunestudio.jobs.store import StoreUnavailable
 from tunestudio.paths import PathRefused
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,11 @@ def install(app: FastAPI) -> None:
     async def _queue_full(request: Request, exc: QueueFull) -> JSONResponse:
         return JSONResponse(error_body("queue_full", str(exc)), status_code=429)
 
+    @app.exception_handler(StoreUnavailable)
+    async def _store(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        return JSONResponse(error_body("store_unavailable", str(exc), reason=exc.reason), status_code=503,
+                            headers={"Retry-After": "5"})
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = request_field_errors(exc)
@@ -71,4 +77,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(error_body("internal_error", "internal error; see the server log"), status_code=500)
+        # Starlette sends this answer from outside every middleware, so it carries the security headers itself.
+        return JSONResponse(error_body("internal_error", "internal error; see the server log"), status_code=500,
+                            headers={"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff"})

@@ -102,9 +102,12 @@ class ErrorOut(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "The Host header names another server"},
     401: {"model": ErrorOut, "description": "A token is required"},
+    403: {"model": ErrorOut, "description": "A state-changing request that is not JSON, or from another origin"},
     404: {"model": ErrorOut, "description": "No such job"},
     409: {"model": ErrorOut, "description": "Not possible in the job's current status"},
     413: {"model": ErrorOut, "description": "Request body too large"},
     422: {"model": ErrorOut, "description": "Invalid request"},
+    503: {"model": ErrorOut, "description": "The job database does not accept writes now (disk full, locked...)"},
 }

@@ -27,14 +27,14 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
 from tunestudio import paths
 from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
-from tunestudio.events import Log, StatusEvent
+from tunestudio.events import Log, StatusEvent, WarningEvent
 from tunestudio.jobs import prewarm
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound, QueueFull
 from tunestudio.jobs.owners import Owners
@@ -145,11 +145,13 @@ class JobManager:
         self._store.flush()
 
     # --- the public face -------------------------------------------------------
-    def submit(self, config: JobConfig, request_id: str | None = None, resumed_from: str | None = None) -> Job:
+    def submit(self, config: JobConfig, request_id: str | None = None, resumed_from: str | None = None,
+               warnings: Sequence[str] = ()) -> Job:
         """Check the config's paths, record a new job and queue it; the same request_id gives the same job.
 
         Raises paths.PathRefused for a path that is missing or would write over the data directory or
-        another job's outputs, QueueFull when `max_queued_jobs` jobs wait already.
+        another job's outputs, QueueFull when `max_queued_jobs` jobs wait already. warnings: what the caller
+        has to say about the request (e.g. fields it ignored), as the job's first warning events.
         """
         config = paths.resolve(config)
         with self._submit_lock:  # the checks against other jobs and the insert, one submit at a time
@@ -175,7 +177,8 @@ class JobManager:
         with self._lock:
             running = self._tracker.track(job_id, config=config, secrets=config.secrets())
             with running.feed.lock:
-                running.feed.emit([StatusEvent(seq=0, status=S.queued.value, message="queued")])
+                running.feed.emit([StatusEvent(seq=0, status=S.queued.value, message="queued"),
+                                   *(WarningEvent(seq=0, message=text) for text in warnings)])
             self._queue.append(job_id)
             self._wake.notify_all()
         return self.get(job_id)

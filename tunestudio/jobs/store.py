@@ -1,9 +1,12 @@
 """Every job's record, metrics and events, in SQLite (WAL) under the data directory.
 
-One writer thread owns the only write connection and commits in batches:
-whatever is queued when it wakes goes into one transaction. `flush()` waits
-until everything queued before it is committed; writes that must be durable
-before they are reported (a new job, a final status) pass `wait=True`.
+One writer thread (writer.py) owns the only write connection and commits in
+batches: whatever is queued when it wakes goes into one transaction. `flush()`
+waits until everything queued before it is committed; writes that must be
+durable before they are reported (a new job, a final status) pass `wait=True`.
+A write the database refuses (disk full, read-only, locked) is retried, its
+waiting callers get `StoreUnavailable` at once, and the rest is kept in memory
+until the database takes it: reads of a job see its unwritten fields.
 Readers use their own connection per thread; WAL lets them read while the
 writer writes.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import os
 import sqlite3
 import threading
 import typing
@@ -20,10 +24,10 @@ from collections.abc import Iterable
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
-from queue import SimpleQueue
 from typing import Any
 
 from tunestudio.events import Progress
+from tunestudio.jobs.writer import StoreUnavailable, Writer
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +134,26 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
+METRIC_SQL = (
+    f"INSERT INTO metrics (job_id, seq, {', '.join(PROGRESS_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * (len(PROGRESS_COLUMNS) + 2))})"
+)
+
+
+def _write_pending(conn: sqlite3.Connection, events: list, metrics: list, updates: dict) -> None:
+    if events:
+        conn.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?)", events)
+        events.clear()
+    if metrics:
+        conn.executemany(METRIC_SQL, metrics)
+        metrics.clear()
+    for job_id, fields in updates.items():
+        fields = _encode(fields)
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
+    updates.clear()
+
+
 def _decode(row: sqlite3.Row) -> dict[str, Any]:
     out = dict(row)
     for key in JSON_COLUMNS:
@@ -138,14 +162,48 @@ def _decode(row: sqlite3.Row) -> dict[str, Any]:
     return out
 
 
+class StoreError(Exception):
+    """The database cannot be opened: one line saying what, where, and what to do."""
+
+
+def open_error(path: Path, exc: BaseException) -> StoreError:
+    folder = path.parent
+    code = getattr(exc, "sqlite_errorname", "")
+    if code in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in str(exc).lower():
+        return StoreError(f"the job database {path} is not a valid SQLite database (corrupt, or another file): "
+                          "move it aside to start a new one, or restore a backup; tunestudio left it untouched")
+    if isinstance(exc, PermissionError) or "readonly" in str(exc).lower() or "unable to open" in str(exc).lower():
+        return StoreError(f"the data directory {folder} is not writable ({exc}): make it writable, or set "
+                          "TUNESTUDIO_HOME to a folder you can write")
+    return StoreError(f"cannot open the job database {path}: {exc}; check the file and its folder {folder}")
+
+
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, busy_timeout: float = 1.0, retry_seconds: float = 3.0,
+                 idle_retry_seconds: float = 0.5) -> None:
+        """Open (or create) the database; StoreError with one clear line if it cannot be used.
+
+        busy_timeout: how long one write waits for another process's lock; retry_seconds: how long
+        a failing write is retried before its callers hear of it (see writer.py).
+        """
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._ops: SimpleQueue[tuple[Any, ...]] = SimpleQueue()
         self._closed = False
-        writer = self._connect()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Checked first: SQLite would fail later, on the first write, with a less helpful message.
+            for target in (self.path.parent, self.path):
+                if target.exists() and not os.access(target, os.W_OK):
+                    raise PermissionError(f"{target} is read-only")
+            conn = self._connect(busy_timeout)
+            self._create_schema(conn)
+            conn.execute("SELECT COUNT(*) FROM jobs").fetchone()  # a damaged file fails here, not mid-request
+        except (OSError, sqlite3.Error) as exc:
+            raise open_error(self.path, exc) from None
+        self._writer = Writer(conn, self._apply, self.path, retry_seconds, idle_retry_seconds)
+
+    @staticmethod
+    def _create_schema(writer: sqlite3.Connection) -> None:
         writer.executescript(SCHEMA.replace("-- metrics:", METRICS_TABLE + ";\n-- metrics:", 1))
         for table, name, sql_type in _ADDED_COLUMNS:
             if name not in _columns(writer, table):
@@ -157,11 +215,9 @@ class Store:
                         raise
         writer.execute("CREATE INDEX IF NOT EXISTS metrics_job_seq ON metrics (job_id, seq)")
         writer.commit()
-        self._writer = threading.Thread(target=self._write_loop, args=(writer,), name="store-writer", daemon=True)
-        self._writer.start()
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level="DEFERRED")
+    def _connect(self, busy_timeout: float = 10.0) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=busy_timeout, check_same_thread=False, isolation_level="DEFERRED")
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a commit survives a process crash
@@ -174,108 +230,63 @@ class Store:
             conn = self._local.conn = self._connect()
         return conn
 
-    # --- the writer ------------------------------------------------------------
-    def _write_loop(self, conn: sqlite3.Connection) -> None:
-        metric_sql = (
-            f"INSERT INTO metrics (job_id, seq, {', '.join(PROGRESS_COLUMNS)}) "
-            f"VALUES ({', '.join('?' * (len(PROGRESS_COLUMNS) + 2))})"
-        )
-        while True:
-            batch = [self._ops.get()]
-            while not self._ops.empty() and len(batch) < 20_000:
-                batch.append(self._ops.get())
-            done: list[threading.Event] = []
-            results: list[tuple[dict[str, Any], BaseException]] = []
-            stop = False
-            # Appends and updates are gathered until a barrier (insert, delete, flush, close)
-            # and written as one executemany per table and one UPDATE per job.
-            events: list[tuple] = []
-            metrics: list[tuple] = []
-            updates: dict[str, dict[str, Any]] = {}
-
-            try:
-                for op in batch:
-                    kind = op[0]
-                    if kind == "append":
-                        _, job_id, event_rows, metric_rows, fields = op
-                        events.extend(event_rows)
-                        metrics.extend(metric_rows)
-                        if fields:
-                            updates.setdefault(job_id, {}).update(fields)
-                        continue
-                    if kind == "update":  # coalesce: the latest value of each field wins
-                        updates.setdefault(op[1], {}).update(op[2])
-                        continue
-                    self._write_pending(conn, metric_sql, events, metrics, updates)
-                    if kind == "insert":
-                        try:
-                            conn.execute(
-                                f"INSERT INTO jobs ({', '.join(op[1])}) VALUES ({', '.join('?' * len(op[1]))})",
-                                tuple(op[1].values()),
-                            )
-                        except sqlite3.IntegrityError as exc:
-                            results.append((op[2], exc))
-                    elif kind == "clear_request":  # only if it is still what the reader saw
-                        _, job_id, wanted, box = op
-                        cur = conn.execute("UPDATE jobs SET stop_request = NULL WHERE id = ? AND stop_request = ?",
-                                           (job_id, wanted))
-                        box["taken"] = cur.rowcount == 1
-                    elif kind == "delete":
-                        for table, column in (("events", "job_id"), ("metrics", "job_id"), ("jobs", "id")):
-                            conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op[1],))
-                    elif kind == "flush":
-                        done.append(op[1])
-                    elif kind == "close":
-                        stop = True
-                self._write_pending(conn, metric_sql, events, metrics, updates)
-                conn.commit()
-            except sqlite3.Error as exc:  # keep the writer alive; report to waiters
-                log.error("store write failed: %s", exc)
-                conn.rollback()
-                for op in batch:
-                    if op[0] == "insert":
-                        results.append((op[2], exc))
-            for box, exc in results:
-                box["error"] = exc
-            for event in done:
-                event.set()
-            if stop:
-                conn.close()
-                return
-
-    def _write_pending(
-        self, conn: sqlite3.Connection, metric_sql: str, events: list, metrics: list, updates: dict
-    ) -> None:
-        if events:
-            conn.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?)", events)
-            events.clear()
-        if metrics:
-            conn.executemany(metric_sql, metrics)
-            metrics.clear()
-        if updates:
-            self._apply_updates(conn, updates)
-            updates.clear()
-
+    # --- the writer (see writer.py: batching, retries, what a failure keeps) ---------------------
     @staticmethod
-    def _apply_updates(conn: sqlite3.Connection, updates: dict[str, dict[str, Any]]) -> None:
-        for job_id, fields in updates.items():
-            fields = _encode(fields)
-            assignments = ", ".join(f"{k} = ?" for k in fields)
-            conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
+    def _apply(conn: sqlite3.Connection, batch: list[tuple[Any, ...]]) -> None:
+        """Write a batch of ops on the writer's connection, uncommitted.
+
+        Appends and updates are gathered until a barrier (insert, delete, a stop request)
+        and written as one executemany per table and one UPDATE per job.
+        """
+        events: list[tuple] = []
+        metrics: list[tuple] = []
+        updates: dict[str, dict[str, Any]] = {}
+        for op in batch:
+            kind = op[0]
+            if kind == "append":
+                _, job_id, event_rows, metric_rows, fields = op
+                events.extend(event_rows)
+                metrics.extend(metric_rows)
+                if fields:
+                    updates.setdefault(job_id, {}).update(fields)
+                continue
+            if kind == "update":  # coalesce: the latest value of each field wins
+                updates.setdefault(op[1], {}).update(op[2])
+                continue
+            _write_pending(conn, events, metrics, updates)
+            box = op[-1]
+            box.clear()  # a retried batch starts over
+            if kind == "insert":
+                try:
+                    conn.execute(f"INSERT INTO jobs ({', '.join(op[1])}) VALUES ({', '.join('?' * len(op[1]))})",
+                                 tuple(op[1].values()))
+                except sqlite3.IntegrityError as exc:
+                    box["error"] = exc
+            elif kind == "clear_request":  # only if it is still what the reader saw
+                _, job_id, wanted, _ = op
+                cur = conn.execute("UPDATE jobs SET stop_request = NULL WHERE id = ? AND stop_request = ?",
+                                   (job_id, wanted))
+                box["taken"] = cur.rowcount == 1
+            elif kind == "delete":
+                for table, column in (("events", "job_id"), ("metrics", "job_id"), ("jobs", "id")):
+                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op[1],))
+        _write_pending(conn, events, metrics, updates)
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Return once everything queued before this call is committed."""
-        event = threading.Event()
-        self._ops.put(("flush", event))
-        if not event.wait(timeout):
-            raise TimeoutError("the store did not commit within the timeout")
+        """Return once everything queued before this call is committed.
+
+        Raises StoreUnavailable (at once, not after a hang) when the database refuses the writes.
+        """
+        self._writer.flush(timeout)
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.flush()
-            self._ops.put(("close",))
-            self._writer.join(timeout=10)
+            try:
+                self.flush()
+            except (StoreUnavailable, TimeoutError) as exc:
+                log.error("closing the store: %s", exc)
+            self._writer.close()
 
     # --- writes ----------------------------------------------------------------
     def insert_job(self, fields: dict[str, Any]) -> None:
@@ -283,8 +294,8 @@ class Store:
         unknown = set(fields) - set(JOB_COLUMNS)
         assert not unknown, unknown
         box: dict[str, Any] = {}
-        self._ops.put(("insert", _encode(fields), box))
-        self.flush()
+        self._writer.put(("insert", _encode(fields), box))
+        self.flush()  # StoreUnavailable: the job is not created, now or later
         if "error" in box:
             error = box["error"]
             if isinstance(error, sqlite3.IntegrityError) and fields.get("request_id"):
@@ -296,7 +307,7 @@ class Store:
     def update_job(self, job_id: str, wait: bool = False, **fields: Any) -> None:
         unknown = set(fields) - set(JOB_COLUMNS)
         assert not unknown, unknown
-        self._ops.put(("update", job_id, fields))
+        self._writer.put(("update", job_id, fields))
         if wait:
             self.flush()
 
@@ -314,7 +325,7 @@ class Store:
         """
         unknown = set(fields) - set(JOB_COLUMNS)
         assert not unknown, unknown
-        self._ops.put((
+        self._writer.put((
             "append",
             job_id,
             [(job_id, seq, kind, data) for seq, kind, data in events],
@@ -325,22 +336,37 @@ class Store:
     def take_stop_request(self, job_id: str, wanted: str) -> bool:
         """Clear a job's stop request if it is still `wanted`; False if another process changed it meanwhile."""
         box: dict[str, Any] = {}
-        self._ops.put(("clear_request", job_id, wanted, box))
+        self._writer.put(("clear_request", job_id, wanted, box))
         self.flush()
         return bool(box.get("taken"))
 
     def delete_job(self, job_id: str) -> None:
-        self._ops.put(("delete", job_id))
+        box: dict[str, Any] = {}
+        self._writer.put(("delete", job_id, box))
         self.flush()
+        if "error" in box:
+            raise box["error"]
 
     # --- reads -----------------------------------------------------------------
+    def _row(self, row: sqlite3.Row) -> dict[str, Any]:
+        """A job row as the caller should see it: with fields accepted but not yet written (a final status kept
+        in memory while the database refuses writes)."""
+        out = _decode(row)
+        out.update(self._writer.unwritten(out["id"]))
+        return out
+
+    @property
+    def failure(self) -> StoreUnavailable | None:
+        """Why the database refuses writes now, or None."""
+        return self._writer.failure
+
     def get_job(self, job_id: str) -> dict[str, Any] | None:
         row = self._reader().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return _decode(row) if row else None
+        return self._row(row) if row else None
 
     def find_by_request_id(self, request_id: str) -> dict[str, Any] | None:
         row = self._reader().execute("SELECT * FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
-        return _decode(row) if row else None
+        return self._row(row) if row else None
 
     def list_jobs(
         self, statuses: Iterable[str] | None = None, limit: int = 50, offset: int = 0, oldest_first: bool = False
@@ -355,7 +381,7 @@ class Store:
             f"SELECT * FROM jobs {where} ORDER BY created_at {order}, rowid {order} LIMIT ? OFFSET ?",
             (*args, limit, offset),
         ).fetchall()
-        return [_decode(r) for r in rows]
+        return [self._row(r) for r in rows]
 
     def queued_owners_before(self, created_at: float) -> list[int | None]:
         """The owner pids of the jobs queued before `created_at` (oldest first)."""

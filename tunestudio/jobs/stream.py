@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from tunestudio.jobs.models import JobEvent
 from tunestudio.jobs.status import JobStatus
-from tunestudio.jobs.store import INT64_MAX, Store
+from tunestudio.jobs.store import INT64_MAX, Store, StoreUnavailable
 from tunestudio.process import pid_alive
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,11 @@ class Feed:
         self.seq += len(metrics)
         self.store.append(self.job_id, stored, metrics, last_seq=self.seq, **fields)
         if wait:
-            self.store.flush()
+            try:
+                self.store.flush()
+            except StoreUnavailable as exc:
+                # The store keeps it in memory and writes it when it can; the streams must still hear of it.
+                log.error("job %s: %s", self.job_id, exc)
         if not self.subscribers:
             return
         batch = [JobEvent(seq, kind, text) for seq, kind, text in stored]

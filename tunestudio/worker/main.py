@@ -12,6 +12,7 @@ else is a bug and carries the traceback for the logs.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -44,8 +45,19 @@ def run(
     except UserError as exc:
         channel.failed(str(exc), traceback.format_exc())
     except Exception as exc:
-        channel.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        prefix = "disk full: " if _disk_full(exc) else ""
+        channel.failed(f"{prefix}{type(exc).__name__}: {exc}", traceback.format_exc())
     return 1
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """Whether an error (or what caused it: torch and safetensors wrap OSError) is a full disk."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left on device" in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None) -> JobConfig:
@@ -163,9 +175,9 @@ def _stopped_before_training(channel: Channel) -> int:
 
 
 def _latest_checkpoint(output_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    from tunestudio.checkpoints import latest_checkpoint
 
-    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+    return latest_checkpoint(output_dir)
 
 
 def _quiet_libraries() -> None:

@@ -10,13 +10,14 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 from trl import SFTConfig, SFTTrainer
 
+from tunestudio.checkpoints import is_complete, latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import Progress, Stop
 from tunestudio.worker import performance
 from tunestudio.worker.channel import Channel
+from tunestudio.worker.checkpointing import save_checkpoints_atomically
 from tunestudio.worker.data import PreparedData
 from tunestudio.worker.errors import UserError
 
@@ -76,18 +77,23 @@ def resolve_gradient_checkpointing(cfg: JobConfig, channel: Channel) -> bool:
 
 
 def resolve_checkpoint(cfg: JobConfig) -> str | None:
-    """The checkpoint folder to resume from, or None; raises UserError if it is not there."""
+    """The checkpoint folder to resume from, or None; raises UserError if there is no complete one.
+
+    "latest" is the newest *complete* checkpoint-N in output_dir (trainer state, weights and optimizer
+    present and readable): a folder a killed worker left half-written is passed over.
+    """
     wanted = cfg.resume_from_checkpoint
     if not wanted:
         return None
     if wanted == "latest":
-        found = get_last_checkpoint(cfg.output_dir) if Path(cfg.output_dir or "").is_dir() else None
+        found = latest_checkpoint(cfg.output_dir)
         if found is None:
-            raise UserError(f"resume_from_checkpoint: no checkpoint-* folder in {cfg.output_dir}")
+            raise UserError(f"resume_from_checkpoint: no complete checkpoint-* folder in {cfg.output_dir}")
         return found
     path = Path(wanted).expanduser()
-    if not (path / "trainer_state.json").is_file():
-        raise UserError(f"resume_from_checkpoint: {wanted} is not a checkpoint folder (no trainer_state.json)")
+    if not is_complete(path):
+        raise UserError(f"resume_from_checkpoint: {wanted} is not a complete checkpoint folder (it needs "
+                        "trainer_state.json, the weights and optimizer.pt, all readable)")
     return str(path)
 
 
@@ -202,6 +208,7 @@ def build_trainer(
         processing_class=tokenizer,
         callbacks=[callback],
     )
+    save_checkpoints_atomically(trainer)  # a worker killed while saving leaves the previous checkpoint usable
     return trainer, callback
 
 

@@ -8,6 +8,7 @@ that job's id under /api/jobs.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Annotated, Any
 
@@ -27,6 +28,7 @@ from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobConflict
 from tunestudio.jobs.status import JobStatus
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/train", tags=["train (seed-compatible)"])
 S = JobStatus
 
@@ -62,9 +64,17 @@ def current_job(manager: JobManager, request: Request) -> Job | None:
     return recent[0] if recent else None
 
 
-def seed_to_config(body: dict[str, Any]) -> JobConfig:
-    """The seed's request fields, mapped onto JobConfig: `split` and `use_lora` are the seed's own."""
-    data = dict(body)
+SEED_ONLY = ("split", "use_lora", "project_root")  # the seed's own fields, mapped or dropped below
+
+
+def seed_to_config(body: dict[str, Any]) -> tuple[JobConfig, list[str]]:
+    """The seed's request fields, mapped onto JobConfig; also the names of the fields it ignored.
+
+    As the seed's own client expects: `null` for any field means "use the default", and fields this server
+    does not know (newer clients add some) are ignored rather than refused. `split` and `use_lora` are the
+    seed's own names. /api/jobs stays strict.
+    """
+    data = {key: value for key, value in body.items() if value is not None}
     split = data.pop("split", None)
     if split and not data.get("train_split"):
         data["train_split"] = split
@@ -72,7 +82,10 @@ def seed_to_config(body: dict[str, Any]) -> JobConfig:
     if use_lora is False and not data.get("training_type"):
         data["training_type"] = "full"
     data.pop("project_root", None)  # the seed sent its own install path; meaningless here
-    return JobConfig.model_validate(data)
+    ignored = sorted(key for key in data if key not in JobConfig.model_fields)
+    for key in ignored:
+        del data[key]
+    return JobConfig.model_validate(data), ignored
 
 
 @router.post("/start", response_model=StartResponse,
@@ -85,7 +98,7 @@ def start(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Any:
     try:
-        config = seed_to_config(body)
+        config, ignored = seed_to_config(body)
         confine_paths(config, settings)
     except ValidationError as exc:
         errors = format_validation_error(exc)
@@ -95,14 +108,21 @@ def start(
     except ApiError as exc:
         return JSONResponse(StartResponse(job_id=None, status="error", message="invalid training request",
                                           error=exc.message).model_dump(), status_code=exc.status)
+    warnings = []
+    if ignored:
+        shown = ", ".join(name[:60] for name in ignored[:20]) + (f" and {len(ignored) - 20} more"
+                                                                  if len(ignored) > 20 else "")
+        warnings.append(f"/api/train/start ignored fields this server does not know: {shown}")
+        log.warning("/api/train/start: ignored unknown fields %s", shown)
     try:
-        job = manager.submit(config, request_id=idempotency_key)
+        job = manager.submit(config, request_id=idempotency_key, warnings=warnings)
     except paths.PathRefused as exc:
         return JSONResponse(StartResponse(job_id=None, status="error", message="invalid training request",
                                           error=str(exc)).model_dump(), status_code=422)
     position = len(manager.list([S.queued], limit=1000))
     return StartResponse(job_id=job.id, status="queued",
-                         message="training queued" + (f" ({position} in the queue)" if position > 1 else ""))
+                         message="training queued" + (f" ({position} in the queue)" if position > 1 else "")
+                         + (f"; {warnings[0].removeprefix('/api/train/start ')}" if warnings else ""))
 
 
 @router.post("/stop")

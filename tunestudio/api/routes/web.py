@@ -54,7 +54,7 @@ class Defaults(BaseModel):
 class PreviewRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    local_datasets: list[str] = Field(default_factory=list)
+    local_datasets: list[str] = Field(default_factory=list, max_length=64)
     hf_dataset: str | None = None
     format_type: FormatType = "auto"
     custom_format_mapping: dict[str, Role] | None = None
@@ -114,9 +114,11 @@ def preview(settings: SettingsDep, body: Annotated[PreviewRequest, Body()]) -> d
     if body.hf_dataset and not body.local_datasets:
         return {"error": None, "unavailable": "the preview reads local files; a hub dataset is read when the job "
                                               "starts", "rows": []}
+    # Each file once; a hub dataset beside local files is not read (that would download it).
+    fields = body.model_dump(exclude={"rows", "hf_dataset"}, exclude_none=True)
+    fields["local_datasets"] = list(dict.fromkeys(body.local_datasets))
     try:
-        config = JobConfig.model_validate({
-            "model_name": "preview", **body.model_dump(exclude={"rows"}, exclude_none=True)})
+        config = JobConfig.model_validate({"model_name": "preview", **fields})
     except ValidationError as exc:
         errors = format_validation_error(exc)
         raise ApiError(422, "invalid_request", "; ".join(f"{e['field'] or 'request'}: {e['message']}"
@@ -124,9 +126,11 @@ def preview(settings: SettingsDep, body: Annotated[PreviewRequest, Body()]) -> d
     confine_paths(config, settings)
     config = paths.resolve(config)  # a missing file is a 422 naming the field
 
-    from tunestudio.api.preview import PreviewTimeout, preview_rows
+    from tunestudio.api.preview import PreviewBusy, PreviewTimeout, preview_rows
 
     try:
         return preview_rows(config.public_dict(), body.rows)
+    except PreviewBusy as exc:
+        raise ApiError(429, "busy", str(exc)) from None
     except PreviewTimeout as exc:
         raise ApiError(504, "timeout", str(exc)) from None

@@ -20,10 +20,12 @@ from tunestudio.worker.data.formats import Converter, RowProblem, detect_format,
 from tunestudio.worker.data.sources import SUPPORTED_SUFFIXES, Row, read_file, read_rows
 from tunestudio.worker.data.templates import (
     DEFAULT_CHAT_TEMPLATE,
+    clip_example,
     ensure_chat_template,
     last_turn_as_completion,
     prompt_tokens,
     supports_assistant_mask,
+    text_budget,
 )
 from tunestudio.worker.errors import UserError
 
@@ -55,11 +57,18 @@ class PreparedData:
 
 
 # --- slicing and splitting ------------------------------------------------------
-def slice_rows(rows: list[Any], start: int | None, end: int | None) -> list[Any]:
-    """Rows start..end, both inclusive, clamped to the dataset's range."""
+def slice_rows(rows: list[Any], start: int | None, end: int | None, what: str = "the dataset") -> list[Any]:
+    """Rows start..end, both inclusive; the end clamps to the last row.
+
+    Raises UserError when the slice starts past the last row: training on "the last row" instead would
+    be a job the user did not ask for.
+    """
     if not rows:
         return rows
-    first = min(max(start or 0, 0), len(rows) - 1)
+    if start is not None and start >= len(rows):
+        raise UserError(f"dataset_slice_start: the slice {start}..{'end' if end is None else end} starts past the end "
+                        f"of {what}, which has {len(rows)} rows (numbered 0..{len(rows) - 1})")
+    first = max(start or 0, 0)
     last = len(rows) - 1 if end is None else min(max(end, first), len(rows) - 1)
     return rows[first : last + 1]
 
@@ -81,10 +90,14 @@ def _hold_out(examples: list[dict[str, Any]], n_eval: int, seed: int) -> tuple[l
 
 # --- converting and checking rows -------------------------------------------------
 def _usable(rows: list[Row], convert: Converter, cfg: JobConfig, tokenizer: Any,
-            fix: Any = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """The rows' TRL examples, and one line per dropped row saying where and why."""
+            fix: Any = None, clipped: list[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows' TRL examples, and one line per dropped row saying where and why.
+
+    Rows longer than max_seq_length can hold are cut as text first (their places go into `clipped`).
+    """
     examples: list[dict[str, Any]] = []
     problems: list[str] = []
+    budget = text_budget(tokenizer, cfg.max_seq_length)
     for row in rows:
         try:
             if row.data is None:
@@ -92,6 +105,9 @@ def _usable(rows: list[Row], convert: Converter, cfg: JobConfig, tokenizer: Any,
             example = convert(row.data)
             if fix is not None:
                 example = fix(example)
+            example, cut = clip_example(example, budget)
+            if cut and clipped is not None:
+                clipped.append(row.where())
             if tokenizer is not None:
                 n_prompt = prompt_tokens(example, tokenizer)
                 if n_prompt is not None and n_prompt >= cfg.max_seq_length:
@@ -132,7 +148,7 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     and row when the data cannot be trained on.
     """
     rows = read_rows(cfg)
-    train_rows = slice_rows(rows.train, cfg.dataset_slice_start, cfg.dataset_slice_end)
+    train_rows = slice_rows(rows.train, cfg.dataset_slice_start, cfg.dataset_slice_end, f"dataset {rows.description}")
     fmt, convert, detected = resolve_format(cfg, train_rows)
     notes = [f"dataset: {len(train_rows)} rows from {rows.description}, read as {fmt}"
              + (" (auto-detected)" if detected else "")]
@@ -152,7 +168,8 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
             warnings.append("train_on_completions: the chat template has no {% generation %} markers, so only "
                             "the last assistant turn of each conversation is trained on")
 
-    examples, problems = _usable(train_rows, convert, cfg, tokenizer, fix)
+    clipped: list[str] = []
+    examples, problems = _usable(train_rows, convert, cfg, tokenizer, fix, clipped)
     drop_warning = _check_drops(f"dataset {rows.description}", len(train_rows), problems)
     if drop_warning:
         warnings.append(drop_warning)
@@ -162,7 +179,7 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     if rows.eval is not None:
         if not rows.eval:
             raise UserError(f"eval_split {cfg.eval_split!r} is empty")
-        eval_examples, eval_problems = _usable(rows.eval, convert, cfg, tokenizer, fix)
+        eval_examples, eval_problems = _usable(rows.eval, convert, cfg, tokenizer, fix, clipped)
         eval_warning = _check_drops(f"eval split {cfg.eval_split}", len(rows.eval), eval_problems)
         if eval_warning:
             warnings.append(eval_warning)
@@ -180,6 +197,11 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
         else:
             warnings.append(f"eval_steps is set but the dataset has only {len(examples)} rows (fewer than 32) "
                             "and no eval_split; no eval")
+    if clipped:
+        where = ", ".join(clipped[:_SHOWN_PROBLEMS]) + (" and more" if len(clipped) > _SHOWN_PROBLEMS else "")
+        notes.append(f"dataset: {len(clipped)} row(s) far longer than max_seq_length {cfg.max_seq_length} were cut "
+                     f"as text before tokenising (training keeps their first {cfg.max_seq_length} tokens either "
+                     f"way): {where}")
     return PreparedData(
         train=Dataset.from_list(examples),
         eval=Dataset.from_list(eval_examples) if eval_examples else None,

@@ -198,6 +198,94 @@ def read_local(cfg: JobConfig) -> Rows:
     return Rows(train, evals, f"{len(train_files)} file(s): {names}")
 
 
+# --- the first rows only (the dataset preview) --------------------------------------
+def _head_bytes(path: Path, max_bytes: int) -> str:
+    """At most max_bytes of a text file, decoded, cut after its last complete line."""
+    with path.open("rb") as fh:
+        raw = fh.read(max_bytes)
+    raw = raw[: raw.rfind(b"\n") + 1]  # a cut line is not a row
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise UserError(
+            f"dataset {path} row {line} is not valid UTF-8 (byte offset {exc.start}); save the file as UTF-8"
+        ) from None
+
+
+def _json_list_head(path: Path, text: str) -> list[Row]:
+    """The complete objects at the start of a JSON list whose end was not read."""
+    decoder = json.JSONDecoder()
+    at = len(text) - len(text.lstrip("\ufeff \t\r\n"))
+    if not text.startswith("[", at):
+        raise UserError(f"dataset {path} is a large JSON file that is not a list of rows: the preview reads only "
+                        "the start of a file; convert it to JSONL to preview it")
+    rows: list[Row] = []
+    at += 1
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return rows  # the first incomplete row: where reading stopped
+        rows.append(_object_row(path, len(rows) + 1, item))
+
+
+def read_file_head(path: Path, max_rows: int, max_bytes: int) -> tuple[list[Row], int | None]:
+    """The first rows of one file, reading at most about max_bytes of it.
+
+    Returns (rows, the file's row count when known: it was read whole, or Parquet says).
+    """
+    size = path.stat().st_size
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            parquet = pq.ParquetFile(path)
+            batch = next(parquet.iter_batches(batch_size=max_rows), None)
+        except (pa.ArrowException, OSError) as exc:
+            raise UserError(f"dataset {path} is not a readable Parquet file: {exc}") from None
+        items = batch.to_pylist() if batch is not None else []
+        return [Row(str(path), n, item) for n, item in enumerate(items, start=1)], parquet.metadata.num_rows
+    if size <= max_bytes:
+        rows = read_file(path)
+        return rows, len(rows)
+    text = _head_bytes(path, max_bytes)
+    if not text.strip():
+        return [Row(str(path), 1, None, f"is longer than the {max_bytes:,} bytes the preview reads of a file")], None
+    if suffix == ".jsonl":
+        return _jsonl_rows(path, text), None
+    if suffix == ".csv":
+        return _csv_rows(path, text), None
+    try:
+        return _json_rows(path, text), None  # JSON Lines under a .json name
+    except UserError:
+        return _json_list_head(path, text), None
+
+
+def read_head(paths: list[str], train_split: str, max_rows: int, max_bytes: int) -> tuple[list[Row], str, int | None]:
+    """The first training rows of local files, each file read once and only its first max_bytes.
+
+    Files are read until max_rows rows are in. Returns (rows, description, the total row count when known).
+    """
+    train_files, _ = _local_files(paths, train_split, None)
+    unique = list(dict.fromkeys(f.resolve() for f in train_files))
+    rows: list[Row] = []
+    total: int | None = 0
+    for number, path in enumerate(unique):
+        got, count = read_file_head(path, max_rows, max_bytes)
+        rows.extend(got)
+        total = None if total is None or count is None else total + count
+        if len(rows) >= max_rows and number < len(unique) - 1:
+            total = None  # files left unread
+            break
+    names = ", ".join(f.name for f in unique[:5]) + (f" and {len(unique) - 5} more" if len(unique) > 5 else "")
+    return rows, f"{len(unique)} file(s): {names}", total
+
+
 # --- datasets / hub ---------------------------------------------------------------
 def _saved_by_datasets(path: Path) -> bool:
     return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()

@@ -3,6 +3,7 @@ tokens a row's template puts before its first trained token."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 # ChatML-shaped turns that end in the tokenizer's own EOS token, so a base model
@@ -71,3 +72,57 @@ def last_turn_as_completion(example: dict[str, Any]) -> dict[str, Any]:
     messages = example["messages"]
     last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
     return {"prompt": messages[:last], "completion": messages[last:last + 1]}
+
+
+# --- long rows ---------------------------------------------------------------------
+DEFAULT_TOKEN_CHARS = 64  # without a tokenizer: a generous bound on the characters one token covers
+
+
+def text_budget(tokenizer: Any, max_seq_length: int) -> int:
+    """Characters that hold at least max_seq_length tokens of any text: that many times the longest token.
+
+    A token's string in the vocabulary is at least as long as the text it stands for (byte-level BPE writes
+    a character per byte; SentencePiece byte tokens read <0x41>), so cutting a row to this many characters
+    never takes away a token that training would keep: TRL keeps the first max_seq_length tokens.
+    """
+    longest = DEFAULT_TOKEN_CHARS
+    if tokenizer is not None:
+        with contextlib.suppress(AttributeError, NotImplementedError, TypeError):  # no vocabulary to read
+            longest = max((len(token) for token in tokenizer.get_vocab()), default=DEFAULT_TOKEN_CHARS)
+    return max_seq_length * max(longest, 1)
+
+
+def _text_length(example: dict[str, Any]) -> int:
+    total = 0
+    for value in example.values():
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, list):
+            total += sum(len(m["content"]) for m in value if isinstance(m, dict) and isinstance(m.get("content"), str))
+    return total
+
+
+def clip_example(example: dict[str, Any], budget: int) -> tuple[dict[str, Any], bool]:
+    """The example with its text cut to `budget` characters in reading order (prompt before completion);
+    turns past the budget keep their role with empty content. Returns (example, whether it was cut).
+
+    Cut as text, before any tokenizer sees it: a 50 MB row must not become 50 million token ids.
+    """
+    if _text_length(example) <= budget:
+        return example, False
+    left = budget
+    out: dict[str, Any] = {}
+    for key in ("text", "prompt", "completion", "messages"):
+        value = example.get(key)
+        if isinstance(value, str):
+            out[key], left = value[:left], left - min(len(value), left)
+        elif isinstance(value, list):
+            turns = []
+            for turn in value:
+                content = turn.get("content") if isinstance(turn, dict) else None
+                if isinstance(content, str):
+                    turn = {**turn, "content": content[:left]}
+                    left -= min(len(content), left)
+                turns.append(turn)
+            out[key] = turns
+    return {**example, **out}, True

@@ -24,8 +24,12 @@ function headers(json) {
 }
 
 export async function call(path, {method = "GET", body} = {}, retried = false) {
+  // The server takes a state-changing request only as JSON (no cross-site form can send that without a
+  // preflight): a bodyless POST or DELETE still goes out as application/json with a body of {}.
+  const payload = body === undefined && method !== "GET" ? {} : body;
   const res = await fetch(path, {
-    method, headers: headers(body !== undefined), body: body === undefined ? undefined : JSON.stringify(body),
+    method, headers: headers(payload !== undefined),
+    body: payload === undefined ? undefined : JSON.stringify(payload),
   });
   if (res.status === 401 && !retried) {
     // A server off loopback needs a token: ask once, keep it in this browser, and retry.

@@ -209,7 +209,7 @@ export async function showForm(main, {onCreated}) {
       }
       preview.replaceChildren(
         el("p", {class: "preview-head"}, "Format: ", el("b", {id: "preview-format"}, answer.format),
-          answer.detected ? " (detected)" : " (as chosen)", ` · ${answer.total_rows} rows · ${answer.description}`),
+          answer.detected ? " (detected)" : " (as chosen)", ` · ${answer.total_rows}${answer.partial ? "+" : ""} rows · ${answer.description}`),
         el("table", {class: "preview-rows"},
           el("thead", {}, el("tr", {}, el("th", {}, "row"), el("th", {}, "in the file"), el("th", {}, "as training reads it"))),
           el("tbody", {}, answer.rows.map((r) => el("tr", {},

@@ -1,0 +1,31 @@
+"""A worker killed while saving a checkpoint leaves the previous one usable, and "latest" resumes from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tunestudio.checkpoints import is_complete, latest_checkpoint
+
+from ..helpers import fake_workers
+from ..helpers.jobs import job_config, run_job
+
+
+def test_a_kill_while_saving_leaves_the_previous_checkpoint_and_latest_resumes_from_it(
+        tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cfg = job_config(tiny_model, out, max_steps=16, save_steps=5)
+    killed = run_job(cfg, target=fake_workers.killed_while_saving_second_checkpoint, prewarm=False)
+    assert killed.outcome.kind == "failed" and "signal 9" in killed.outcome.message, killed.outcome
+    # The step-10 checkpoint never appeared as a checkpoint-N folder: only its staging folder is left.
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-5"]
+    assert is_complete(out / "checkpoint-5")
+    assert latest_checkpoint(out) == str(out / "checkpoint-5")
+
+    resumed = run_job(cfg.model_copy(update={"resume_from_checkpoint": "latest"}))
+    assert resumed.outcome.kind == "completed", resumed.failure
+    steps = [step for step, _ in resumed.losses]
+    assert steps[0] == 6 and steps[-1] == 16
+    # Its own checkpoints went through the staging folder into place, and the staging folder is gone.
+    assert {"checkpoint-5", "checkpoint-10", "checkpoint-15"} <= {p.name for p in out.glob("checkpoint-*")}
+    assert all(is_complete(p) for p in out.glob("checkpoint-*"))
+    assert not (out / ".checkpoint-staging").exists()
