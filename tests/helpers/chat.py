@@ -1,0 +1,42 @@
+"""A short real LoRA job to chat with, trained once per test module, and a polling helper."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.models import Job
+from tunestudio.jobs.status import JobStatus
+from tunestudio.settings import Settings
+
+from .jobs import job_config
+
+PROMPT = "Repeat the word three times.\n\napple"
+T = TypeVar("T")
+
+
+def train_chat_job(tiny_model: Path, home: Path, **overrides: Any) -> Job:
+    """A completed 40-step LoRA job of the tiny model, with an eval split, samples and an evaluation."""
+    settings = Settings(home=home)
+    cfg = job_config(tiny_model, home / "chat-job", max_steps=40, eval_steps=0.5, eval_generate_rows=8,
+                     sample_prompts=[PROMPT], **overrides)
+    with JobManager(settings) as manager:
+        job = manager.submit(cfg)
+        job = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 240)
+    assert job.status is JobStatus.completed, f"the chat job ended {job.status.value}: {job.error}"
+    return job
+
+
+def wait_until(check: Callable[[], T | None], timeout: float, every: float = 0.05) -> T:
+    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing after {timeout}s")
+        time.sleep(every)
