@@ -119,7 +119,8 @@ def chat(
     interrupted = _Interrupted()
     previous = signal.signal(signal.SIGINT, interrupted)
     names = ", ".join("base model" if s.base else f"job {s.job_id}" for s in sides)
-    console.print(f"chatting with {names}; Ctrl-C stops a reply, Ctrl-D (or /exit) ends, /reset forgets")
+    console.print(f"chatting with {names}; Ctrl-C stops a reply, Ctrl-D (or /exit) ends, /reset forgets; "
+                  "end a line with \\ to go on on the next")
     try:
         while True:
             try:
@@ -161,11 +162,19 @@ def chat(
 
 
 def _read(prompt: str) -> str:
+    """One prompt; a line that ends with a backslash goes on on the next line (prompts may hold line breaks)."""
     console.print(prompt, end="")
-    line = sys.stdin.readline()
-    if not line:
-        raise EOFError
-    return line.rstrip("\n")
+    lines: list[str] = []
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            if lines:
+                return "\n".join(lines)
+            raise EOFError
+        line = line.rstrip("\n")
+        if not line.endswith("\\"):
+            return "\n".join([*lines, line])
+        lines.append(line[:-1])
 
 
 def _stream(generation: Any) -> Any:

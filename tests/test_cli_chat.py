@@ -1,0 +1,53 @@
+"""`tunestudio chat` as a user runs it: a real process, a real inference worker, a trained job."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunestudio.jobs.models import Job
+
+from .helpers.chat import train_chat_job
+
+CLI = [sys.executable, "-m", "tunestudio.cli"]
+# "Repeat the word three times.\n\napple", typed with backslash continuations, then /exit.
+TYPED = "Repeat the word three times.\\\n\\\napple\n/exit\n"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("chat-cli") / "home"
+
+
+@pytest.fixture(scope="module")
+def job(tiny_model: Path, home: Path) -> Job:
+    return train_chat_job(tiny_model, home)
+
+
+def chat(home: Path, *args: str, typed: str = TYPED) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TUNESTUDIO_HOME": str(home), "COLUMNS": "200"}
+    return subprocess.run([*CLI, "chat", *args], input=typed, capture_output=True, text=True, env=env, timeout=180)
+
+
+def test_compare_prints_both_answers_to_a_multi_line_prompt(job: Job, home: Path) -> None:
+    proc = chat(home, job.id, "--compare")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    sample = job.result["samples"][0]  # what the training worker generated for the same prompt
+    lines = proc.stdout.splitlines()
+    base = next(line for line in lines if line.startswith("base model › "))
+    tuned = next(line for line in lines if line.startswith("fine-tuned › "))
+    assert base.removeprefix("base model › ").split("  (")[0].strip() == sample["before"]
+    assert tuned.removeprefix("fine-tuned › ").split("  (")[0].strip() == sample["after"]
+
+
+def test_base_alone_and_the_errors_a_user_can_make(job: Job, home: Path) -> None:
+    proc = chat(home, job.id, "--base")
+    assert proc.returncode == 0 and "base model › " in proc.stdout and "fine-tuned" not in proc.stdout
+    missing = chat(home, "no-such-job")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    both = chat(home, job.id, "--base", "--compare")
+    assert both.returncode == 2 and "exclude" in both.stderr
