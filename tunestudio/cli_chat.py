@@ -110,7 +110,7 @@ def chat(
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None
     finally:
-        manager.store.close()
+        manager.close()
 
     pool = InferencePool(settings)
     histories: list[list[dict[str, str]]] = [[{"role": "system", "content": system}] if system else []

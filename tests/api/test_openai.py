@@ -14,9 +14,10 @@ import pytest
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
-from ..helpers.chat import PROMPT, train_chat_job, wait_until
+from ..helpers.chat import PROMPT, train_chat_job
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
+from ..helpers.wait import wait_until
 
 MESSAGES = [{"role": "user", "content": PROMPT}]
 

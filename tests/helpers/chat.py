@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job
@@ -13,9 +11,9 @@ from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
 
 from .jobs import job_config
+from .wait import wait_until
 
 PROMPT = "Repeat the word three times.\n\napple"
-T = TypeVar("T")
 
 
 def train_chat_job(tiny_model: Path, home: Path, **overrides: Any) -> Job:
@@ -25,18 +23,8 @@ def train_chat_job(tiny_model: Path, home: Path, **overrides: Any) -> Job:
                      sample_prompts=[PROMPT], **overrides)
     with JobManager(settings) as manager:
         job = manager.submit(cfg)
-        job = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 240)
+        job = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 240,
+                         "the chat job's end")
     assert job.status is JobStatus.completed, f"the chat job ended {job.status.value}: {job.error}"
     return job
 
-
-def wait_until(check: Callable[[], T | None], timeout: float, every: float = 0.05) -> T:
-    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"nothing after {timeout}s")
-        time.sleep(every)

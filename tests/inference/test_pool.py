@@ -14,10 +14,11 @@ from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavail
 from tunestudio.inference.pool import threads_for
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job
+from tunestudio.process import pid_alive
 from tunestudio.settings import Settings
-from tunestudio.worker.child import pid_alive
 
-from ..helpers.chat import PROMPT, train_chat_job, wait_until
+from ..helpers.chat import PROMPT, train_chat_job
+from ..helpers.wait import wait_until
 
 MESSAGES = [{"role": "user", "content": PROMPT}]
 GREEDY = GenerateParams(temperature=0, max_tokens=40)
@@ -39,7 +40,7 @@ def spec(job: Job, home: Path) -> ModelSpec:
     try:
         return resolve(manager, job.id)
     finally:
-        manager.store.close()
+        manager.close()
 
 
 def test_specs_point_at_the_jobs_weights(spec: ModelSpec, job: Job, home: Path) -> None:
@@ -48,7 +49,7 @@ def test_specs_point_at_the_jobs_weights(spec: ModelSpec, job: Job, home: Path) 
     try:
         assert resolve(manager, f"{job.id}:base").base
     finally:
-        manager.store.close()
+        manager.close()
 
 
 def test_idle_worker_is_unloaded_and_comes_back_on_demand(spec: ModelSpec, job: Job, home: Path) -> None:

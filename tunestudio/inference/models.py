@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.inference.protocol import ModelSpec
-from tunestudio.jobs.manager import JobManager, latest_checkpoint
+from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobNotFound
 from tunestudio.jobs.status import JobStatus
 

@@ -44,6 +44,7 @@ from tunestudio.inference.protocol import (
 )
 from tunestudio.jobs.prewarm import context as prewarm_context
 from tunestudio.jobs.supervisor import describe_exit
+from tunestudio.process import kill_group
 from tunestudio.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -381,6 +382,5 @@ class InferencePool:
             requests.put(Shutdown())
         proc.join(timeout=10)
         if proc.is_alive():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc.pid, signal.SIGKILL)
             proc.join(timeout=5)

@@ -112,11 +112,13 @@ export function chatPanel(id) {
     if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); submit(); }
   });
   stop.addEventListener("click", () => controllers.forEach((c) => c.abort()));
-  clear.addEventListener("click", () => {
+  const forget = () => {
     for (const side of [base, ...sides]) { side.history = []; side.box?.replaceChildren(); }
     error.hidden = true;
-  });
-  compare.addEventListener("change", layout);
+  };
+  clear.addEventListener("click", forget);
+  // A comparison starts afresh, so that both sides answer the same conversation.
+  compare.addEventListener("change", () => { forget(); layout(); });
 
   const node = el("section", {class: "chat-card", id: "chat"},
     el("div", {class: "chat-head"}, el("h3", {}, "Chat"),
