@@ -14,8 +14,10 @@ from tunestudio.jobs.models import Job
 from .helpers.chat import train_chat_job
 
 CLI = [sys.executable, "-m", "tunestudio.cli"]
-# "Repeat the word three times.\n\napple", typed with backslash continuations, then /exit.
-TYPED = "Repeat the word three times.\\\n\\\napple\n/exit\n"
+# The first test waits for the module's training job (minutes on a busy 2-core machine): a generous hard timeout.
+pytestmark = pytest.mark.timeout(900)
+# "What sound does this animal make?\n\ncow", typed with backslash continuations, then /exit.
+TYPED = "What sound does this animal make?\\\n\\\ncow\n/exit\n"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from ..helpers.jobs import DATA
 from ..helpers.server import running_server
 from .test_web import browser, playwright, screenshot  # noqa: F401  (module fixtures, shared)
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,6 @@ def replies(page: Page, model: str) -> list[str]:
     return page.locator(f'.chat-log[data-model="{model}"] .chat-msg.assistant .chat-text').all_inner_texts()
 
 
-@pytest.mark.timeout(900)
 def test_evaluation_samples_and_chat_with_compare(server: str, job: Job, page: Page) -> None:
     page.goto(f"{server}/#/jobs/{job.id}")
     table = page.locator("#evaluation")

@@ -13,7 +13,7 @@ from tunestudio.settings import Settings
 from .jobs import job_config
 from .wait import wait_until
 
-PROMPT = "Repeat the word three times.\n\napple"
+PROMPT = "What sound does this animal make?\n\ncow"
 
 
 def train_chat_job(tiny_model: Path, home: Path, **overrides: Any) -> Job:
@@ -23,7 +23,7 @@ def train_chat_job(tiny_model: Path, home: Path, **overrides: Any) -> Job:
                      sample_prompts=[PROMPT], **overrides)
     with JobManager(settings) as manager:
         job = manager.submit(cfg)
-        job = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 240,
+        job = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 600,
                          "the chat job's end")
     assert job.status is JobStatus.completed, f"the chat job ended {job.status.value}: {job.error}"
     return job

@@ -21,6 +21,8 @@ from ..helpers.chat import PROMPT, train_chat_job
 from ..helpers.wait import wait_until
 
 MESSAGES = [{"role": "user", "content": PROMPT}]
+# The first test waits for the module's training job (minutes on a busy 2-core machine): a generous hard timeout.
+pytestmark = pytest.mark.timeout(900)
 GREEDY = GenerateParams(temperature=0, max_tokens=40)
 
 
@@ -134,7 +136,15 @@ if __name__ == "__main__":
         parent.wait(10)
 
 
-def test_threads_share_the_cpu_with_training() -> None:
+def test_threads_share_the_cpu_with_training(spec: ModelSpec, home: Path) -> None:
     assert threads_for(False, cores=8) == 8
     assert threads_for(True, cores=8) == 4
     assert threads_for(True, cores=1) == 1
+    training = [True]
+    pool = InferencePool(Settings(home=home), training_active=lambda: training[0])
+    try:
+        generation = pool.generate(spec, MESSAGES, GenerateParams(max_tokens=2))
+        list(generation)
+        assert generation.started is not None and generation.started.threads == threads_for(True)
+    finally:
+        pool.close()

@@ -157,7 +157,7 @@ class InferencePool:
         self._closing = False
         self._keeper: threading.Thread | None = None
         self._last_used = time.monotonic()
-        self._last_training_check = 0.0
+        self._last_training_check = -TRAINING_CHECK_S
         self._training = False
         self.loaded: dict[str, Loaded] = {}
         self.device: str | None = None
@@ -184,7 +184,8 @@ class InferencePool:
             generation = Generation(self, request_id, deliver)
             self._inflight[request_id] = generation
             self._last_used = time.monotonic()
-            request = Generate(request_id, spec, messages, params.model_dump(), threads_for(self._training))
+            threads = threads_for(self._training_now())
+            request = Generate(request_id, spec, messages, params.model_dump(), threads)
             if self._proc is not None:
                 self._requests.put(request)
             else:
@@ -342,7 +343,8 @@ class InferencePool:
         for rid in failed:
             self._finish(rid, Error(rid, message, status, code))
 
-    def _maybe_unload(self) -> None:
+    def _training_now(self) -> bool:
+        """Whether a job trains (any process on the data directory), asked at most every TRAINING_CHECK_S."""
         now = time.monotonic()
         if now - self._last_training_check >= TRAINING_CHECK_S:
             self._last_training_check = now
@@ -350,6 +352,11 @@ class InferencePool:
                 self._training = bool(self.training_active())
             except Exception:
                 log.exception("could not tell whether a job is training")
+        return self._training
+
+    def _maybe_unload(self) -> None:
+        now = time.monotonic()
+        self._training_now()
         with self._cond:  # decided and detached under one lock: no request can slip in between
             if self._inflight or self._proc is None:
                 return

@@ -81,6 +81,7 @@ class Loaded:
 class Started:
     request_id: int
     prompt_tokens: int
+    threads: int = 0  # the torch threads generating it
 
 
 @dataclass(frozen=True)

@@ -275,7 +275,7 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
                          400, "context_length_exceeded")
     max_new = min(params.max_tokens or DEFAULT_MAX_TOKENS, limit - len(ids))
     rid = request.request_id
-    replies.put(Started(rid, len(ids)))
+    replies.put(Started(rid, len(ids), torch.get_num_threads()))
 
     stream = TextStream(tokenizer, lambda text: replies.put(Delta(rid, text)), params.stop)
     sampling = params.temperature > 0
