@@ -235,35 +235,47 @@ class InferencePool:
 
     def _keep(self) -> None:
         while True:
-            with self._cond:
-                while not self._closing and self._proc is None and not self._want_start:
-                    self._cond.wait()  # nothing to do: no polling while there is no worker
-                if self._closing:
-                    break
-                proc, start = self._proc, self._proc is None
-            if start:
-                self._start()
-                continue
             try:
-                reply = self._replies.get(timeout=POLL_S)
-            except queue.Empty:
-                reply = None
-            except (EOFError, OSError):
-                reply = None
-            if reply is not None:
-                self._dispatch(reply)
-                continue
-            if not proc.is_alive():
-                self._lost(proc)
-                continue
-            self._maybe_unload()
+                if not self._keep_once():
+                    break
+            except Exception:  # the keeper must outlive any bug: fail what is in flight, start afresh
+                log.exception("the inference keeper failed; restarting the worker")
+                with self._cond:
+                    self._want_start = False
+                self._stop_worker()
+                self._fail_all("the inference worker failed; see the server log", 503, "inference_unavailable")
         self._stop_worker()
 
-    def _start(self) -> None:
-        ctx = prewarm_context(self.settings.prewarm)
-        requests, replies = ctx.Queue(), ctx.Queue()
-        log_path = self.settings.logs_dir() / "inference.log"
+    def _keep_once(self) -> bool:
+        """One round of the keeper: start the worker, pass on one reply, or look after its health."""
+        with self._cond:
+            while not self._closing and self._proc is None and not self._want_start:
+                self._cond.wait()  # nothing to do: no polling while there is no worker
+            if self._closing:
+                return False
+            proc, start = self._proc, self._proc is None
+        if start:
+            self._start()
+            return True
         try:
+            reply = self._replies.get(timeout=POLL_S)
+        except queue.Empty:
+            reply = None
+        except (EOFError, OSError):
+            reply = None
+        if reply is not None:
+            self._dispatch(reply)
+        elif not proc.is_alive():
+            self._lost(proc)
+        else:
+            self._maybe_unload()
+        return True
+
+    def _start(self) -> None:
+        try:
+            ctx = prewarm_context(self.settings.prewarm)
+            requests, replies = ctx.Queue(), ctx.Queue()
+            log_path = self.settings.data_dir() / "inference.log"
             proc = ctx.Process(target=self.target, args=(requests, replies, os.getpid(), str(log_path)),
                                name="tunestudio-inference")
             proc.start()

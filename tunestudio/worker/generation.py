@@ -131,7 +131,8 @@ class Models:
         if entry.adapters.get(name) != spec.weights:
             self._add_adapter(entry, name, spec.weights)
         entry.adapters.move_to_end(name)
-        entry.model.set_adapter(name)
+        if entry.model.active_adapter != name:  # set_adapter walks every module: only when it changes
+            entry.model.set_adapter(name)
         return entry.model, tokenizer, False
 
     def _add_adapter(self, entry: _Entry, name: str, folder: str) -> None:
@@ -225,6 +226,10 @@ class TextStream(BaseStreamer):
         self._flush(final=False)
 
     def end(self) -> None:
+        if not self.stopped.is_set():  # what waited for a character's last byte: as it decodes now
+            before = self.tokenizer.decode(self.ids[self._prefix : self._read], skip_special_tokens=True)
+            now = self.tokenizer.decode(self.ids[self._prefix :], skip_special_tokens=True)
+            self.text += now[len(before) :]
         self._flush(final=True)
 
     def _flush(self, final: bool) -> None:
