@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,11 +40,10 @@ def test_compare_prints_both_answers_to_a_multi_line_prompt(job: Job, home: Path
     proc = chat(home, job.id, "--compare")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     sample = job.result["samples"][0]  # what the training worker generated for the same prompt
-    lines = proc.stdout.splitlines()
-    base = next(line for line in lines if line.startswith("base model › "))
-    tuned = next(line for line in lines if line.startswith("fine-tuned › "))
-    assert base.removeprefix("base model › ").split("  (")[0].strip() == sample["before"]
-    assert tuned.removeprefix("fine-tuned › ").split("  (")[0].strip() == sample["after"]
+    # Each reply streams after its label and ends with its token count; a reply may span lines.
+    answers = dict(re.findall(r"^(base model|fine-tuned) › (.*?)  \(\d+ tokens", proc.stdout, re.M | re.S))
+    assert answers["base model"].strip() == sample["before"]
+    assert answers["fine-tuned"].strip() == sample["after"]
 
 
 def test_base_alone_and_the_errors_a_user_can_make(job: Job, home: Path) -> None:

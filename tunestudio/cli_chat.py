@@ -167,6 +167,8 @@ def _read(prompt: str) -> str:
     lines: list[str] = []
     while True:
         line = sys.stdin.readline()
+        if not sys.stdin.isatty():
+            console.print()  # piped input is not echoed: the reply starts on a line of its own
         if not line:
             if lines:
                 return "\n".join(lines)

@@ -19,8 +19,8 @@ PROMPT = "What sound does this animal make?\n\ncow"
 def train_chat_job(tiny_model: Path, home: Path, **overrides: Any) -> Job:
     """A completed 40-step LoRA job of the tiny model, with an eval split, samples and an evaluation."""
     settings = Settings(home=home)
-    cfg = job_config(tiny_model, home / "chat-job", max_steps=40, eval_steps=0.5, eval_generate_rows=8,
-                     sample_prompts=[PROMPT], **overrides)
+    fields = {"max_steps": 40, "eval_steps": 0.5, "eval_generate_rows": 8, "sample_prompts": [PROMPT], **overrides}
+    cfg = job_config(tiny_model, Path(fields.pop("output_dir", home / "chat-job")), **fields)
     with JobManager(settings) as manager:
         job = manager.submit(cfg)
         job = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 600,

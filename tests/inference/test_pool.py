@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, ModelSpec, resolve
+from tunestudio.inference.models import spec_for, weights_folder
 from tunestudio.inference.pool import threads_for
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job
@@ -124,16 +125,15 @@ if __name__ == "__main__":
     print(pool.status()["pid"], flush=True)
     time.sleep(600)
 """)
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    try:
-        worker = int(parent.stdout.readline())
-        assert pid_alive(worker)
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(10)
-        wait_until(lambda: not pid_alive(worker), 15)
-    finally:
-        parent.kill()
-        parent.wait(10)
+    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True) as parent:
+        try:
+            worker = int(parent.stdout.readline())
+            assert pid_alive(worker)
+            os.kill(parent.pid, signal.SIGKILL)
+            parent.wait(10)
+            wait_until(lambda: not pid_alive(worker), 15, "the worker's end")
+        finally:
+            parent.kill()
 
 
 def test_threads_share_the_cpu_with_training(spec: ModelSpec, home: Path) -> None:
@@ -148,3 +148,51 @@ def test_threads_share_the_cpu_with_training(spec: ModelSpec, home: Path) -> Non
         assert generation.started is not None and generation.started.threads == threads_for(True)
     finally:
         pool.close()
+
+
+def _job(tmp_path: Path, status: str, **fields: object) -> Job:
+    return Job.model_validate({"id": "j1", "status": status, "config": {"model_name": "base-model"},
+                               "created_at": 0.0, **fields})
+
+
+def test_which_folder_answers_for_each_status(tmp_path: Path) -> None:
+    out, checkpoint = tmp_path / "out", tmp_path / "out" / "checkpoint-5"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "adapter_config.json").write_text("{}")
+    # Interrupted: its newest checkpoint, found in the output folder when the record has none.
+    assert weights_folder(_job(tmp_path, "interrupted", output_dir=str(out))) == checkpoint
+    assert spec_for(_job(tmp_path, "interrupted", output_dir=str(out)), base=True).tokenizer == "base-model"
+    # Stopped without final artefacts: the checkpoint too; once the output holds a model, the output.
+    assert weights_folder(_job(tmp_path, "stopped", output_dir=str(out))) == checkpoint
+    (out / "config.json").write_text("{}")
+    (out / "tokenizer_config.json").write_text("{}")
+    spec = spec_for(_job(tmp_path, "completed", output_dir=str(out)), base=False)
+    assert (spec.weights, spec.kind, spec.tokenizer) == (str(out), "full", str(out))
+    for status in ("failed", "cancelled", "training", "queued"):
+        assert weights_folder(_job(tmp_path, status, output_dir=str(out))) is None
+
+
+@pytest.fixture(scope="module")
+def full_job(tiny_model: Path, home: Path) -> Job:
+    return train_chat_job(tiny_model, home, training_type="full", max_steps=10, save_steps=5, learning_rate=1e-3,
+                          output_dir=str(home / "full-job"))
+
+
+def test_a_full_fine_tune_and_its_checkpoint_answer_beside_the_base(full_job: Job, home: Path) -> None:
+    manager = JobManager(Settings(home=home))
+    try:
+        tuned, base = resolve(manager, full_job.id), resolve(manager, f"{full_job.id}:base")
+    finally:
+        manager.close()
+    assert tuned.kind == "full" and tuned.weights == full_job.output_dir
+    checkpoint = ModelSpec(**{**tuned.__dict__, "weights": str(Path(full_job.output_dir) / "checkpoint-5")})
+    pool = InferencePool(Settings(home=home))
+    try:
+        answers = {name: "".join(pool.generate(spec, MESSAGES, GREEDY)).strip()
+                   for name, spec in (("tuned", tuned), ("base", base), ("checkpoint", checkpoint))}
+    finally:
+        pool.close()
+    sample = full_job.result["samples"][0]
+    assert (answers["base"], answers["tuned"]) == (sample["before"], sample["after"])
+    assert answers["checkpoint"]  # a checkpoint folder loads as a model of its own

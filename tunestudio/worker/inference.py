@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections import deque
 from typing import Any
 
@@ -110,6 +111,8 @@ def main(requests: Any, replies: Any, parent_pid: int, log_path: str | None) -> 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Library notices about their own internals (peft asks for a renamed transformers property) are not the user's.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     try:
         Server(requests, replies).serve()
     finally:
