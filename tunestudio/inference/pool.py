@@ -257,12 +257,7 @@ class InferencePool:
         if start:
             self._start()
             return True
-        try:
-            reply = self._replies.get(timeout=POLL_S)
-        except queue.Empty:
-            reply = None
-        except (EOFError, OSError):
-            reply = None
+        reply = self._receive(POLL_S)
         if reply is not None:
             self._dispatch(reply)
         elif not proc.is_alive():
@@ -274,11 +269,13 @@ class InferencePool:
     def _start(self) -> None:
         try:
             ctx = prewarm_context(self.settings.prewarm)
-            requests, replies = ctx.Queue(), ctx.Queue()
+            requests = ctx.Queue()
+            replies, child_end = ctx.Pipe(duplex=False)
             log_path = self.settings.data_dir() / "inference.log"
-            proc = ctx.Process(target=self.target, args=(requests, replies, os.getpid(), str(log_path)),
+            proc = ctx.Process(target=self.target, args=(requests, child_end, os.getpid(), str(log_path)),
                                name="tunestudio-inference")
             proc.start()
+            child_end.close()  # the child holds it now: its death is the pipe's end
         except Exception as exc:
             log.exception("could not start the inference worker")
             with self._cond:
@@ -298,6 +295,15 @@ class InferencePool:
             for request in waiting:
                 requests.put(request)
         log.info("inference worker %s started", proc.pid)
+
+    def _receive(self, timeout: float) -> Reply | None:
+        """The worker's next reply, or None after `timeout` (or at the pipe's end: the worker is gone)."""
+        try:
+            if self._replies.poll(timeout):
+                return self._replies.recv()
+        except (EOFError, OSError):
+            self._proc.join(timeout)  # the write end closed: the process is ending; do not spin on the EOF
+        return None
 
     def _dispatch(self, reply: Reply) -> None:
         if isinstance(reply, Loaded):
@@ -331,17 +337,15 @@ class InferencePool:
         """The worker died: fail what it held; the next request starts a new one."""
         proc.join(timeout=1)
         # Replies it sent before it died still count (a request it answered in full).
-        with contextlib.suppress(Exception):
-            while True:
-                self._dispatch(self._replies.get(timeout=0.05))
+        while (reply := self._receive(0.05)) is not None:
+            self._dispatch(reply)
         why = describe_exit(proc.exitcode).replace("worker", "inference worker", 1)
         with self._cond:
-            self._proc = None
+            _, requests, replies = self._detach()  # no request is sent to the dead one from here on
             self.crashes += 1
-            self.loaded.clear()
-            self.device = None
             if self._waiting:
                 self._want_start = True
+        _close(requests, replies)
         log.warning("%s", why)
         self._fail_all(f"{why} while answering this request; the next request starts a new one", 503,
                        "inference_worker_died", keep_waiting=True)
@@ -385,16 +389,16 @@ class InferencePool:
             detached = self._detach()
         self._shut_down(*detached)
 
-    def _detach(self) -> tuple[Any, Any]:
-        proc, requests = self._proc, self._requests
+    def _detach(self) -> tuple[Any, Any, Any]:
+        proc, requests, replies = self._proc, self._requests, self._replies
         self._proc = None
         self.loaded.clear()
         self.device = None
-        return proc, requests
+        return proc, requests, replies
 
     @staticmethod
-    def _shut_down(proc: Any, requests: Any) -> None:
-        """Ask the worker to exit after what it was sent; kill its group if it does not."""
+    def _shut_down(proc: Any, requests: Any, replies: Any) -> None:
+        """Ask the worker to exit after what it was sent; kill its group if it does not; close the channels."""
         if proc is None:
             return
         with contextlib.suppress(Exception):
@@ -403,3 +407,13 @@ class InferencePool:
         if proc.is_alive():
             kill_group(proc.pid, signal.SIGKILL)
             proc.join(timeout=5)
+        _close(requests, replies)
+
+
+def _close(requests: Any, replies: Any) -> None:
+    """Release a gone worker's queue and pipe (their file descriptors and the queue's feeder thread)."""
+    with contextlib.suppress(Exception):
+        requests.cancel_join_thread()  # the reader is gone: what is unsent stays unsent
+        requests.close()
+    with contextlib.suppress(Exception):
+        replies.close()

@@ -37,8 +37,25 @@ class UserFacing(Exception):
         self.status, self.code, self.extra = status, code, extra
 
 
+class Replies:
+    """The pipe to the parent. A reply is pickled and written by the thread that sends it: no feeder thread to
+    hand each token to (a queue's would take the GIL from `generate` once per token)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def put(self, reply: Any) -> None:
+        with self._lock:
+            self._conn.send(reply)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
 class Server:
-    def __init__(self, requests: Any, replies: Any) -> None:
+    def __init__(self, requests: Any, replies: Replies) -> None:
         self.requests = requests
         self.replies = replies
         self._lock = threading.Condition()
@@ -103,7 +120,8 @@ class Server:
                     self._current = None
 
 
-def main(requests: Any, replies: Any, parent_pid: int, log_path: str | None) -> None:
+def main(requests: Any, replies_conn: Any, parent_pid: int, log_path: str | None) -> None:
+    """The worker's life. requests: a queue of commands from the parent; replies_conn: the write end of a pipe."""
     os.setpgid(0, 0)
     child._die_with_parent(parent_pid)
     child._redirect_output(log_path)
@@ -113,10 +131,10 @@ def main(requests: Any, replies: Any, parent_pid: int, log_path: str | None) -> 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Library notices about their own internals (peft asks for a renamed transformers property) are not the user's.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    replies = Replies(replies_conn)
     try:
         Server(requests, replies).serve()
     finally:
         replies.close()
-        replies.join_thread()  # every reply is on its way before the process ends
         sys.stdout.flush()
         sys.stderr.flush()
