@@ -53,6 +53,7 @@ def test_train_prints_the_summary_and_jobs_list_shows_it(tiny_model: Path, tmp_p
     assert "completed" in out and str(tmp_path / "out") in out
     assert "train loss" in out and "eval loss" in out and "(step 0)" in out
     assert "base model" in out and "fine-tuned" in out
+    assert "exact match" in out and "ROUGE-L" in out and "held-out rows" in out  # the evaluation table
     listing = subprocess.run([*CLI, "jobs", "list"], capture_output=True, text=True, env=env(tmp_path), timeout=60)
     assert listing.returncode == 0 and "completed" in listing.stdout
 

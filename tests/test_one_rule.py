@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = ("torch", "transformers", "peft", "trl", "datasets", "bitsandbytes")
 
@@ -11,6 +12,7 @@ HEAVY = ("torch", "transformers", "peft", "trl", "datasets", "bitsandbytes")
 def test_parent_modules_import_no_heavy_library() -> None:
     script = f"""
 import sys
+from pathlib import Path
 import tunestudio.cli, tunestudio.jobs, tunestudio.jobs.supervisor, tunestudio.config, tunestudio.events
 import tunestudio.settings, tunestudio.worker.child, tunestudio.api
 tunestudio.api.create_app()
@@ -19,3 +21,41 @@ print(",".join(m for m in {HEAVY!r} if m in sys.modules))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_chat_routes_cli_and_pool_import_no_heavy_library(tmp_path: Path) -> None:
+    """/v1, /api/inference, `tunestudio chat` and an inference worker's whole start: torch stays in the child."""
+    script = f"""
+import sys
+from pathlib import Path
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+import tunestudio.cli
+from tunestudio.api import create_app
+from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, ModelSpec
+from tunestudio.settings import Settings
+
+if __name__ == "__main__":
+    settings = Settings(home={str(tmp_path / "home")!r})
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/v1/models").json()["data"] == []
+        chat = {{"model": "x", "messages": [{{"role": "user", "content": "hi"}}]}}
+        assert client.post("/v1/chat/completions", json=chat).status_code == 404
+        assert client.get("/api/inference").json()["state"] == "stopped"
+    assert CliRunner().invoke(tunestudio.cli.app, ["chat", "no-such-job"]).exit_code == 2
+    pool = InferencePool(settings)
+    missing = {str(tmp_path / "missing")!r}
+    spec = ModelSpec(job_id="x", base=False, base_model=missing, weights=missing, kind="full", tokenizer=missing)
+    try:
+        list(pool.generate(spec, [{{"role": "user", "content": "hi"}}], GenerateParams(max_tokens=1)))
+    except InferenceUnavailable as exc:  # the worker started, imported torch and refused the folder
+        assert exc.status == 409, exc
+    assert pool.status()["starts"] == 1
+    pool.close()
+    print(",".join(m for m in {HEAVY!r} if m in sys.modules))
+"""
+    path = tmp_path / "parent.py"
+    path.write_text(script)
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1:] in ([], [""])

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from tunestudio.cli_chat import chat, print_evaluation
 from tunestudio.config import ConfigError, load_config
 from tunestudio.events import Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
 from tunestudio.events import Progress as ProgressEvent
@@ -83,6 +84,8 @@ def train(
     if final.status is JobStatus.failed:
         raise typer.Exit(1)
 
+
+app.command()(chat)
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Jobs recorded in the data directory.")
 app.add_typer(jobs_app, name="jobs")
@@ -330,6 +333,7 @@ def _summary(job: Job, done: Completed | None, records: list[ProgressEvent]) -> 
         console.print(f"\n[bold]prompt[/]      {sample.prompt!r}")
         console.print(f"[bold]base model[/]  {sample.before!r}")
         console.print(f"[bold]fine-tuned[/]  {sample.after!r}")
+    print_evaluation(console, done.evaluation if done else None)
 
 
 @app.command()

@@ -193,6 +193,11 @@ class JobConfig(BaseModel):
         description="Prompts generated from before and after training, to compare base and result.",
         max_length=16,
     )
+    eval_generate_rows: int = Field(
+        default=32, ge=0, le=1000,
+        description="Held-out rows the base and the trained model answer, for exact match, token F1 and ROUGE-L "
+                    "(needs an eval split: eval_steps > 0); 0: loss only.",
+    )
 
     # --- field normalisation ---------------------------------------------------
     @model_validator(mode="before")

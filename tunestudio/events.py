@@ -85,6 +85,40 @@ class Sample(BaseModel):
     after: str | None = None
 
 
+class BeforeAfter(BaseModel):
+    """One metric of the held-out evaluation, on the base model and on the result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    before: float | None = None
+    after: float | None = None
+
+
+class EvalExample(BaseModel):
+    """One held-out row: its prompt, the dataset's reply, and what each model answered."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str
+    reference: str
+    before: str
+    after: str | None = None
+
+
+class Evaluation(BaseModel):
+    """Before/after metrics on up to `eval_generate_rows` held-out rows (see tunestudio/worker/evaluation.py).
+
+    metrics: exact_match, token_f1, rouge_l (means over the generated rows, 0..1), eval_loss and perplexity
+    (over the whole eval split); a metric that could not be measured is absent or None.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    rows: int = Field(ge=0, description="Held-out rows answered by both models.")
+    metrics: dict[str, BeforeAfter] = Field(default_factory=dict)
+    examples: list[EvalExample] = Field(default_factory=list)
+
+
 class Completed(_Message):
     """Training ended. stopped: a stop command ended it early; saved: artefacts were written."""
 
@@ -96,6 +130,7 @@ class Completed(_Message):
     global_step: int = 0
     metrics: dict[str, float] = Field(default_factory=dict)
     samples: list[Sample] = Field(default_factory=list)
+    evaluation: Evaluation | None = None
 
 
 class Failed(_Message):

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     prewarm: bool = Field(
         default=True, description="Fork workers from a server with the heavy imports done (TUNESTUDIO_PREWARM=0: off)."
     )
+    inference_idle_seconds: float = Field(
+        default=300.0, gt=0, description="How long the chat worker keeps a model loaded without a request."
+    )
 
     # --- the server --------------------------------------------------------------
     host: str = Field(default="127.0.0.1", description="Bind address; anything but loopback needs api_token.")

@@ -102,7 +102,7 @@ def test_form_starts_a_job_that_charts_and_completes(tiny_model: Path, server: s
     assert page.locator("#f-local_datasets").input_value() == str(DATA / "alpaca.jsonl")  # offered by default
     assert page.locator("#f-format_type").input_value() == '"auto"'
     page.locator("#preview-format").filter(has_text="alpaca").wait_for(timeout=90_000)  # as auto-detection reads it
-    assert "orange orange orange" in page.locator("#preview").inner_text()
+    assert "Translate the word into French." in page.locator("#preview").inner_text()
     for name, value in SHORT.items():
         page.locator(f"#f-{name}").fill(str(value))
     page.locator("#start").click()

@@ -11,10 +11,12 @@ from fastapi.staticfiles import StaticFiles
 
 from tunestudio.api import errors
 from tunestudio.api.deps import require_token
-from tunestudio.api.routes import jobs, system, train, web
+from tunestudio.api.routes import jobs, openai, system, train, web
 from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import BodyLimit, RequestGuard
+from tunestudio.inference import InferencePool
 from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.status import RUNNING
 from tunestudio.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
@@ -31,9 +33,13 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
         own = manager is None
         app.state.manager = manager or JobManager(settings)
         app.state.manager.start()
+        jobs_manager = app.state.manager
+        # On a GPU the chat worker gives the device back while a job (of any process on this data directory) trains.
+        app.state.inference = InferencePool(settings, training_active=lambda: jobs_manager.count(list(RUNNING)) > 0)
         try:
             yield
         finally:
+            app.state.inference.close()
             if own:
                 app.state.manager.close()
 
@@ -46,6 +52,8 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(train.router, dependencies=guarded)
     app.include_router(system.router, dependencies=guarded)
     app.include_router(web.router, dependencies=guarded)
+    app.include_router(openai.router, dependencies=guarded)
+    app.include_router(openai.status_router, dependencies=guarded)
     app.include_router(system.health)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(RequestGuard, settings=settings)  # added last: outermost, so it sees every request

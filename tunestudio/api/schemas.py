@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from tunestudio.events import Evaluation, Sample
 from tunestudio.jobs.models import Job
 from tunestudio.jobs.status import JobStatus
 
@@ -36,13 +37,20 @@ class JobOut(BaseModel):
     artefacts: list[Artefact]
     resumable: bool
     last_seq: int
+    samples: list[Sample] = Field(default_factory=list, description="sample_prompts, before and after training.")
+    evaluation: Evaluation | None = Field(
+        default=None, description="Before/after metrics on held-out rows: {metrics: {name: {before, after}}, "
+                                  "rows, examples}.")
 
     @classmethod
     def of(cls, job: Job, with_artefacts: bool = True) -> JobOut:
+        result = job.result or {}
         return cls(
-            **job.model_dump(exclude={"log_path"}),
+            **job.model_dump(exclude={"log_path", "result"}),
             artefacts=_artefacts(job.output_dir) if with_artefacts else [],
             resumable=job.resumable,
+            samples=result.get("samples") or [],
+            evaluation=result.get("evaluation"),
         )
 
 

@@ -109,6 +109,7 @@ class Tracker:
         fields: dict[str, Any] = {"finished_at": time.time()}
         if done is not None:
             fields["final_metrics"] = done.metrics
+            fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation"})
             if done.output_dir:
                 fields["output_dir"] = done.output_dir
         row = self.store.get_job(job_id) or {}

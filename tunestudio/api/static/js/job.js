@@ -8,6 +8,7 @@
 
 import {api, ApiError} from "./api.js";
 import {lossChart, singleChart} from "./charts.js";
+import {CHAT_STATUSES, chatPanel} from "./chat.js";
 import {MetricSeries} from "./metrics.js";
 import {
   basename, confirmAction, datasetLabel, el, fmtBytes, fmtDuration, fmtNumber, fmtWhen, ranFor,
@@ -38,6 +39,9 @@ export async function showJob(main, id, {onChange, navigate}) {
   const resumeBtn = el("button", {class: "button primary", id: "resume"}, "Resume");
   const errorBox = el("div", {class: "error-box", id: "job-error", hidden: true});
   const results = el("div", {class: "results", id: "results", hidden: true});
+  const judged = el("div", {class: "judged", id: "judged", hidden: true});
+  const chatSlot = el("div", {id: "chat-slot"});
+  let chat = null;
   const logBox = el("div", {class: "log", id: "log"});
   const lossBox = el("div", {class: "chart", id: "loss-chart"});
   const lrBox = el("div", {class: "chart", id: "lr-chart"});
@@ -58,7 +62,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     el("div", {class: "bar", role: "progressbar", id: "progress", "aria-valuemin": "0", "aria-valuemax": "100"}, bar),
     el("div", {class: "stats"}, stat("eta", "ETA"), stat("tps", "tokens/s"), stat("loss", "loss"),
       stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed")),
-    errorBox, results,
+    errorBox, results, judged, chatSlot,
     el("section", {class: "chart-card wide"}, el("h3", {}, "Loss"), lossBox),
     el("div", {class: "chart-row"},
       el("section", {class: "chart-card"}, el("h3", {}, "Learning rate"), lrBox),
@@ -120,6 +124,24 @@ export async function showJob(main, id, {onChange, navigate}) {
           el("td", {}, el("code", {}, a.name + (a.is_dir ? "/" : ""))), el("td", {class: "num"}, fmtBytes(a.bytes))))))
         : null,
       metrics.length ? el("p", {class: "muted small"}, metrics.map(([k, v]) => `${k} ${fmtNumber(v)}`).join(" · ")) : null,
+    ].filter(Boolean));
+    drawJudged();
+    if (!chat && CHAT_STATUSES.has(job.status) && job.output_dir) {
+      chat = chatPanel(id);
+      chatSlot.replaceChildren(chat.node);
+    }
+  };
+  const drawJudged = () => {
+    const samples = job.samples || [], evaluation = job.evaluation;
+    judged.hidden = !samples.length && !evaluation;
+    if (judged.hidden) return;
+    judged.replaceChildren(...[
+      evaluation ? evaluationTable(evaluation) : null,
+      samples.length ? el("section", {class: "samples", id: "samples"}, el("h3", {}, "Samples"),
+        el("table", {class: "compare-table"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
+          el("th", {}, "base model"), el("th", {}, "fine-tuned"))),
+        el("tbody", {}, samples.map((s) => el("tr", {}, el("td", {}, el("pre", {}, s.prompt)),
+          el("td", {}, el("pre", {}, s.before)), el("td", {}, el("pre", {}, s.after ?? "–"))))))) : null,
     ].filter(Boolean));
   };
   const log = (kind, text) => {
@@ -222,6 +244,31 @@ export async function showJob(main, id, {onChange, navigate}) {
     closed = true;
     clearInterval(ticker);
     if (source) source.close();
+    if (chat) chat.dispose();
     Object.values(charts).forEach((c) => c.destroy());
   };
+}
+
+const METRIC_LABELS = {exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L", eval_loss: "eval loss",
+  perplexity: "perplexity"};
+const SHARES = new Set(["exact_match", "token_f1", "rouge_l"]);
+
+function evaluationTable(evaluation) {
+  const cell = (name, v) => (v === null || v === undefined ? "–"
+    : SHARES.has(name) ? `${(100 * v).toFixed(1)}%` : fmtNumber(v));
+  const rows = Object.entries(evaluation.metrics).filter(([, m]) => m.before !== null || m.after !== null);
+  return el("section", {class: "evaluation", id: "evaluation"},
+    el("h3", {}, evaluation.rows ? `Evaluation on ${evaluation.rows} held-out rows` : "Evaluation"),
+    el("table", {class: "compare-table metrics-table"},
+      el("thead", {}, el("tr", {}, el("th", {}, "metric"), el("th", {class: "num"}, "base model"),
+        el("th", {class: "num"}, "fine-tuned"))),
+      el("tbody", {}, rows.map(([name, m]) => el("tr", {"data-metric": name}, el("td", {}, METRIC_LABELS[name] || name),
+        el("td", {class: "num"}, cell(name, m.before)), el("td", {class: "num after"}, cell(name, m.after)))))),
+    evaluation.examples.length ? el("details", {class: "examples"}, el("summary", {}, "Examples"),
+      el("table", {class: "compare-table"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
+        el("th", {}, "reference"), el("th", {}, "base model"), el("th", {}, "fine-tuned"))),
+      el("tbody", {}, evaluation.examples.map((x) => el("tr", {}, el("td", {}, el("pre", {}, x.prompt)),
+        el("td", {}, el("pre", {}, x.reference)), el("td", {}, el("pre", {}, x.before)),
+        el("td", {}, el("pre", {}, x.after ?? "–")))))))
+      : null);
 }

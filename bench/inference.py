@@ -1,0 +1,234 @@
+"""Chat API against a plain generate loop: time to first token and tokens/s on the same job.
+
+A short LoRA job is trained (the weights do not matter, the shape does: base
+model + adapter). Then, in alternating rounds:
+
+- API: a `tunestudio serve` process (its inference worker warm after one
+  warm-up request); this process streams `POST /v1/chat/completions` with
+  httpx and stamps each content chunk as it arrives;
+- plain: this process loads the same base model and adapter with peft and
+  calls `model.generate` with a streamer that stamps each token.
+
+Both sides generate the same prompt greedily, exactly `--tokens` tokens
+(`min_tokens`, the API's extension, and `min_new_tokens`), with every core.
+Time to first token: request (or call) → first token. Tokens/s: (tokens − 1)
+/ (last token − first token). Targets: API tokens/s ≥ 0.9 × plain's; warm
+API TTFT ≤ 1.5 × plain's.
+
+    .venv/bin/python bench/inference.py                 # the 13.4M Llama of bench/worker_overhead.py
+    .venv/bin/python bench/inference.py --model tiny    # models/tiny-llama (1.2M; TTFT is ~ms, HTTP dominates)
+
+The last line of output is one JSON object with all figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+PROMPT = ("Repeat the word three times.\n\napple. " * 12).strip()  # ~100 prompt tokens: prefill counts in TTFT
+TARGET_TPS_RATIO = 0.9
+TARGET_TTFT_RATIO = 1.5
+
+
+def build_bench_model(directory: Path) -> int:
+    """bench/worker_overhead.py's 13.4M Llama, pre-trained briefly as the tiny model is, so that it writes words.
+
+    (A random model greedily repeats byte tokens that are half a character each: no text would stream.)
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from worker_overhead import Settings as ModelSettings
+    from worker_overhead import build_model
+
+    from tunestudio.worker.tiny import _pretrain
+
+    params = build_model(directory, ModelSettings())
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    _pretrain(model, tokenizer, seed=1234, steps=60, batch_size=16)
+    model.save_pretrained(directory)
+    return params
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(home: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, "TUNESTUDIO_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "tunestudio.cli", "serve", "--port", str(port)], env=env,
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the server did not start")
+
+
+def train_job(url: str, model: Path) -> dict[str, Any]:
+    import httpx
+
+    config = {"model_name": str(model), "local_datasets": [str(ROOT / "examples" / "data" / "alpaca.jsonl")],
+              "training_type": "lora", "max_steps": 5, "batch_size": 4, "gradient_accumulation_steps": 1,
+              "max_seq_length": 128, "logging_steps": 1}
+    job_id = httpx.post(f"{url}/api/jobs", json=config, timeout=30).raise_for_status().json()["id"]
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{url}/api/jobs/{job_id}", timeout=30).json()
+        if job["status"] in ("completed", "failed", "cancelled", "stopped", "interrupted"):
+            if job["status"] != "completed":
+                raise RuntimeError(f"the job ended {job['status']}: {job['error']}")
+            return job
+        time.sleep(0.5)
+    raise RuntimeError("the job did not finish")
+
+
+def api_round(client: Any, url: str, model_id: str, tokens: int) -> dict[str, float]:
+    body = {"model": model_id, "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
+            "max_tokens": tokens, "min_tokens": tokens, "stream": True, "stream_options": {"include_usage": True}}
+    stamps: list[float] = []
+    usage = None
+    start = time.perf_counter()
+    with client.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                stamps.append(time.perf_counter())
+    assert usage is not None and usage["completion_tokens"] == tokens, usage
+    # Chunks may carry several tokens when the client falls behind: the rate counts tokens, not chunks.
+    return {"ttft_ms": (stamps[0] - start) * 1000, "tokens_per_s": (tokens - 1) / (stamps[-1] - stamps[0]),
+            "chunks": len(stamps)}
+
+
+class Plain:
+    """The same job in this process: base model + adapter through peft, `model.generate` with a stamping streamer."""
+
+    def __init__(self, base: str, adapter: str) -> None:
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(adapter)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        self.model = PeftModel.from_pretrained(model, adapter).eval()
+
+    def round(self, tokens: int) -> dict[str, float]:
+        from transformers.generation.streamers import BaseStreamer
+
+        stamps: list[float] = []
+
+        class Stamp(BaseStreamer):
+            seen_prompt = False
+
+            def put(self, value: Any) -> None:
+                if self.seen_prompt:
+                    stamps.append(time.perf_counter())
+                self.seen_prompt = True
+
+            def end(self) -> None:
+                pass
+
+        start = time.perf_counter()
+        # A request arrives as messages: the chat template and the tokenizer are part of answering it.
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True,
+                                                 return_tensors="pt", return_dict=True)["input_ids"]
+        with self.torch.inference_mode():
+            out = self.model.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=tokens,
+                                      min_new_tokens=tokens, do_sample=False, use_cache=True, streamer=Stamp(),
+                                      pad_token_id=self.tokenizer.pad_token_id, temperature=None, top_p=None,
+                                      top_k=None)
+        assert out.shape[1] - ids.shape[1] == tokens
+        return {"ttft_ms": (stamps[0] - start) * 1000, "tokens_per_s": (tokens - 1) / (stamps[-1] - stamps[0])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import httpx
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=["bench", "tiny"], default="bench")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=128)
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="bench-inference-", dir=ROOT / "outputs" if (ROOT / "outputs").is_dir()
+                                     else None) as tmp:
+        home = Path(tmp) / "home"
+        if args.model == "tiny":
+            model = ROOT / "models" / "tiny-llama"
+        else:
+            model = Path(tmp) / "model"
+            params = build_bench_model(model)
+            print(f"model: {params:,} parameters", flush=True)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        server = start_server(home, port)
+        try:
+            job = train_job(url, model)
+            print(f"job {job['id']} trained; adapter in {job['output_dir']}", flush=True)
+            # One client for the run, as OpenAI's does: a client per request would pay ~40 ms for its own set-up
+            # (httpx builds an SSL context) on every request, which is no part of answering it.
+            client = httpx.Client()
+            started = time.perf_counter()
+            api_round(client, url, job["id"], 4)  # starts the worker and loads the model
+            cold_s = time.perf_counter() - started
+            plain = Plain(str(model), job["output_dir"])
+            plain.round(4)  # the same warm-up on this side
+            rounds: dict[str, list[dict[str, float]]] = {"api": [], "plain": []}
+            for i in range(args.rounds):
+                for side in ("api", "plain") if i % 2 == 0 else ("plain", "api"):
+                    figures = (api_round(client, url, job["id"], args.tokens) if side == "api"
+                               else plain.round(args.tokens))
+                    rounds[side].append(figures)
+                    print(f"round {i + 1} {side:5}: TTFT {figures['ttft_ms']:7.1f} ms, "
+                          f"{figures['tokens_per_s']:7.1f} tok/s", flush=True)
+        finally:
+            server.terminate()
+            server.wait(30)
+
+    med = {side: {k: statistics.median(r[k] for r in runs) for k in ("ttft_ms", "tokens_per_s")}
+           for side, runs in rounds.items()}
+    tps_ratio = med["api"]["tokens_per_s"] / med["plain"]["tokens_per_s"]
+    ttft_ratio = med["api"]["ttft_ms"] / med["plain"]["ttft_ms"]
+    print(f"\nmedians over {args.rounds} alternating rounds of {args.tokens} tokens ({args.model} model):")
+    print(f"  plain generate : TTFT {med['plain']['ttft_ms']:.1f} ms, {med['plain']['tokens_per_s']:.1f} tok/s")
+    print(f"  chat API       : TTFT {med['api']['ttft_ms']:.1f} ms, {med['api']['tokens_per_s']:.1f} tok/s "
+          f"(first request, worker start + load: {cold_s:.1f} s)")
+    print(f"  tokens/s ratio {tps_ratio:.3f} (target ≥ {TARGET_TPS_RATIO}: "
+          f"{'met' if tps_ratio >= TARGET_TPS_RATIO else 'MISSED'})")
+    print(f"  TTFT ratio     {ttft_ratio:.3f} (target ≤ {TARGET_TTFT_RATIO}: "
+          f"{'met' if ttft_ratio <= TARGET_TTFT_RATIO else 'MISSED'})")
+    print(json.dumps({"model": args.model, "tokens": args.tokens, "rounds": rounds, "median": med,
+                      "cold_first_request_s": cold_s, "tokens_per_s_ratio": tps_ratio, "ttft_ratio": ttft_ratio}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The job page's evaluation, samples and Chat panel in a real browser, over a real server and inference worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+from tunestudio.jobs.models import Job
+from tunestudio.settings import Settings
+
+from ..helpers.chat import PROMPT, train_chat_job
+from ..helpers.jobs import DATA
+from ..helpers.server import running_server
+from .test_web import browser, playwright, screenshot  # noqa: F401  (module fixtures, shared)
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("web-chat") / "home"
+
+
+@pytest.fixture(scope="module")
+def job(tiny_model: Path, home: Path) -> Job:
+    return train_chat_job(tiny_model, home)
+
+
+@pytest.fixture(scope="module")
+def server(job: Job, home: Path) -> Iterator[str]:
+    with running_server(Settings(home=home, dataset_roots=[DATA])) as url:
+        yield url
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:  # noqa: F811
+    context = browser.new_context(viewport={"width": 1400, "height": 1100})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_default_timeout(60_000)
+    yield page
+    context.close()
+    assert not errors, f"the page threw: {errors}"
+
+
+def send(page: Page, prompt: str) -> None:
+    page.locator("#chat-input").fill(prompt)
+    page.locator("#chat-input").press("Enter")
+    page.locator("#chat-send:not([disabled])").wait_for()  # every side has answered
+
+
+def replies(page: Page, model: str) -> list[str]:
+    return page.locator(f'.chat-log[data-model="{model}"] .chat-msg.assistant .chat-text').all_inner_texts()
+
+
+def test_evaluation_samples_and_chat_with_compare(server: str, job: Job, page: Page) -> None:
+    page.goto(f"{server}/#/jobs/{job.id}")
+    table = page.locator("#evaluation")
+    table.wait_for()
+    for metric in ("exact_match", "token_f1", "rouge_l", "eval_loss", "perplexity"):
+        assert table.locator(f'tr[data-metric="{metric}"]').count() == 1
+    sample = job.result["samples"][0]
+    assert sample["after"] in page.locator("#samples").inner_text()
+
+    page.locator("#chat-temperature").fill("0")
+    page.locator("#chat-max-tokens").fill("40")
+    send(page, PROMPT)
+    assert [r.strip() for r in replies(page, job.id)] == [sample["after"]]
+
+    page.locator("#chat-compare").check()  # a comparison starts a fresh conversation on both sides
+    assert page.locator(".chat-columns.two .chat-side").count() == 2
+    send(page, PROMPT)
+    assert [r.strip() for r in replies(page, f"{job.id}:base")] == [sample["before"]]
+    assert [r.strip() for r in replies(page, job.id)] == [sample["after"]]
+    screenshot(page, "job-chat-compare.png")
+
+    page.locator("#chat-clear").click()
+    assert replies(page, job.id) == []

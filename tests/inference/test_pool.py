@@ -1,0 +1,198 @@
+"""The inference pool and its worker process: real processes, a real trained job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, ModelSpec, resolve
+from tunestudio.inference.models import spec_for, weights_folder
+from tunestudio.inference.pool import threads_for
+from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.models import Job
+from tunestudio.process import pid_alive
+from tunestudio.settings import Settings
+
+from ..helpers.chat import PROMPT, train_chat_job
+from ..helpers.wait import wait_until
+
+MESSAGES = [{"role": "user", "content": PROMPT}]
+# The first test waits for the module's training job (minutes on a busy 2-core machine): a generous hard timeout.
+pytestmark = pytest.mark.timeout(900)
+GREEDY = GenerateParams(temperature=0, max_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pool") / "home"
+
+
+@pytest.fixture(scope="module")
+def job(tiny_model: Path, home: Path) -> Job:
+    return train_chat_job(tiny_model, home)
+
+
+@pytest.fixture(scope="module")
+def spec(job: Job, home: Path) -> ModelSpec:
+    manager = JobManager(Settings(home=home))
+    try:
+        return resolve(manager, job.id)
+    finally:
+        manager.close()
+
+
+def test_specs_point_at_the_jobs_weights(spec: ModelSpec, job: Job, home: Path) -> None:
+    assert (spec.kind, spec.weights, spec.tokenizer, spec.base) == ("adapter", job.output_dir, job.output_dir, False)
+    manager = JobManager(Settings(home=home))
+    try:
+        assert resolve(manager, f"{job.id}:base").base
+    finally:
+        manager.close()
+
+
+def test_idle_worker_is_unloaded_and_comes_back_on_demand(spec: ModelSpec, job: Job, home: Path) -> None:
+    pool = InferencePool(Settings(home=home, inference_idle_seconds=0.5))
+    try:
+        first = "".join(pool.generate(spec, MESSAGES, GREEDY))
+        pid = pool.status()["pid"]
+        wait_until(lambda: pool.status()["state"] == "stopped", 30)
+        assert not pid_alive(pid)  # the process is gone, not just forgotten
+        assert "".join(pool.generate(spec, MESSAGES, GREEDY)) == first
+        assert pool.status()["starts"] == 2
+    finally:
+        pool.close()
+    assert first.strip() == job.result["samples"][0]["after"]
+
+
+def test_bad_requests_fail_alone_and_the_worker_lives_on(spec: ModelSpec, home: Path) -> None:
+    pool = InferencePool(Settings(home=home))
+    try:
+        gone = ModelSpec(**{**spec.__dict__, "weights": str(home / "no-such-output"), "job_id": "gone"})
+        with pytest.raises(InferenceUnavailable) as caught:
+            list(pool.generate(gone, MESSAGES, GREEDY))
+        assert caught.value.status == 409 and "no-such-output" in str(caught.value)
+        too_long = [{"role": "user", "content": "apple " * 600}]  # the tiny model's context is 512 tokens
+        with pytest.raises(InferenceUnavailable) as caught:
+            list(pool.generate(spec, too_long, GREEDY))
+        assert caught.value.code == "context_length_exceeded"
+        generation = pool.generate(spec, MESSAGES, GREEDY)
+        assert "".join(generation) and generation.result().finish_reason in ("stop", "length")
+        assert pool.status()["starts"] == 1 and pool.status()["crashes"] == 0
+    finally:
+        pool.close()
+
+
+def test_a_cancel_stops_the_generation_between_tokens(spec: ModelSpec, home: Path) -> None:
+    pool = InferencePool(Settings(home=home))
+    try:
+        generation = pool.generate(spec, MESSAGES, GenerateParams(max_tokens=400, min_tokens=400))
+        deltas = iter(generation)
+        next(deltas)
+        generation.cancel()
+        list(deltas)
+        done = generation.result()
+        assert done.finish_reason == "cancelled" and done.completion_tokens < 400
+    finally:
+        pool.close()
+
+
+def test_sampling_with_a_seed_repeats(spec: ModelSpec, home: Path) -> None:
+    pool = InferencePool(Settings(home=home))
+    try:
+        params = GenerateParams(temperature=1.5, top_p=0.95, max_tokens=30, seed=11)
+        answers = {"".join(pool.generate(spec, MESSAGES, params)) for _ in range(2)}
+        assert len(answers) == 1
+    finally:
+        pool.close()
+
+
+def test_the_worker_dies_with_its_parent(spec: ModelSpec, home: Path, tmp_path: Path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(f"""
+import sys, time
+from tunestudio.inference import GenerateParams, InferencePool, ModelSpec
+from tunestudio.settings import Settings
+
+if __name__ == "__main__":
+    pool = InferencePool(Settings(home={str(home)!r}))
+    spec = ModelSpec(**{spec.__dict__!r})
+    "".join(pool.generate(spec, [{{"role": "user", "content": "hi"}}], GenerateParams(max_tokens=2)))
+    print(pool.status()["pid"], flush=True)
+    time.sleep(600)
+""")
+    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True) as parent:
+        try:
+            worker = int(parent.stdout.readline())
+            assert pid_alive(worker)
+            os.kill(parent.pid, signal.SIGKILL)
+            parent.wait(10)
+            wait_until(lambda: not pid_alive(worker), 15, "the worker's end")
+        finally:
+            parent.kill()
+
+
+def test_threads_share_the_cpu_with_training(spec: ModelSpec, home: Path) -> None:
+    assert threads_for(False, cores=8) == 8
+    assert threads_for(True, cores=8) == 4
+    assert threads_for(True, cores=1) == 1
+    training = [True]
+    pool = InferencePool(Settings(home=home), training_active=lambda: training[0])
+    try:
+        generation = pool.generate(spec, MESSAGES, GenerateParams(max_tokens=2))
+        list(generation)
+        assert generation.started is not None and generation.started.threads == threads_for(True)
+    finally:
+        pool.close()
+
+
+def _job(tmp_path: Path, status: str, **fields: object) -> Job:
+    return Job.model_validate({"id": "j1", "status": status, "config": {"model_name": "base-model"},
+                               "created_at": 0.0, **fields})
+
+
+def test_which_folder_answers_for_each_status(tmp_path: Path) -> None:
+    out, checkpoint = tmp_path / "out", tmp_path / "out" / "checkpoint-5"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "adapter_config.json").write_text("{}")
+    # Interrupted: its newest checkpoint, found in the output folder when the record has none.
+    assert weights_folder(_job(tmp_path, "interrupted", output_dir=str(out))) == checkpoint
+    assert spec_for(_job(tmp_path, "interrupted", output_dir=str(out)), base=True).tokenizer == "base-model"
+    # Stopped without final artefacts: the checkpoint too; once the output holds a model, the output.
+    assert weights_folder(_job(tmp_path, "stopped", output_dir=str(out))) == checkpoint
+    (out / "config.json").write_text("{}")
+    (out / "tokenizer_config.json").write_text("{}")
+    spec = spec_for(_job(tmp_path, "completed", output_dir=str(out)), base=False)
+    assert (spec.weights, spec.kind, spec.tokenizer) == (str(out), "full", str(out))
+    for status in ("failed", "cancelled", "training", "queued"):
+        assert weights_folder(_job(tmp_path, status, output_dir=str(out))) is None
+
+
+@pytest.fixture(scope="module")
+def full_job(tiny_model: Path, home: Path) -> Job:
+    return train_chat_job(tiny_model, home, training_type="full", max_steps=10, save_steps=5, learning_rate=1e-3,
+                          output_dir=str(home / "full-job"))
+
+
+def test_a_full_fine_tune_and_its_checkpoint_answer_beside_the_base(full_job: Job, home: Path) -> None:
+    manager = JobManager(Settings(home=home))
+    try:
+        tuned, base = resolve(manager, full_job.id), resolve(manager, f"{full_job.id}:base")
+    finally:
+        manager.close()
+    assert tuned.kind == "full" and tuned.weights == full_job.output_dir
+    checkpoint = ModelSpec(**{**tuned.__dict__, "weights": str(Path(full_job.output_dir) / "checkpoint-5")})
+    pool = InferencePool(Settings(home=home))
+    try:
+        answers = {name: "".join(pool.generate(spec, MESSAGES, GREEDY)).strip()
+                   for name, spec in (("tuned", tuned), ("base", base), ("checkpoint", checkpoint))}
+    finally:
+        pool.close()
+    sample = full_job.result["samples"][0]
+    assert (answers["base"], answers["tuned"]) == (sample["before"], sample["after"])
+    assert answers["checkpoint"]  # a checkpoint folder loads as a model of its own

@@ -1,0 +1,55 @@
+"""`tunestudio chat` as a user runs it: a real process, a real inference worker, a trained job."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunestudio.jobs.models import Job
+
+from .helpers.chat import train_chat_job
+
+CLI = [sys.executable, "-m", "tunestudio.cli"]
+# The first test waits for the module's training job (minutes on a busy 2-core machine): a generous hard timeout.
+pytestmark = pytest.mark.timeout(900)
+# "What sound does this animal make?\n\ncow", typed with backslash continuations, then /exit.
+TYPED = "What sound does this animal make?\\\n\\\ncow\n/exit\n"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("chat-cli") / "home"
+
+
+@pytest.fixture(scope="module")
+def job(tiny_model: Path, home: Path) -> Job:
+    return train_chat_job(tiny_model, home)
+
+
+def chat(home: Path, *args: str, typed: str = TYPED) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TUNESTUDIO_HOME": str(home), "COLUMNS": "200"}
+    return subprocess.run([*CLI, "chat", *args], input=typed, capture_output=True, text=True, env=env, timeout=180)
+
+
+def test_compare_prints_both_answers_to_a_multi_line_prompt(job: Job, home: Path) -> None:
+    proc = chat(home, job.id, "--compare")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    sample = job.result["samples"][0]  # what the training worker generated for the same prompt
+    # Each reply streams after its label and ends with its token count; a reply may span lines.
+    answers = dict(re.findall(r"^(base model|fine-tuned) › (.*?)  \(\d+ tokens", proc.stdout, re.M | re.S))
+    assert answers["base model"].strip() == sample["before"]
+    assert answers["fine-tuned"].strip() == sample["after"]
+
+
+def test_base_alone_and_the_errors_a_user_can_make(job: Job, home: Path) -> None:
+    proc = chat(home, job.id, "--base")
+    assert proc.returncode == 0 and "base model › " in proc.stdout and "fine-tuned" not in proc.stdout
+    missing = chat(home, "no-such-job")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    both = chat(home, job.id, "--base", "--compare")
+    assert both.returncode == 2 and "exclude" in both.stderr

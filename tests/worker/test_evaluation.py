@@ -1,0 +1,82 @@
+"""Evaluation metrics, computed by hand on a made-up set, and the held-out rows they are computed on."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tunestudio.events import Evaluation
+from tunestudio.worker.evaluation import Evaluator, eval_rows, exact_match, normalise, rouge_l, score, token_f1
+
+
+def test_exact_match_ignores_case_and_whitespace_only() -> None:
+    assert normalise("  Tiger\n\tTIGER  tiger ") == "tiger tiger tiger"
+    assert exact_match("Tiger  tiger\ntiger", "tiger tiger tiger") == 1.0
+    assert exact_match("tiger tiger", "tiger tiger tiger") == 0.0
+    assert exact_match("tiger-tiger", "tiger tiger") == 0.0  # punctuation counts
+
+
+def test_token_f1_by_hand() -> None:
+    # prediction "the cat sat" vs reference "the cat sat on the mat": 3 shared tokens,
+    # precision 3/3, recall 3/6, F1 = 2 * 1 * 0.5 / 1.5 = 2/3.
+    assert token_f1("The cat sat", "the cat sat on the mat") == pytest.approx(2 / 3)
+    # Tokens count as a multiset: "the the the" shares only two "the" with "the cat the".
+    assert token_f1("the the the", "the cat the") == pytest.approx(2 * (2 / 3) * (2 / 3) / (4 / 3))
+    assert token_f1("dog", "cat") == 0.0
+    assert token_f1("", "") == 1.0 and token_f1("", "cat") == 0.0
+
+
+def test_rouge_l_by_hand() -> None:
+    # LCS of "the cat on the mat" and "the cat sat on the mat" is 5 tokens:
+    # precision 5/5, recall 5/6, F = 2 * 1 * 5/6 / (1 + 5/6) = 10/11.
+    assert rouge_l("the cat on the mat", "the cat sat on the mat") == pytest.approx(10 / 11)
+    # Word order matters (token F1 would say 1.0): LCS of "c b a" and "a b c" is 1 token, F = 1/3.
+    assert rouge_l("c b a", "a b c") == pytest.approx(1 / 3)
+    assert token_f1("c b a", "a b c") == 1.0
+
+
+def test_score_is_the_mean_over_rows() -> None:
+    predictions = ["tiger tiger tiger", "the cat sat", "dog"]
+    references = ["Tiger tiger tiger", "the cat sat on the mat", "cat"]
+    got = score(predictions, references)
+    assert got["exact_match"] == pytest.approx(1 / 3)
+    assert got["token_f1"] == pytest.approx((1 + 2 / 3 + 0) / 3)
+    # ROUGE-L of row 2: LCS 3, precision 1, recall 1/2 -> 2/3.
+    assert got["rouge_l"] == pytest.approx((1 + 2 / 3 + 0) / 3)
+    assert score([], []) == {}
+
+
+def test_eval_rows_from_each_dataset_shape() -> None:
+    user = {"role": "user", "content": "Repeat the word three times.\n\ncat"}
+    examples = [
+        {"prompt": [user], "completion": [{"role": "assistant", "content": "cat cat cat"}]},
+        {"messages": [{"role": "system", "content": "be brief"}, user, {"role": "assistant", "content": "cat cat cat"},
+                      {"role": "user", "content": "again"}, {"role": "assistant", "content": "cat"}]},
+        {"prompt": "Say hi\n", "completion": "hi"},
+        {"text": "plain text has no reference"},
+        {"messages": [{"role": "assistant", "content": "no prompt before it"}]},
+        {"prompt": [user], "chosen": [{"role": "assistant", "content": "cat cat cat"}],
+         "rejected": [{"role": "assistant", "content": "dog"}]},
+    ]
+    rows = eval_rows(examples, limit=10)
+    assert [(r.shown, r.reference) for r in rows] == [
+        (user["content"], "cat cat cat"), ("again", "cat"), ("Say hi\n", "hi"), (user["content"], "cat cat cat")]
+    assert len(rows[1].prompt) == 4  # the conversation up to the last assistant turn
+    assert len(eval_rows(examples, limit=2)) == 2
+
+
+def test_evaluation_record_holds_before_after_and_perplexity(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tunestudio.worker.evaluation as module
+
+    # The answers are given, not generated: the arithmetic of the record is what is checked here.
+    monkeypatch.setattr(module, "generate_answers", lambda *args, **kwargs: ["a b", "c"])
+    evaluator = Evaluator(eval_rows([{"prompt": "p", "completion": "a b"}, {"prompt": "q", "completion": "c"}], 5))
+    evaluator.before, evaluator.loss_before = ["x", "c"], 2.0
+    result = evaluator.result(model=None, tokenizer=None, loss_after=1.0)
+    assert isinstance(result, Evaluation) and result.rows == 2
+    assert (result.metrics["exact_match"].before, result.metrics["exact_match"].after) == (0.5, 1.0)
+    assert result.metrics["perplexity"].before == pytest.approx(math.e ** 2)
+    assert result.metrics["eval_loss"].after == 1.0
+    assert [(e.prompt, e.reference, e.before, e.after) for e in result.examples] == [
+        ("p", "a b", "x", "a b"), ("q", "c", "c", "c")]

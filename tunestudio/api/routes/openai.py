@@ -1,0 +1,309 @@
+"""/v1: chat with finished jobs through OpenAI's API shape, so OpenAI's own clients work unchanged.
+
+`GET /v1/models` lists every job one can chat with by its id, and its base
+model as `<job id>:base`. `POST /v1/chat/completions` answers, whole or as
+Server-Sent Events chunks ending with `data: [DONE]`. Errors take OpenAI's
+shape, `{"error": {"message", "type", "param", "code"}}`, with OpenAI's
+statuses (400 for a bad request, 404 for an unknown model). The token rules of
+/api apply. `GET /api/inference` says what the inference worker holds.
+
+Beyond OpenAI's fields, a request may give `min_tokens` (as vLLM does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tunestudio.api.deps import ManagerDep
+from tunestudio.api.errors import ApiError, request_field_errors
+from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, UnknownModel, chat_models, resolve
+from tunestudio.inference.protocol import Delta, Done, Error, Reply, Started
+
+WAIT_S = 0.5  # how often a request waiting on the worker checks that its client is still there
+
+
+# --- errors in OpenAI's shape ------------------------------------------------------------
+class OpenAIErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIError(BaseModel):
+    error: OpenAIErrorBody
+
+
+def error_response(status: int, message: str, code: str | None, param: str | None = None) -> JSONResponse:
+    kind = ("invalid_request_error" if status in (400, 404, 409, 413, 422)
+            else "authentication_error" if status == 401 else "server_error")
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status)
+
+
+class OpenAIRoute(APIRoute):
+    """Every error of a /v1 route in OpenAI's shape: its dependencies' (the token) and its body's included."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                errors = request_field_errors(exc)
+                summary = "; ".join(f"{e['field'] or 'request'}: {e['message']}" for e in errors)
+                return error_response(400, summary, "invalid_request", errors[0]["field"] if errors else None)
+            except ApiError as exc:
+                return error_response(exc.status, exc.message, exc.code, exc.extra.get("field"))
+            except UnknownModel as exc:
+                return error_response(404, str(exc), "model_not_found", "model")
+            except InferenceUnavailable as exc:
+                return error_response(exc.status, str(exc), exc.code, exc.extra.get("param"))
+            except StarletteHTTPException as exc:
+                return error_response(exc.status_code, str(exc.detail), "http_error")
+
+        return handle
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": OpenAIError, "description": what} for code, what in (
+        (400, "Invalid request"), (401, "A token is required"), (404, "No such model"),
+        (409, "The model's files cannot be loaded"), (503, "The inference worker could not answer"))
+}
+router = APIRouter(prefix="/v1", tags=["OpenAI-compatible chat"], route_class=OpenAIRoute, responses=_ERRORS)
+status_router = APIRouter(prefix="/api/inference", tags=["chat"])
+
+
+# --- requests and answers -----------------------------------------------------------------
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+    def plain(self) -> dict[str, str]:
+        text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    # Clients send fields this server does not use (user, metadata, store, ...): ignored, as OpenAI-compatible
+    # servers do. Fields it cannot honour (n > 1) are refused.
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1, max_length=300)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    min_tokens: int = Field(default=0, ge=0, le=1_000_000, description="Not OpenAI's: generate at least this many.")
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0, description="Default 1; 0 is greedy.")
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(default=1, ge=1, le=1, description="Only one choice per request.")
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and len(value) > 4:
+            raise ValueError("at most 4 stop sequences")
+        return value
+
+    def params(self) -> GenerateParams:
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        return GenerateParams(
+            max_tokens=self.max_completion_tokens or self.max_tokens, min_tokens=self.min_tokens,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p, stop=stop, seed=self.seed)
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "tunestudio"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+def get_pool(request: Request) -> InferencePool:
+    return request.app.state.inference
+
+
+# --- routes ------------------------------------------------------------------------------------
+@router.get("/models", response_model=ModelList)
+def list_models(manager: ManagerDep) -> ModelList:
+    """Every finished, stopped, or interrupted-with-a-checkpoint job, and each one's base model (`<id>:base`)."""
+    return ModelList(data=[ModelCard(id=m.id, created=int(m.job.finished_at or m.job.created_at))
+                           for m in chat_models(manager)])
+
+
+@router.get("/models/{model_id}", response_model=ModelCard)
+def get_model(model_id: str, manager: ManagerDep) -> ModelCard:
+    spec = resolve(manager, model_id)
+    job = manager.get(spec.job_id)
+    return ModelCard(id=model_id, created=int(job.finished_at or job.created_at))
+
+
+@router.post("/chat/completions", response_model=ChatCompletion,
+             responses={200: {"content": {"text/event-stream": {}}, "description": "The answer, or its chunks"}})
+async def chat_completions(
+    request: Request, manager: ManagerDep, body: Annotated[ChatCompletionRequest, Body()]
+) -> Response:
+    """Answer a conversation with a job's model (`stream: true`: chunks as they are generated)."""
+    spec = resolve(manager, body.model)
+    params = body.params()
+    loop = asyncio.get_running_loop()
+    replies: asyncio.Queue[Reply] = asyncio.Queue()
+    generation = get_pool(request).generate(
+        spec, [m.plain() for m in body.messages], params,
+        deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
+    meta = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.model}
+    try:
+        first = await _next(replies, request)  # Started, or an Error (a bad prompt, an unloadable model)
+        if first is None:
+            generation.cancel()
+            return Response(status_code=499)
+        if isinstance(first, Error):
+            raise InferenceUnavailable(first.message, first.status, first.code, **first.extra)
+    except BaseException:
+        generation.cancel()
+        raise
+    assert isinstance(first, Started)
+    if body.stream:
+        usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(_chunks(replies, generation, meta, usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return await _whole(replies, generation, request, meta)
+
+
+async def _next(replies: asyncio.Queue[Reply], request: Request) -> Reply | None:
+    """The next reply; None if the client went away meanwhile."""
+    while True:
+        try:
+            return await asyncio.wait_for(replies.get(), timeout=WAIT_S)
+        except TimeoutError:
+            if await request.is_disconnected():
+                return None
+
+
+async def _whole(replies: asyncio.Queue[Reply], generation: Any, request: Request, meta: dict) -> Response:
+    parts: list[str] = []
+    try:
+        while True:
+            reply = await _next(replies, request)
+            if reply is None:
+                generation.cancel()
+                return Response(status_code=499)
+            if isinstance(reply, Delta):
+                parts.append(reply.text)
+            elif isinstance(reply, Error):
+                raise InferenceUnavailable(reply.message, reply.status, reply.code)
+            elif isinstance(reply, Done):
+                break
+    finally:
+        generation.cancel()  # a no-op once it is done
+    answer = ChatCompletion(**meta, choices=[Choice(message=AssistantMessage(content="".join(parts)),
+                                                    finish_reason="length" if reply.finish_reason == "length"
+                                                    else "stop")],
+                            usage=_usage(reply))
+    return JSONResponse(answer.model_dump())
+
+
+def _usage(done: Done) -> Usage:
+    return Usage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens,
+                 total_tokens=done.prompt_tokens + done.completion_tokens)
+
+
+def _chunk(meta: dict, delta: dict[str, Any], finish: str | None = None, usage: Usage | None = None) -> str:
+    data: dict[str, Any] = {**meta, "object": "chat.completion.chunk",
+                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+    if usage is not None:
+        data["choices"], data["usage"] = [], usage.model_dump()
+    return f"data: {json.dumps(data)}\n\n"
+
+
+async def _chunks(replies: asyncio.Queue[Reply], generation: Any, meta: dict, usage: bool) -> AsyncIterator[str]:
+    """OpenAI's chunks. A client that goes away cancels the stream task here, and so the generation."""
+    try:
+        yield _chunk(meta, {"role": "assistant", "content": ""})
+        while True:
+            reply: Reply | None = await replies.get()
+            text: list[str] = []
+            while isinstance(reply, Delta):  # a client that fell behind gets one chunk for what waited
+                text.append(reply.text)
+                reply = replies.get_nowait() if not replies.empty() else None
+            if text:
+                yield _chunk(meta, {"content": "".join(text)})
+            if isinstance(reply, Error):
+                body = {"error": {"message": reply.message, "type": "server_error", "param": None,
+                                  "code": reply.code}}
+                yield f"data: {json.dumps(body)}\n\n"
+                return
+            if isinstance(reply, Done):
+                yield _chunk(meta, {}, "length" if reply.finish_reason == "length" else "stop")
+                if usage:
+                    yield _chunk(meta, {}, usage=_usage(reply))
+                yield "data: [DONE]\n\n"
+                return
+    finally:
+        generation.cancel()
+
+
+@status_router.get("")
+def inference_status(request: Request) -> dict[str, Any]:
+    """The inference worker: stopped, starting or running; its pid, device, loaded models, requests in flight."""
+    return get_pool(request).status()

@@ -1,0 +1,130 @@
+// Chat with a finished job through the server's OpenAI-compatible API (/v1/chat/completions, streamed).
+//
+// One conversation per side: the fine-tuned model, and in "compare with base" mode the base model
+// beside it, each sent the same prompts and keeping its own replies. Stop aborts the requests; the
+// server sees the client go and stops generating.
+
+import {chatStream} from "./api.js";
+import {el} from "./util.js";
+
+export const CHAT_STATUSES = new Set(["completed", "stopped", "interrupted"]);
+
+function setting(name, label, attrs) {
+  return el("label", {class: "chat-setting"}, el("span", {}, label),
+    el("input", {type: "number", id: `chat-${name}`, ...attrs}));
+}
+
+/** The panel for job `id`; returns {node, dispose}. */
+export function chatPanel(id) {
+  const sides = [{model: id, label: "fine-tuned", history: [], box: null}];
+  const base = {model: `${id}:base`, label: "base model", history: [], box: null};
+  let controllers = [];
+
+  const compare = el("input", {type: "checkbox", id: "chat-compare"});
+  const temperature = setting("temperature", "temperature", {min: 0, max: 2, step: 0.1, value: 0});
+  const maxTokens = setting("max-tokens", "max tokens", {min: 1, max: 4096, step: 1, value: 128});
+  const topP = setting("top-p", "top p", {min: 0.01, max: 1, step: 0.05, value: 1});
+  const seed = setting("seed", "seed", {min: 0, step: 1, placeholder: "random"});
+  const input = el("textarea", {id: "chat-input", rows: 3,
+    placeholder: "Ask something… (Enter sends, Shift+Enter for a new line)"});
+  const send = el("button", {class: "button primary", id: "chat-send", type: "submit"}, "Send");
+  const stop = el("button", {class: "button danger", id: "chat-stop", type: "button", hidden: true}, "Stop");
+  const clear = el("button", {class: "button ghost", id: "chat-clear", type: "button"}, "Clear");
+  const error = el("div", {class: "form-error", id: "chat-error", hidden: true});
+  const columns = el("div", {class: "chat-columns", id: "chat-columns"});
+
+  const value = (label) => label.querySelector("input").value;
+  const active = () => (compare.checked ? [base, ...sides] : sides);
+  const layout = () => {
+    for (const side of [base, ...sides]) {
+      side.box ||= el("div", {class: "chat-log", "data-model": side.model});
+    }
+    columns.classList.toggle("two", compare.checked);
+    columns.replaceChildren(...active().map((side) => el("section", {class: "chat-side"},
+      el("h4", {}, side.label, " ", el("code", {class: "muted small"}, side.model)), side.box)));
+  };
+
+  const bubble = (side, role, text) => {
+    const node = el("div", {class: `chat-msg ${role}`}, el("b", {}, role === "user" ? "you" : side.label),
+      el("span", {class: "chat-text"}, text));
+    side.box.append(node);
+    side.box.scrollTop = side.box.scrollHeight;
+    return node.querySelector(".chat-text");
+  };
+
+  const busy = (on) => {
+    send.disabled = on;
+    stop.hidden = !on;
+    compare.disabled = on;
+  };
+
+  const ask = async (side, prompt, params) => {
+    side.history.push({role: "user", content: prompt});
+    bubble(side, "user", prompt);
+    const out = bubble(side, "assistant", "");
+    out.classList.add("streaming");
+    const controller = new AbortController();
+    controllers.push(controller);
+    let text = "";
+    try {
+      const done = await chatStream({model: side.model, messages: side.history, stream: true, ...params},
+        controller.signal, (delta) => {
+          text += delta;
+          out.textContent = text;
+          side.box.scrollTop = side.box.scrollHeight;
+        });
+      if (done === "length") out.after(el("span", {class: "muted small"}, " (cut at max tokens)"));
+    } catch (err) {
+      if (err.name === "AbortError") out.after(el("span", {class: "muted small"}, " (stopped)"));
+      else {
+        error.hidden = false;
+        error.textContent = `${side.label}: ${err.message}`;
+      }
+    } finally {
+      out.classList.remove("streaming");
+      side.history.push({role: "assistant", content: text});
+    }
+  };
+
+  const submit = async () => {
+    const prompt = input.value;
+    if (!prompt.trim() || send.disabled) return;
+    input.value = "";
+    error.hidden = true;
+    const params = {temperature: Number(value(temperature)), max_tokens: Number(value(maxTokens)),
+      top_p: Number(value(topP))};
+    if (value(seed) !== "") params.seed = Number(value(seed));
+    busy(true);
+    controllers = [];
+    try {
+      // The worker answers one request at a time: the two sides stream one after the other.
+      for (const side of active()) await ask(side, prompt, params);
+    } finally {
+      busy(false);
+      input.focus();
+    }
+  };
+
+  const form = el("form", {class: "chat-form", id: "chat-form"}, input,
+    el("div", {class: "actions"}, send, stop, clear));
+  form.addEventListener("submit", (event) => { event.preventDefault(); submit(); });
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); submit(); }
+  });
+  stop.addEventListener("click", () => controllers.forEach((c) => c.abort()));
+  const forget = () => {
+    for (const side of [base, ...sides]) { side.history = []; side.box?.replaceChildren(); }
+    error.hidden = true;
+  };
+  clear.addEventListener("click", forget);
+  // A comparison starts afresh, so that both sides answer the same conversation.
+  compare.addEventListener("change", () => { forget(); layout(); });
+
+  const node = el("section", {class: "chat-card", id: "chat"},
+    el("div", {class: "chat-head"}, el("h3", {}, "Chat"),
+      el("label", {class: "chat-compare"}, compare, " compare with base")),
+    el("div", {class: "chat-settings"}, temperature, maxTokens, topP, seed),
+    columns, error, form);
+  layout();
+  return {node, dispose: () => controllers.forEach((c) => c.abort())};
+}

@@ -1,0 +1,186 @@
+"""`tunestudio chat JOB_ID [--base|--compare]`, and the evaluation table of the CLI's job summary.
+
+The chat runs the job's model in an inference worker process (tunestudio/inference/);
+this process, like every CLI process, never imports torch.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tunestudio.events import Evaluation
+
+console = Console()
+err = Console(stderr=True)
+
+_LABELS = {"exact_match": "exact match", "token_f1": "token F1", "rouge_l": "ROUGE-L", "eval_loss": "eval loss",
+           "perplexity": "perplexity"}
+
+
+def _cell(name: str, value: float | None) -> str:
+    if value is None:
+        return "–"
+    if name in ("exact_match", "token_f1", "rouge_l"):
+        return f"{value:.1%}"
+    return f"{value:.4g}"
+
+
+def evaluation_table(evaluation: Evaluation | dict[str, Any]) -> Table:
+    """The before/after table: one row per metric, the change in the last column."""
+    if not isinstance(evaluation, Evaluation):
+        evaluation = Evaluation.model_validate(evaluation)
+    table = Table(title=f"evaluation on {evaluation.rows} held-out rows" if evaluation.rows
+                  else "evaluation on the eval split", title_justify="left")
+    table.add_column("metric")
+    table.add_column("base model", justify="right")
+    table.add_column("fine-tuned", justify="right")
+    table.add_column("change", justify="right")
+    for name, pair in evaluation.metrics.items():
+        if pair.before is None and pair.after is None:
+            continue
+        change = "–"
+        if pair.before is not None and pair.after is not None:
+            delta = pair.after - pair.before
+            change = f"{delta:+.1%}" if name in ("exact_match", "token_f1", "rouge_l") else f"{delta:+.4g}"
+        table.add_row(_LABELS.get(name, name), _cell(name, pair.before), _cell(name, pair.after), change)
+    return table
+
+
+def print_evaluation(out: Console, evaluation: Evaluation | None) -> None:
+    if evaluation is None:
+        return
+    out.print()
+    out.print(evaluation_table(evaluation))
+    for example in evaluation.examples[:3]:
+        out.print(f"[bold]held-out[/]    {example.prompt!r}")
+        out.print(f"[bold]reference[/]   {example.reference!r}")
+        out.print(f"[bold]base model[/]  {example.before!r}")
+        out.print(f"[bold]fine-tuned[/]  {example.after!r}")
+
+
+# --- tunestudio chat ---------------------------------------------------------------------
+class _Interrupted:
+    """Ctrl-C while a reply streams stops that reply; at the prompt it ends the chat."""
+
+    def __init__(self) -> None:
+        self.generation: Any = None
+        self.hit = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.hit = True
+        if self.generation is not None:
+            self.generation.cancel()
+        else:
+            raise KeyboardInterrupt
+
+
+def chat(
+    job_id: Annotated[str, typer.Argument(help="A finished, stopped or interrupted (with a checkpoint) job.")],
+    base: Annotated[bool, typer.Option("--base", help="Talk to the job's base model instead.")] = False,
+    compare: Annotated[bool, typer.Option("--compare", help="Print the base model's and the job's answer.")] = False,
+    temperature: Annotated[float, typer.Option(min=0.0, max=2.0, help="0: greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
+    max_tokens: Annotated[int, typer.Option(min=1, help="The longest reply.")] = 256,
+    seed: Annotated[int | None, typer.Option(help="Seed for sampling.")] = None,
+    system: Annotated[str | None, typer.Option(help="A system message to start the conversation with.")] = None,
+) -> None:
+    """Chat with a job's result in the terminal, with streaming replies. Ctrl-C stops a reply; Ctrl-D ends."""
+    from tunestudio.inference import InferencePool, InferenceUnavailable, UnknownModel, resolve
+    from tunestudio.inference.protocol import GenerateParams
+    from tunestudio.jobs.manager import JobManager
+    from tunestudio.settings import Settings
+
+    if base and compare:
+        err.print("[red]--base and --compare exclude each other[/red]")
+        raise typer.Exit(2)
+    settings = Settings()
+    manager = JobManager(settings)
+    try:
+        try:
+            sides = [resolve(manager, f"{job_id}:base")] if base else [resolve(manager, job_id)]
+            if compare:
+                sides.insert(0, resolve(manager, f"{job_id}:base"))
+        except UnknownModel as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
+    finally:
+        manager.close()
+
+    pool = InferencePool(settings)
+    histories: list[list[dict[str, str]]] = [[{"role": "system", "content": system}] if system else []
+                                             for _ in sides]
+    params = GenerateParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    interrupted = _Interrupted()
+    previous = signal.signal(signal.SIGINT, interrupted)
+    names = ", ".join("base model" if s.base else f"job {s.job_id}" for s in sides)
+    console.print(f"chatting with {names}; Ctrl-C stops a reply, Ctrl-D (or /exit) ends, /reset forgets; "
+                  "end a line with \\ to go on on the next")
+    try:
+        while True:
+            try:
+                prompt = _read("\n[bold]you[/] › ")
+            except (EOFError, KeyboardInterrupt):
+                break
+            if prompt.strip() in ("/exit", "/quit"):
+                break
+            if prompt.strip() == "/reset":
+                histories = [h[:1] if system else [] for h in histories]
+                console.print("[dim]conversation forgotten[/dim]")
+                continue
+            if not prompt.strip():
+                continue
+            for spec, history in zip(sides, histories, strict=True):
+                history.append({"role": "user", "content": prompt})
+                label = "base model" if spec.base else "fine-tuned"
+                console.print(f"[bold]{label}[/] › ", end="")
+                interrupted.hit = False
+                try:
+                    generation = pool.generate(spec, history, params)
+                    interrupted.generation = generation
+                    text = "".join(_stream(generation))
+                    done = generation.result()
+                except InferenceUnavailable as exc:
+                    console.print()
+                    err.print(f"[red]{exc}[/red]")
+                    history.pop()
+                    continue
+                finally:
+                    interrupted.generation = None
+                cut = ", cut at max_tokens" if done.finish_reason == "length" else ""
+                console.print("[dim] (stopped)[/dim]" if interrupted.hit or done.finish_reason == "cancelled"
+                              else f"[dim]  ({done.completion_tokens} tokens{cut})[/dim]")
+                history.append({"role": "assistant", "content": text})
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        pool.close()
+
+
+def _read(prompt: str) -> str:
+    """One prompt; a line that ends with a backslash goes on on the next line (prompts may hold line breaks)."""
+    console.print(prompt, end="")
+    lines: list[str] = []
+    while True:
+        line = sys.stdin.readline()
+        if not sys.stdin.isatty():
+            console.print()  # piped input is not echoed: the reply starts on a line of its own
+        if not line:
+            if lines:
+                return "\n".join(lines)
+            raise EOFError
+        line = line.rstrip("\n")
+        if not line.endswith("\\"):
+            return "\n".join([*lines, line])
+        lines.append(line[:-1])
+
+
+def _stream(generation: Any) -> Any:
+    for delta in generation:
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+        yield delta

@@ -1,0 +1,419 @@
+"""The parent's side of chat: one inference worker process, started on demand, kept warm, put away when idle.
+
+The worker (tunestudio/worker/inference.py) loads models and generates; this
+process only queues requests to it and routes its replies back, so it never
+imports torch. One keeper thread, which lives as long as the pool, starts the
+worker (a worker's PR_SET_PDEATHSIG fires when the *thread* that started it
+ends, so that thread must not be a short-lived request thread), reads its
+replies, notices its death, and unloads it:
+
+- after `inference_idle_seconds` without a request;
+- on a GPU, when a training job is running and no request is in flight (the
+  device is training's); on a CPU the two share the cores instead: while a
+  job trains, the worker generates with half of them (`threads_for`).
+
+A worker that dies fails the requests it held with a clear error (503); the
+next request starts a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tunestudio.inference.protocol import (
+    Cancel,
+    Delta,
+    Done,
+    Error,
+    Generate,
+    GenerateParams,
+    Loaded,
+    ModelSpec,
+    Reply,
+    Shutdown,
+    Started,
+)
+from tunestudio.jobs.prewarm import context as prewarm_context
+from tunestudio.jobs.supervisor import describe_exit
+from tunestudio.process import kill_group
+from tunestudio.settings import Settings
+
+log = logging.getLogger(__name__)
+POLL_S = 0.1  # how often the keeper looks at the worker's health when no reply arrives
+TRAINING_CHECK_S = 2.0
+
+
+class InferenceUnavailable(RuntimeError):
+    """A request the worker could not answer; status and code say how HTTP should put it."""
+
+    def __init__(self, message: str, status: int = 503, code: str = "inference_unavailable", **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.extra = status, code, extra
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def threads_for(training_active: bool, cores: int | None = None) -> int:
+    """Torch threads for one generation: every core, or half of them while a training job runs beside it."""
+    cores = cores or available_cores()
+    return max(1, cores // 2) if training_active else cores
+
+
+class Generation:
+    """One request's answer as it streams: `Started`, text deltas, then `Done` or an `Error`.
+
+    Iterating yields the text deltas and raises InferenceUnavailable on an error;
+    `result()` is the final `Done`. With `deliver`, replies go to that callback
+    (from the keeper thread; it must not block) instead of an internal queue.
+    """
+
+    def __init__(self, pool: InferencePool, request_id: int, deliver: Callable[[Reply], None] | None) -> None:
+        self._pool = pool
+        self.request_id = request_id
+        self._deliver = deliver
+        self._queue: queue.SimpleQueue[Reply] = queue.SimpleQueue()
+        self.started: Started | None = None
+        self.done: Done | None = None
+        self.error: Error | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.done is not None or self.error is not None
+
+    def _push(self, reply: Reply) -> None:
+        if isinstance(reply, Started):
+            self.started = reply
+        elif isinstance(reply, Done):
+            self.done = reply
+        elif isinstance(reply, Error):
+            self.error = reply
+        if self._deliver is not None:
+            self._deliver(reply)
+        else:
+            self._queue.put(reply)
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            reply = self._queue.get()
+            if isinstance(reply, Delta):
+                yield reply.text
+            elif isinstance(reply, Error):
+                raise as_exception(reply)
+            elif isinstance(reply, Done):
+                return
+
+    def result(self) -> Done:
+        if self.error is not None:
+            raise as_exception(self.error)
+        assert self.done is not None, "result() before the generation ended"
+        return self.done
+
+    def cancel(self) -> None:
+        """Stop generating (the worker checks between tokens); a finished generation ignores it."""
+        if not self.finished:
+            self._pool._cancel(self.request_id)
+
+
+def as_exception(error: Error) -> InferenceUnavailable:
+    return InferenceUnavailable(error.message, error.status, error.code, **error.extra)
+
+
+class InferencePool:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        target: Callable[..., None] | None = None,
+        training_active: Callable[[], bool] | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.idle_seconds = self.settings.inference_idle_seconds
+        if target is None:  # imported here: the worker's module imports this package's protocol
+            from tunestudio.worker.inference import main as target
+        self.target = target  # the child's entry point
+        self.training_active = training_active or (lambda: False)
+        self._cond = threading.Condition()
+        self._ids = itertools.count(1)
+        self._inflight: dict[int, Generation] = {}
+        self._waiting: list[Generate] = []  # asked for before the worker was up
+        self._proc: Any = None
+        self._requests: Any = None
+        self._replies: Any = None
+        self._want_start = False
+        self._closing = False
+        self._keeper: threading.Thread | None = None
+        self._last_used = time.monotonic()
+        self._last_training_check = -TRAINING_CHECK_S
+        self._training = False
+        self.loaded: dict[str, Loaded] = {}
+        self.device: str | None = None
+        self.starts = 0
+        self.cancelled = 0
+        self.crashes = 0
+
+    # --- the public face ---------------------------------------------------------
+    def generate(
+        self,
+        spec: ModelSpec,
+        messages: list[dict[str, str]],
+        params: GenerateParams,
+        deliver: Callable[[Reply], None] | None = None,
+    ) -> Generation:
+        """Queue one request; never blocks on the worker (safe to call from an event loop)."""
+        with self._cond:
+            if self._closing:
+                raise InferenceUnavailable("the inference pool is closed")
+            if self._keeper is None:
+                self._keeper = threading.Thread(target=self._keep, name="inference-keeper", daemon=True)
+                self._keeper.start()
+            request_id = next(self._ids)
+            generation = Generation(self, request_id, deliver)
+            self._inflight[request_id] = generation
+            self._last_used = time.monotonic()
+            threads = threads_for(self._training_now())
+            request = Generate(request_id, spec, messages, params.model_dump(), threads)
+            if self._proc is not None:
+                self._requests.put(request)
+            else:
+                self._waiting.append(request)
+                self._want_start = True
+                self._cond.notify_all()
+        return generation
+
+    def status(self) -> dict[str, Any]:
+        with self._cond:
+            return {
+                "state": "running" if self._proc is not None else ("starting" if self._want_start else "stopped"),
+                "pid": self._proc.pid if self._proc is not None else None,
+                "device": self.device,
+                "loaded": sorted(self.loaded),
+                "in_flight": len(self._inflight),
+                "starts": self.starts,
+                "crashes": self.crashes,
+                "cancelled": self.cancelled,
+                "idle_seconds": self.idle_seconds,
+            }
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._cond.notify_all()
+            keeper = self._keeper
+        if keeper is not None:
+            keeper.join(timeout=30)
+        self._fail_all("the server is shutting down", 503, "shutting_down")
+
+    # --- internals ---------------------------------------------------------------------
+    def _cancel(self, request_id: int) -> None:
+        with self._cond:
+            if request_id not in self._inflight:
+                return
+            waiting = [r for r in self._waiting if r.request_id == request_id]
+            if waiting:  # never sent: answer it here
+                self._waiting.remove(waiting[0])
+                generation = self._inflight.pop(request_id)
+                generation._push(Done(request_id, "cancelled"))
+                return
+            if self._proc is not None:
+                self._requests.put(Cancel(request_id))
+
+    def _keep(self) -> None:
+        while True:
+            try:
+                if not self._keep_once():
+                    break
+            except Exception:  # the keeper must outlive any bug: fail what is in flight, start afresh
+                log.exception("the inference keeper failed; restarting the worker")
+                with self._cond:
+                    self._want_start = False
+                self._stop_worker()
+                self._fail_all("the inference worker failed; see the server log", 503, "inference_unavailable")
+        self._stop_worker()
+
+    def _keep_once(self) -> bool:
+        """One round of the keeper: start the worker, pass on one reply, or look after its health."""
+        with self._cond:
+            while not self._closing and self._proc is None and not self._want_start:
+                self._cond.wait()  # nothing to do: no polling while there is no worker
+            if self._closing:
+                return False
+            proc, start = self._proc, self._proc is None
+        if start:
+            self._start()
+            return True
+        reply = self._receive(POLL_S)
+        if reply is not None:
+            self._dispatch(reply)
+        elif not proc.is_alive():
+            self._lost(proc)
+        else:
+            self._maybe_unload()
+        return True
+
+    def _start(self) -> None:
+        try:
+            ctx = prewarm_context(self.settings.prewarm)
+            requests = ctx.Queue()
+            replies, child_end = ctx.Pipe(duplex=False)
+            log_path = self.settings.data_dir() / "inference.log"
+            proc = ctx.Process(target=self.target, args=(requests, child_end, os.getpid(), str(log_path)),
+                               name="tunestudio-inference")
+            proc.start()
+            child_end.close()  # the child holds it now: its death is the pipe's end
+        except Exception as exc:
+            log.exception("could not start the inference worker")
+            with self._cond:
+                self._want_start = False
+                waiting, self._waiting = self._waiting, []
+            for request in waiting:
+                self._finish(request.request_id, Error(request.request_id, f"could not start the inference worker: "
+                                                       f"{exc}", 503, "inference_unavailable"))
+            return
+        with self._cond:
+            self._proc, self._requests, self._replies = proc, requests, replies
+            self._want_start = False
+            self.starts += 1
+            self.loaded.clear()
+            self.device = None
+            waiting, self._waiting = self._waiting, []
+            for request in waiting:
+                requests.put(request)
+        log.info("inference worker %s started", proc.pid)
+
+    def _receive(self, timeout: float) -> Reply | None:
+        """The worker's next reply, or None after `timeout` (or at the pipe's end: the worker is gone)."""
+        try:
+            if self._replies.poll(timeout):
+                return self._replies.recv()
+        except (EOFError, OSError):
+            self._proc.join(timeout)  # the write end closed: the process is ending; do not spin on the EOF
+        return None
+
+    def _dispatch(self, reply: Reply) -> None:
+        if isinstance(reply, Loaded):
+            with self._cond:
+                self.loaded[reply.key] = reply
+                self.device = reply.device
+            return
+        with self._cond:
+            generation = self._inflight.get(reply.request_id)
+            if generation is None:
+                return
+            if isinstance(reply, (Done, Error)):
+                del self._inflight[reply.request_id]
+                self._last_used = time.monotonic()
+                if isinstance(reply, Done) and reply.finish_reason == "cancelled":
+                    self.cancelled += 1
+        try:
+            generation._push(reply)
+        except Exception:  # a consumer's callback failed (its loop closed): the worker is not its keeper
+            log.exception("delivering a reply of request %s failed", reply.request_id)
+            generation.cancel()
+
+    def _finish(self, request_id: int, reply: Done | Error) -> None:
+        with self._cond:
+            generation = self._inflight.pop(request_id, None)
+        if generation is not None:
+            with contextlib.suppress(Exception):
+                generation._push(reply)
+
+    def _lost(self, proc: Any) -> None:
+        """The worker died: fail what it held; the next request starts a new one."""
+        proc.join(timeout=1)
+        # Replies it sent before it died still count (a request it answered in full).
+        while (reply := self._receive(0.05)) is not None:
+            self._dispatch(reply)
+        why = describe_exit(proc.exitcode).replace("worker", "inference worker", 1)
+        with self._cond:
+            _, requests, replies = self._detach()  # no request is sent to the dead one from here on
+            self.crashes += 1
+            if self._waiting:
+                self._want_start = True
+        _close(requests, replies)
+        log.warning("%s", why)
+        self._fail_all(f"{why} while answering this request; the next request starts a new one", 503,
+                       "inference_worker_died", keep_waiting=True)
+
+    def _fail_all(self, message: str, status: int, code: str, keep_waiting: bool = False) -> None:
+        with self._cond:
+            waiting = {r.request_id for r in self._waiting} if keep_waiting else set()
+            failed = [rid for rid in self._inflight if rid not in waiting]
+            if not keep_waiting:
+                self._waiting.clear()
+        for rid in failed:
+            self._finish(rid, Error(rid, message, status, code))
+
+    def _training_now(self) -> bool:
+        """Whether a job trains (any process on the data directory), asked at most every TRAINING_CHECK_S."""
+        now = time.monotonic()
+        if now - self._last_training_check >= TRAINING_CHECK_S:
+            self._last_training_check = now
+            try:
+                self._training = bool(self.training_active())
+            except Exception:
+                log.exception("could not tell whether a job is training")
+        return self._training
+
+    def _maybe_unload(self) -> None:
+        now = time.monotonic()
+        self._training_now()
+        with self._cond:  # decided and detached under one lock: no request can slip in between
+            if self._inflight or self._proc is None:
+                return
+            idle = now - self._last_used > self.idle_seconds
+            device_needed = self._training and self.device is not None and self.device != "cpu"
+            if not (idle or device_needed):
+                return
+            detached = self._detach()
+        log.info("unloading the inference worker (%s)", "idle" if idle else "a training job needs the device")
+        self._shut_down(*detached)
+
+    def _stop_worker(self) -> None:
+        with self._cond:
+            detached = self._detach()
+        self._shut_down(*detached)
+
+    def _detach(self) -> tuple[Any, Any, Any]:
+        proc, requests, replies = self._proc, self._requests, self._replies
+        self._proc = None
+        self.loaded.clear()
+        self.device = None
+        return proc, requests, replies
+
+    @staticmethod
+    def _shut_down(proc: Any, requests: Any, replies: Any) -> None:
+        """Ask the worker to exit after what it was sent; kill its group if it does not; close the channels."""
+        if proc is None:
+            return
+        with contextlib.suppress(Exception):
+            requests.put(Shutdown())
+        proc.join(timeout=10)
+        if proc.is_alive():
+            kill_group(proc.pid, signal.SIGKILL)
+            proc.join(timeout=5)
+        _close(requests, replies)
+
+
+def _close(requests: Any, replies: Any) -> None:
+    """Release a gone worker's queue and pipe (their file descriptors and the queue's feeder thread)."""
+    with contextlib.suppress(Exception):
+        requests.cancel_join_thread()  # the reader is gone: what is unsent stays unsent
+        requests.close()
+    with contextlib.suppress(Exception):
+        replies.close()

@@ -1,0 +1,112 @@
+"""The messages between the inference pool (parent) and the inference worker (child), and nothing else.
+
+Plain frozen dataclasses: both sides import only this module to talk, and
+multiprocessing queues carry them pickled. Parent → child: `Generate`,
+`Cancel`, `Shutdown`. Child → parent, per request: `Started` (the prompt is
+accepted), any number of `Delta`, then `Done` or `Error`; and `Loaded` when a
+model comes into memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_MAX_TOKENS = 1024  # a request without max_tokens: this many, or the model's context left if less
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which weights answer: a job's result (`base=False`) or the base model it was trained from.
+
+    weights: the folder holding the job's adapter or full model (its output, or a checkpoint);
+    tokenizer: the folder whose tokenizer and chat template the job trained with, used for both sides.
+    """
+
+    job_id: str
+    base: bool
+    base_model: str
+    weights: str
+    kind: Literal["adapter", "full"]
+    tokenizer: str
+    load_in_4bit: bool = False
+
+    @property
+    def model_id(self) -> str:
+        return f"{self.job_id}:base" if self.base else self.job_id
+
+
+class GenerateParams(BaseModel):
+    """How to generate, checked before anything reaches the worker."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    min_tokens: int = Field(default=0, ge=0, le=1_000_000)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: list[str] = Field(default_factory=list, max_length=4)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+@dataclass(frozen=True)
+class Generate:
+    request_id: int
+    spec: ModelSpec
+    messages: list[dict[str, str]]
+    params: dict
+    threads: int  # torch threads for this request (fewer while a training job shares the CPU)
+
+
+@dataclass(frozen=True)
+class Cancel:
+    request_id: int
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+@dataclass(frozen=True)
+class Loaded:
+    key: str
+    device: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Started:
+    request_id: int
+    prompt_tokens: int
+    threads: int = 0  # the torch threads generating it
+
+
+@dataclass(frozen=True)
+class Delta:
+    request_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Done:
+    request_id: int
+    finish_reason: Literal["stop", "length", "cancelled"]
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Error:
+    """A request that could not be answered. status/code say whose fault it is, as HTTP would."""
+
+    request_id: int
+    message: str
+    status: int = 500
+    code: str = "inference_error"
+    extra: dict = field(default_factory=dict)
+
+
+Reply = Loaded | Started | Delta | Done | Error

@@ -1,0 +1,319 @@
+"""Loading a job's result for chat, and streaming one answer with `model.generate`.
+
+One base model in memory serves the base model's answers and those of every
+LoRA job trained on it: each job's adapter is loaded onto it under its own
+name, `set_adapter` picks one, and `disable_adapter()` answers as the base
+model. A full fine-tune is its own model; its base is loaded beside it. At most
+`MAX_MODELS` models and `MAX_ADAPTERS` adapters per model stay loaded (least
+recently used out first).
+
+Tokens reach the parent as they are made: a streamer receives each token from
+`generate`, detokenises incrementally (a character split across tokens waits
+for its last byte) and sends the new text; stop strings are cut out, and text
+that may be the start of one is held back until it is not. Cancelling sets a
+flag that a StoppingCriteria reads before the next token.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from tunestudio.inference.protocol import (
+    DEFAULT_MAX_TOKENS,
+    Delta,
+    Done,
+    Generate,
+    GenerateParams,
+    Loaded,
+    ModelSpec,
+    Started,
+)
+from tunestudio.worker.inference import UserFacing
+
+log = logging.getLogger(__name__)
+MAX_MODELS = 2
+MAX_ADAPTERS = 8
+
+
+# --- loading ----------------------------------------------------------------------------
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _dtype(device: str) -> torch.dtype:
+    if device == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def _adapter_name(job_id: str) -> str:
+    return "job_" + re.sub(r"\W", "_", job_id)  # peft keeps adapters in a ModuleDict: no dots
+
+
+@dataclass
+class _Entry:
+    model: Any
+    adapters: OrderedDict[str, str] = field(default_factory=OrderedDict)  # adapter name → weights folder
+
+
+class Models:
+    """What is in memory: models by what they were loaded from, tokenizers by folder."""
+
+    def __init__(self, replies: Any) -> None:
+        self.replies = replies
+        self.device = _device()
+        self._models: OrderedDict[tuple[str, bool], _Entry] = OrderedDict()
+        self._tokenizers: dict[str, Any] = {}
+
+    def tokenizer(self, folder: str) -> Any:
+        if folder not in self._tokenizers:
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            except (OSError, ValueError) as exc:
+                raise UserFacing(f"cannot load the tokenizer from {folder}: {exc}", 409, "model_unavailable") from None
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            self._tokenizers[folder] = tokenizer
+        return self._tokenizers[folder]
+
+    def _load(self, name: str, load_in_4bit: bool) -> _Entry:
+        key = (name, load_in_4bit)
+        entry = self._models.pop(key, None)
+        if entry is None:
+            while len(self._models) >= MAX_MODELS:
+                self._models.popitem(last=False)
+                if self.device == "cuda":
+                    torch.cuda.empty_cache()
+            started = time.monotonic()
+            kwargs: dict[str, Any] = {"dtype": _dtype(self.device)}
+            if load_in_4bit:
+                from transformers import BitsAndBytesConfig
+
+                kwargs["quantization_config"] = BitsAndBytesConfig(
+                    load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                    bnb_4bit_compute_dtype=_dtype(self.device) if self.device == "cuda" else torch.float32)
+                kwargs["device_map"] = {"": self.device}
+            try:
+                model = AutoModelForCausalLM.from_pretrained(name, local_files_only=True, **kwargs)
+            except (OSError, ValueError) as exc:
+                raise UserFacing(f"cannot load the model {name}: {exc}", 409, "model_unavailable") from None
+            if not load_in_4bit:
+                model.to(self.device)
+            model.eval()
+            entry = _Entry(model)
+            self.replies.put(Loaded(name, self.device, time.monotonic() - started))
+        self._models[key] = entry  # most recently used last
+        return entry
+
+    def for_spec(self, spec: ModelSpec) -> tuple[Any, Any, bool]:
+        """(model, tokenizer, adapter off) for a spec, loading what is missing."""
+        tokenizer = self.tokenizer(spec.tokenizer)
+        if spec.kind == "full":
+            name = spec.base_model if spec.base else spec.weights
+            return self._load(name, spec.load_in_4bit).model, tokenizer, False
+        entry = self._load(spec.base_model, spec.load_in_4bit)
+        if spec.base:
+            from peft import PeftModel
+
+            return entry.model, tokenizer, isinstance(entry.model, PeftModel)
+        name = _adapter_name(spec.job_id)
+        if entry.adapters.get(name) != spec.weights:
+            self._add_adapter(entry, name, spec.weights)
+        entry.adapters.move_to_end(name)
+        if entry.model.active_adapter != name:  # set_adapter walks every module: only when it changes
+            entry.model.set_adapter(name)
+        return entry.model, tokenizer, False
+
+    def _add_adapter(self, entry: _Entry, name: str, folder: str) -> None:
+        from peft import PeftModel
+
+        if not (Path(folder) / "adapter_config.json").is_file():
+            raise UserFacing(f"the adapter folder {folder} is gone", 409, "model_unavailable")
+        started = time.monotonic()
+        try:
+            if isinstance(entry.model, PeftModel):
+                if name in entry.adapters:  # the same job, saved again (a resumed job's new weights)
+                    entry.model.delete_adapter(name)
+                    del entry.adapters[name]
+                while len(entry.adapters) >= MAX_ADAPTERS:
+                    oldest, _ = entry.adapters.popitem(last=False)
+                    entry.model.delete_adapter(oldest)
+                entry.model.load_adapter(folder, adapter_name=name)
+            else:
+                entry.model = PeftModel.from_pretrained(entry.model, folder, adapter_name=name)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise UserFacing(f"cannot load the adapter in {folder}: {exc}", 409, "model_unavailable") from None
+        entry.model.eval()
+        entry.adapters[name] = folder
+        self.replies.put(Loaded(f"{folder} (adapter)", self.device, time.monotonic() - started))
+
+
+# --- prompts ------------------------------------------------------------------------------
+def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The prompt as the job trained on it: its chat template, or (a job without one) the turns' plain text."""
+    if tokenizer.chat_template:
+        try:
+            encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=True)
+        except Exception as exc:  # jinja raises its own errors for conversations a template refuses
+            raise UserFacing(f"messages: the model's chat template refuses this conversation: {exc}",
+                             400, "invalid_messages") from None
+        return list(encoded["input_ids"])
+    return list(tokenizer("\n".join(m["content"] for m in messages))["input_ids"])
+
+
+def context_length(model: Any, tokenizer: Any) -> int:
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    limit = getattr(tokenizer, "model_max_length", None)
+    return limit if isinstance(limit, int) and 0 < limit < 10**7 else 4096
+
+
+# --- streaming ----------------------------------------------------------------------------
+class _Halt(StoppingCriteria):
+    """Stops generate at the next token once the flag is set (a cancel, or a stop string seen)."""
+
+    def __init__(self, *flags: threading.Event) -> None:
+        self.flags = flags
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        stop = any(f.is_set() for f in self.flags)
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+
+
+class TextStream(BaseStreamer):
+    """Receives tokens from `generate` and sends text deltas, minus stop strings."""
+
+    def __init__(self, tokenizer: Any, send: Any, stops: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.send = send
+        self.stops = [s for s in stops if s]
+        self.ids: list[int] = []
+        self.prompt_seen = False
+        self._prefix = 0  # ids[_prefix:_read] decode to text already accounted for
+        self._read = 0
+        self.text = ""  # decoded so far (stop strings not yet cut)
+        self.sent = 0  # characters of self.text already sent
+        self.stopped = threading.Event()  # a stop string was found
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:  # generate hands over the prompt first
+            self.prompt_seen = True
+            return
+        if self.stopped.is_set():
+            return
+        self.ids.extend(value.reshape(-1).tolist())
+        before = self.tokenizer.decode(self.ids[self._prefix : self._read], skip_special_tokens=True)
+        now = self.tokenizer.decode(self.ids[self._prefix :], skip_special_tokens=True)
+        if len(now) <= len(before) or now.endswith("\ufffd"):
+            return  # nothing new, or half a character: wait for the next token
+        self.text += now[len(before) :]
+        self._prefix, self._read = self._read, len(self.ids)
+        self._flush(final=False)
+
+    def end(self) -> None:
+        if not self.stopped.is_set():  # what waited for a character's last byte: as it decodes now
+            before = self.tokenizer.decode(self.ids[self._prefix : self._read], skip_special_tokens=True)
+            now = self.tokenizer.decode(self.ids[self._prefix :], skip_special_tokens=True)
+            self.text += now[len(before) :]
+        self._flush(final=True)
+
+    def _flush(self, final: bool) -> None:
+        if self.stopped.is_set():
+            return
+        upto = len(self.text)
+        for stop in self.stops:
+            found = self.text.find(stop, max(0, self.sent - len(stop) + 1))
+            if found != -1 and found < upto:
+                upto = found
+                self.stopped.set()
+        if not self.stopped.is_set() and not final:
+            upto -= _held_back(self.text, self.stops)  # may be the beginning of a stop string
+        if upto > self.sent:
+            self.send(self.text[self.sent : upto])
+            self.sent = upto
+
+
+def _held_back(text: str, stops: list[str]) -> int:
+    """How many characters at the end of `text` begin some stop string."""
+    longest = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), longest, -1):
+            if stop.startswith(text[-n:]):
+                longest = n
+                break
+    return longest
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids = getattr(model.generation_config, "eos_token_id", None)
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def answer(models: Models, request: Generate, replies: Any, halt: threading.Event) -> None:
+    """Answer one request: Started, Deltas, Done (or UserFacing raised before Started)."""
+    params = GenerateParams.model_validate(request.params)
+    model, tokenizer, base_off = models.for_spec(request.spec)
+    if torch.get_num_threads() != request.threads:
+        torch.set_num_threads(request.threads)
+    ids = prompt_ids(tokenizer, request.messages)
+    limit = context_length(model, tokenizer)
+    if len(ids) >= limit:
+        raise UserFacing(f"messages: the prompt is {len(ids)} tokens, and the model's context is {limit}",
+                         400, "context_length_exceeded")
+    max_new = min(params.max_tokens or DEFAULT_MAX_TOKENS, limit - len(ids))
+    rid = request.request_id
+    replies.put(Started(rid, len(ids), torch.get_num_threads()))
+
+    stream = TextStream(tokenizer, lambda text: replies.put(Delta(rid, text)), params.stop)
+    sampling = params.temperature > 0
+    if sampling and params.seed is not None:
+        torch.manual_seed(params.seed)
+    device = next(model.parameters()).device
+    inputs = torch.tensor([ids], device=device)
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new,
+        "min_new_tokens": min(params.min_tokens, max_new) or None,
+        "do_sample": sampling,
+        "use_cache": True,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": _eos_ids(model, tokenizer),
+        "streamer": stream,
+        "stopping_criteria": StoppingCriteriaList([_Halt(halt, stream.stopped)]),
+    }
+    if sampling:
+        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+    else:  # greedy: no sampling knobs, or generate warns that they are unused
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    with torch.inference_mode():
+        if base_off:
+            with model.disable_adapter():
+                output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
+        else:
+            output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
+    new = output[0, len(ids) :].tolist()
+    eos = set(_eos_ids(model, tokenizer))
+    if halt.is_set() and not stream.stopped.is_set():
+        reason = "cancelled"
+    elif stream.stopped.is_set() or (new and new[-1] in eos):
+        reason = "stop"
+    else:
+        reason = "length" if len(new) >= max_new else "stop"
+    replies.put(Done(rid, reason, len(ids), len(new)))

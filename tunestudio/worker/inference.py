@@ -1,0 +1,140 @@
+"""The inference worker: a process that holds chat models in memory and answers one request at a time.
+
+The parent (tunestudio/inference/pool.py) references `main` to start it, so this
+module imports nothing heavy at the top; torch and friends load in the child.
+Like a training worker, it leads its own process group and dies with its
+parent (tunestudio/worker/child.py). Ctrl-C in the parent's terminal does not
+reach it: a cancel is a command.
+
+Two threads: the command reader files `Generate` requests in order and acts on
+`Cancel` at once (it sets the flag the running generation checks between
+tokens); the main thread loads models and generates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+import warnings
+from collections import deque
+from typing import Any
+
+from tunestudio.inference.protocol import Cancel, Done, Error, Generate, Shutdown
+from tunestudio.worker import child
+
+log = logging.getLogger(__name__)
+
+
+class UserFacing(Exception):
+    """A request that cannot be answered for a reason its sender can act on."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "invalid_request", **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.extra = status, code, extra
+
+
+class Replies:
+    """The pipe to the parent. A reply is pickled and written by the thread that sends it: no feeder thread to
+    hand each token to (a queue's would take the GIL from `generate` once per token)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def put(self, reply: Any) -> None:
+        with self._lock:
+            self._conn.send(reply)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class Server:
+    def __init__(self, requests: Any, replies: Replies) -> None:
+        self.requests = requests
+        self.replies = replies
+        self._lock = threading.Condition()
+        self._pending: deque[Generate | Shutdown] = deque()
+        self._cancelled: set[int] = set()
+        self._current: int | None = None
+        self.halt = threading.Event()  # set: the running generation stops at its next token
+
+    def read_commands(self) -> None:
+        while True:
+            try:
+                command = self.requests.get()
+            except (EOFError, OSError):
+                command = Shutdown()
+            with self._lock:
+                if isinstance(command, Cancel):
+                    if command.request_id == self._current:
+                        self.halt.set()
+                    else:
+                        self._cancelled.add(command.request_id)
+                    continue
+                self._pending.append(command)
+                self._lock.notify()
+            if isinstance(command, Shutdown):
+                return
+
+    def next_request(self) -> Generate | None:
+        """The next request to answer (None: shut down); one cancelled before it started is answered here."""
+        while True:
+            with self._lock:
+                while not self._pending:
+                    self._lock.wait()
+                command = self._pending.popleft()
+                if isinstance(command, Shutdown):
+                    return None
+                if command.request_id in self._cancelled:
+                    self._cancelled.discard(command.request_id)
+                    self.replies.put(Done(command.request_id, "cancelled"))
+                    continue
+                self._current = command.request_id
+                self.halt.clear()
+                return command
+
+    def serve(self) -> None:
+        from tunestudio.worker.generation import Models, answer
+
+        models = Models(self.replies)
+        threading.Thread(target=self.read_commands, name="commands", daemon=True).start()
+        while True:
+            request = self.next_request()
+            if request is None:
+                return
+            try:
+                answer(models, request, self.replies, self.halt)
+            except UserFacing as exc:
+                self.replies.put(Error(request.request_id, str(exc), exc.status, exc.code, exc.extra))
+            except Exception as exc:  # a bug, or a library's failure: this request fails, the worker lives on
+                log.error("request %s failed:\n%s", request.request_id, traceback.format_exc())
+                self.replies.put(Error(request.request_id, f"generation failed: {type(exc).__name__}: {exc}"))
+            finally:
+                with self._lock:
+                    self._current = None
+
+
+def main(requests: Any, replies_conn: Any, parent_pid: int, log_path: str | None) -> None:
+    """The worker's life. requests: a queue of commands from the parent; replies_conn: the write end of a pipe."""
+    os.setpgid(0, 0)
+    child._die_with_parent(parent_pid)
+    child._redirect_output(log_path)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Library notices about their own internals (peft asks for a renamed transformers property) are not the user's.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    replies = Replies(replies_conn)
+    try:
+        Server(requests, replies).serve()
+    finally:
+        replies.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
