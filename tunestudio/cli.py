@@ -348,10 +348,12 @@ def _build_tiny(directory: str, seed: int) -> None:
 def make_dataset(
     directory: Annotated[Path, typer.Argument(help="Folder to write the bundled dataset to.")] = Path("examples/data"),
 ) -> None:
-    """Write the bundled dataset (alpaca, sharegpt, messages, prompt/completion and text forms)."""
+    """Write the bundled dataset (alpaca, sharegpt, messages, prompt/completion and text forms; preference pairs,
+    unpaired feedback and prompts with answers for DPO/ORPO, KTO and GRPO)."""
     from tunestudio.worker.tiny import write_dataset
+    from tunestudio.worker.tiny_methods import write_method_datasets
 
-    for path in write_dataset(directory):
+    for path in [*write_dataset(directory), *write_method_datasets(directory)]:
         console.print(str(path))
 
 
