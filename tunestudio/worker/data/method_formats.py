@@ -2,8 +2,10 @@
 
 - preference (DPO, ORPO, KTO): `prompt`, `chosen`, `rejected`, as strings or as
   conversations in the messages shape. Without `prompt`, the conversations'
-  shared opening turns are the prompt. A mix of strings and conversations in one
-  row becomes conversations, so the chat template renders every part alike.
+  shared opening turns are the prompt. Where any row holds a conversation, every
+  row becomes one (a string prompt a user turn, a string reply an assistant
+  turn), so the chat template renders every part alike and the dataset has one
+  shape.
 - unpaired (KTO): `prompt`, `completion`, `label` (true: desirable).
 - prompt_only (GRPO): `prompt` (string or messages) plus any other columns, kept
   as they are and passed to the reward functions (`answer` for the built-ins
@@ -89,7 +91,7 @@ def _split_shared_prompt(chosen: list[dict[str, str]], rejected: list[dict[str, 
     return shared
 
 
-def preference(data: dict[str, Any]) -> dict[str, Any]:
+def preference(data: dict[str, Any], conversational: bool = False) -> dict[str, Any]:
     chosen = _part(data, "chosen", "preference")
     rejected = _part(data, "rejected", "preference")
     prompt = _part(data, "prompt", "preference", required=False)
@@ -102,7 +104,7 @@ def preference(data: dict[str, Any]) -> dict[str, Any]:
             raise RowProblem("has no 'prompt' field, and its 'chosen' and 'rejected' conversations do not open "
                              "with shared prompt turns followed by different replies")
         return {"prompt": chosen[:shared], "chosen": chosen[shared:], "rejected": rejected[shared:]}
-    if any(isinstance(v, list) for v in (prompt, chosen, rejected)):
+    if conversational or any(isinstance(v, list) for v in (prompt, chosen, rejected)):
         return {"prompt": _as_turns(prompt, "user"), "chosen": _as_turns(chosen, "assistant"),
                 "rejected": _as_turns(rejected, "assistant")}
     return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
@@ -121,22 +123,24 @@ def _label(value: Any) -> bool:
     raise RowProblem(f"field 'label' is {value!r}, not true or false (true: the completion is desirable)")
 
 
-def unpaired(data: dict[str, Any]) -> dict[str, Any]:
+def unpaired(data: dict[str, Any], conversational: bool = False) -> dict[str, Any]:
     prompt = _part(data, "prompt", "unpaired")
     completion = _part(data, "completion", "unpaired")
     if "label" not in data or data["label"] is None:
         raise RowProblem(f"has no 'label' field (true: desirable, false: undesirable); {_how_to_set('unpaired')}")
     label = _label(data["label"])
-    if isinstance(prompt, list) or isinstance(completion, list):
+    if conversational or isinstance(prompt, list) or isinstance(completion, list):
         prompt, completion = _as_turns(prompt, "user"), _as_turns(completion, "assistant")
     return {"prompt": prompt, "completion": completion, "label": label}
 
 
-def prompt_only(answer_for: list[str]) -> Converter:
+def prompt_only(answer_for: list[str], conversational: bool = False) -> Converter:
     """GRPO rows: the prompt, and every other column as it is; `answer_for` needs an answer in each row."""
 
     def convert(data: dict[str, Any]) -> dict[str, Any]:
         prompt = _part(data, "prompt", "prompt_only")
+        if conversational:
+            prompt = _as_turns(prompt, "user")
         if answer_for:
             value = data.get("answer")
             if value is None or (isinstance(value, str) and not value.strip()):
@@ -152,21 +156,29 @@ def prompt_only(answer_for: list[str]) -> Converter:
     return convert
 
 
-def _converter(fmt: str, cfg: JobConfig) -> Converter:
+def _converter(fmt: str, cfg: JobConfig, conversational: bool) -> Converter:
     if fmt == "preference":
-        return preference
+        return lambda data: preference(data, conversational)
     if fmt == "unpaired":
-        return unpaired
+        return lambda data: unpaired(data, conversational)
     if fmt == "prompt_only":
         from tunestudio.worker.rewards import needs_answer
 
-        return prompt_only(needs_answer(cfg))
+        return prompt_only(needs_answer(cfg), conversational)
     return lambda data: {"text": _text(data, "text")}
+
+
+def _holds_conversations(rows: list[Row], mapping: dict[str, str] | None) -> bool:
+    """Whether any row gives a prompt or reply as a list of turns."""
+    fields = {"prompt", "chosen", "rejected", "completion"}
+    columns = {c for c, f in mapping.items() if f in fields} if mapping else fields
+    return any(isinstance(row.data.get(c), list) for row in rows if row.data is not None for c in columns)
 
 
 def _renamed(mapping: dict[str, str], convert: Converter) -> Converter:
     def convert_mapped(data: dict[str, Any]) -> dict[str, Any]:
-        renamed = {k: v for k, v in data.items() if k not in mapping.values()}  # a mapped column wins
+        # Mapped columns take their field's name (and win over a column already called that).
+        renamed = {k: v for k, v in data.items() if k not in mapping and k not in mapping.values()}
         renamed.update({mapping[k]: v for k, v in data.items() if k in mapping})
         return convert(renamed)
 
@@ -193,9 +205,11 @@ def resolve(cfg: JobConfig, rows: list[Row]) -> tuple[str, Converter, bool]:
     if cfg.custom_format_mapping:
         targets = set(cfg.custom_format_mapping.values())
         fmt = next(f for f in formats if SIGNATURES[f] <= targets | ({"prompt"} if f == "preference" else set()))
-        return fmt, _renamed(cfg.custom_format_mapping, _converter(fmt, cfg)), False
+        convert = _converter(fmt, cfg, _holds_conversations(rows, cfg.custom_format_mapping))
+        return fmt, _renamed(cfg.custom_format_mapping, convert), False
+    conversational = _holds_conversations(rows, None)
     if cfg.format_type != "auto":
-        return cfg.format_type, _converter(cfg.format_type, cfg), False
+        return cfg.format_type, _converter(cfg.format_type, cfg, conversational), False
     sources: dict[str, list[Row]] = {}
     for row in rows:
         sources.setdefault(row.source, []).append(row)
@@ -204,4 +218,4 @@ def resolve(cfg: JobConfig, rows: list[Row]) -> tuple[str, Converter, bool]:
         listed = "; ".join(f"{source}: {fmt}" for source, fmt in found.items())
         raise UserError(f"the dataset files are in different formats ({listed}); train on one format at a time")
     fmt = next(iter(found.values()))
-    return fmt, _converter(fmt, cfg), True
+    return fmt, _converter(fmt, cfg, conversational), True
