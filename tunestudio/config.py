@@ -39,7 +39,7 @@ from pydantic import (
 
 __all__ = [
     "BUILTIN_REWARDS", "METHODS", "METHOD_FORMATS", "METHOD_MAIN_METRIC", "METHOD_OPTIONS", "SECRET_FIELDS",
-    "ConfigError", "JobConfig", "TrainingType", "load_config", "reward_name",
+    "ConfigError", "JobConfig", "TrainingType", "load_config", "reward_name", "reward_source",
 ]
 
 SECRET_FIELDS = ("hf_token", "wandb_token")
@@ -155,6 +155,12 @@ def reward_name(entry: str) -> str:
     """The name a reward function's metrics are logged under: a built-in's name, or the user function's."""
     match = _USER_REWARD.match(entry)
     return match.group("name") if match else entry
+
+
+def reward_source(entry: str) -> str | None:
+    """The file of a user reward function ("path/to/file.py:function"); None for a built-in."""
+    match = _USER_REWARD.match(entry)
+    return match.group("path") if match else None
 
 
 # Upper bounds for counts: far beyond any real job, small enough for every integer column and loop.
