@@ -18,7 +18,6 @@ from tunestudio.api.errors import ApiError
 from tunestudio.api.security import confine_paths
 from tunestudio.config import (
     METHOD_FORMATS,
-    METHOD_MAIN_METRIC,
     METHOD_OPTIONS,
     SECRET_FIELDS,
     FormatType,
@@ -61,7 +60,6 @@ class Defaults(BaseModel):
     dataset_roots: list[str]
     fields: list[FormField]
     method_formats: dict[str, list[str]] = Field(description="The dataset formats each training method reads.")
-    method_main_metric: dict[str, str] = Field(description="The metric each method is watched by (beyond loss).")
 
 
 class PreviewRequest(BaseModel):
@@ -120,7 +118,6 @@ def defaults(settings: SettingsDep) -> Defaults:
         dataset=str(BUNDLED_DATASET), dataset_roots=[str(r) for r in settings.allowed_dataset_roots()],
         fields=form_fields(),
         method_formats={m: list(f) for m, f in METHOD_FORMATS.items()},
-        method_main_metric=METHOD_MAIN_METRIC,
     )
 
 
