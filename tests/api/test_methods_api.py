@@ -101,7 +101,7 @@ def test_the_preview_reads_a_methods_format(tmp_path: Path) -> None:
         defaults = client.get("/api/web/defaults").json()
         fields = {f["name"]: f for f in defaults["fields"]}
         assert fields["num_generations"]["methods"] == ["grpo"] and fields["learning_rate"]["methods"] is None
-        assert defaults["method_main_metric"]["dpo"] == "rewards/margins"
+        assert defaults["method_formats"]["kto"] == ["unpaired", "preference"]
 
 
 def test_an_older_store_gains_the_extra_column_and_keeps_its_rows(tmp_path: Path) -> None:
