@@ -202,3 +202,25 @@ def test_dpo_stopped_with_save_through_the_manager_resumes_at_the_next_step(tiny
         # The reference is the model before any training, also after the resume: margins go on from where they were.
         assert manager.metrics(resumed.id)[0]["extra"]["rewards/margins"] != 0.0
         assert (Path(final.output_dir) / "adapter_model.safetensors").is_file()
+
+
+def test_grpo_stops_with_a_checkpoint_at_a_step_boundary(tiny_model: Path, tmp_path: Path) -> None:
+    # GRPO generates inside its training step; a stop still lands between steps, with a resumable checkpoint.
+    from tunestudio.jobs.supervisor import Supervisor
+
+    rows = [{"prompt": f"<|bos|>Add the two numbers.\n\n{a} + {b}\n", "answer": str(a + b)} for a, b in additions(8)]
+    data = write_jsonl(tmp_path / "prompts.jsonl", rows)
+
+    def stop_at_step_2(sup: Supervisor, event: object) -> None:
+        if isinstance(event, Progress) and event.step == 2:
+            sup.stop(save=True)
+
+    cfg = job_config(tiny_model, tmp_path / "out", method="grpo", local_datasets=[str(data)], max_steps=50,
+                     batch_size=4, num_generations=4, max_completion_length=4, max_seq_length=48,
+                     reward_functions=["numeric_match"])
+    run = run_job(cfg, stop_at_step_2)
+    assert run.outcome.kind == "stopped", run.failure
+    checkpoint = Path(run.completed.checkpoint)
+    assert checkpoint.name == f"checkpoint-{run.completed.global_step}" and run.completed.global_step < 50
+    for name in ("adapter_model.safetensors", "optimizer.pt", "trainer_state.json"):
+        assert (checkpoint / name).is_file(), name
