@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from tunestudio import paths
 from tunestudio.config import METHOD_OPTIONS, JobConfig, format_validation_error
 
 
@@ -87,3 +91,38 @@ def test_user_reward_functions_are_only_spelled_here_never_loaded() -> None:
     # The file does not exist: the config cannot know (it does no I/O); the worker names it when it loads it.
     cfg = config(**{**GRPO, "reward_functions": ["exact_match", "no/such/file.py:score"]})
     assert cfg.reward_functions == ["exact_match", "no/such/file.py:score"]
+
+
+def test_a_reward_function_file_is_made_absolute_at_submit_and_must_exist(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mine.py").write_text("def score(completions, **kw):\n    return [0.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = config(**{**GRPO, "reward_functions": ["exact_match", "mine.py:score"]})
+    assert paths.resolve(cfg).reward_functions == ["exact_match", f"{tmp_path / 'mine.py'}:score"]
+    with pytest.raises(paths.PathRefused) as info:
+        paths.resolve(config(**{**GRPO, "reward_functions": ["other.py:score"]}))
+    assert info.value.field == "reward_functions" and "'other.py' does not exist" in info.value.message
+
+
+_METHOD_VALUES = {
+    "method": st.sampled_from(["sft", "dpo", "orpo", "kto", "grpo", "pretrain", "Continued pretraining"]),
+    "beta": st.floats(0.001, 100),
+    "packing": st.sampled_from([None, True, False]),
+    "batch_size": st.sampled_from([1, 2, 4, 8]),
+    "num_generations": st.sampled_from([2, 4, 8]),
+    "reward_functions": st.sampled_from([["exact_match"], ["exact_match", "r.py:score"], []]),
+    "reward_weights": st.sampled_from([None, [], [0.5], [1.0, -0.5]]),
+    "format_type": st.sampled_from(["auto", "preference", "unpaired", "prompt_only", "text", "pairs"]),
+    "custom_format_mapping": st.sampled_from([None, {"q": "prompt", "a": "chosen", "b": "rejected"},
+                                              {"q": "user", "a": "assistant"}, {"t": "text"}]),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({}, optional=_METHOD_VALUES))
+def test_validating_a_method_configs_own_dump_gives_it_back(fields: dict[str, Any]) -> None:
+    try:
+        cfg = config(**fields)
+    except ValidationError:
+        assume(False)
+    assert JobConfig.model_validate(cfg.public_dict()) == cfg

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -294,8 +294,8 @@ class JobConfig(BaseModel):
         description="GRPO: built-in names (exact_match, contains_answer, numeric_match, format_regex, "
                     "length_penalty) or path/to/file.py:function (your code, run inside the worker).",
     )
-    reward_weights: list[float] | None = Field(
-        default=None, description="GRPO: one weight per reward function; unset: 1 each."
+    reward_weights: list[Annotated[float, Field(ge=-1000, le=1000)]] | None = Field(
+        default=None, max_length=16, description="GRPO: one weight per reward function; unset: 1 each."
     )
     reward_format_pattern: str | None = Field(
         default=None, max_length=2000,

@@ -12,20 +12,21 @@ import httpx
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.store import Store
 from tunestudio.settings import Settings
+from tunestudio.worker.child import WorkerArgs
 
 from ..helpers.jobs import DATA
 from ..helpers.server import read_sse, running_server
 
 
-def dpo_metrics(public_config: dict, secrets: dict, events: Any, commands: Any, parent_pid: int, log_path: Any):
+def dpo_metrics(args: WorkerArgs) -> None:
     """A scripted DPO worker: three steps with the method's metrics in `extra`, then an eval record."""
     from tunestudio.events import Completed, Phase, Progress
     from tunestudio.worker.channel import QueueChannel
 
     from ..helpers import fake_workers
 
-    fake_workers._setup(parent_pid)
-    channel = QueueChannel(events, commands)
+    fake_workers._setup(args)
+    channel = QueueChannel(args.events, args.commands)
     channel.emit(Phase, phase="training")
     for step in (1, 2, 3):
         channel.emit(Progress, step=step, total_steps=3, loss=0.7 - step / 100,
