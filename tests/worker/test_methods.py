@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tunestudio.events import Progress
+from tunestudio.jobs.supervisor import Supervisor
 
 from ..helpers.jobs import Run, job_config, run_job
 
@@ -25,15 +26,15 @@ def write_jsonl(path: Path, items: list[dict[str, Any]]) -> Path:
 
 
 def records(run: Run) -> list[dict[str, Any]]:
-    assert run.outcome.kind == "completed", run.failure
+    assert run.outcome.kind in ("completed", "stopped"), run.failure
     lines = (Path(run.completed.output_dir) / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 
 
-def method_job(tiny_model: Path, out: Path, data: Path, **overrides: Any) -> Run:
+def method_job(tiny_model: Path, out: Path, data: Path, on_event: Any = None, **overrides: Any) -> Run:
     fields: dict[str, Any] = {"local_datasets": [str(data)], "max_steps": 3, "batch_size": 4,
                               "max_seq_length": 48, "learning_rate": 1e-3, **overrides}
-    return run_job(job_config(tiny_model, out, **fields))
+    return run_job(job_config(tiny_model, out, **fields), on_event)
 
 
 def additions(n: int) -> list[tuple[int, int]]:
@@ -93,9 +94,15 @@ def saw_columns(prompts, completions, answer, topic, **kwargs):
                               "completions": completions}}) + "\\n")
     return [0.5] * len(completions)
 """)
-    run = method_job(tiny_model, tmp / "out", write_jsonl(tmp / "prompts.jsonl", rows), method="grpo", max_steps=4,
-                     batch_size=8, num_generations=4, max_completion_length=6, generation_temperature=0.5,
-                     reward_functions=["exact_match", f"{source}:saw_columns"])
+    # GRPO generates inside its training step; a stop still lands between steps (here after step 4 of 50),
+    # with a resumable checkpoint and the artefacts.
+    def stop_at_step_4(sup: Supervisor, event: object) -> None:
+        if isinstance(event, Progress) and event.step == 4:
+            sup.stop(save=True)
+
+    run = method_job(tiny_model, tmp / "out", write_jsonl(tmp / "prompts.jsonl", rows), stop_at_step_4,
+                     method="grpo", max_steps=50, batch_size=8, num_generations=4, max_completion_length=6,
+                     generation_temperature=0.5, reward_functions=["exact_match", f"{source}:saw_columns"])
     return run, calls
 
 
@@ -124,12 +131,18 @@ def test_orpo_kto_and_pretrain_train_and_report_their_metrics(other_runs: dict[s
     assert "read as unpaired (auto-detected)" in " ".join(other_runs["kto"].messages())
 
 
-def test_grpo_with_exact_match_reports_each_reward_and_calls_the_user_function(
+def test_grpo_with_exact_match_reports_each_reward_calls_the_user_function_and_stops(
     grpo_run: tuple[Run, Path],
 ) -> None:
     run, calls = grpo_run
+    assert run.outcome.kind == "stopped", run.failure
     found = records(run)
-    assert [r["step"] for r in found] == [1, 2, 3, 4]
+    stopped_at = run.completed.global_step  # the step the stop reached the worker in: 4, or one or two later
+    assert 4 <= stopped_at < 50 and [r["step"] for r in found] == list(range(1, stopped_at + 1))
+    checkpoint = Path(run.completed.checkpoint)
+    assert checkpoint.name == f"checkpoint-{stopped_at}"
+    for name in ("adapter_model.safetensors", "optimizer.pt", "trainer_state.json"):
+        assert (checkpoint / name).is_file(), name
     for r in found:
         assert {"reward", "reward_std", "rewards/exact_match/mean", "rewards/saw_columns/mean",
                 "completions/mean_length"} <= set(r["extra"])
@@ -137,7 +150,7 @@ def test_grpo_with_exact_match_reports_each_reward_and_calls_the_user_function(
     exact = [r["extra"]["rewards/exact_match/mean"] for r in found]
     assert max(exact) > 0 and min(exact) < 1, exact  # partly right
     seen = [json.loads(line) for line in calls.read_text().splitlines()]
-    assert len(seen) == 4  # once per batch of completions
+    assert len(seen) == stopped_at  # once per batch of completions
     for call in seen:
         assert call["answer"] == ["53"] * 8 and len(call["completions"]) == 8
         assert all(isinstance(c, str) for c in call["completions"])
@@ -203,24 +216,3 @@ def test_dpo_stopped_with_save_through_the_manager_resumes_at_the_next_step(tiny
         assert manager.metrics(resumed.id)[0]["extra"]["rewards/margins"] != 0.0
         assert (Path(final.output_dir) / "adapter_model.safetensors").is_file()
 
-
-def test_grpo_stops_with_a_checkpoint_at_a_step_boundary(tiny_model: Path, tmp_path: Path) -> None:
-    # GRPO generates inside its training step; a stop still lands between steps, with a resumable checkpoint.
-    from tunestudio.jobs.supervisor import Supervisor
-
-    rows = [{"prompt": f"<|bos|>Add the two numbers.\n\n{a} + {b}\n", "answer": str(a + b)} for a, b in additions(8)]
-    data = write_jsonl(tmp_path / "prompts.jsonl", rows)
-
-    def stop_at_step_2(sup: Supervisor, event: object) -> None:
-        if isinstance(event, Progress) and event.step == 2:
-            sup.stop(save=True)
-
-    cfg = job_config(tiny_model, tmp_path / "out", method="grpo", local_datasets=[str(data)], max_steps=50,
-                     batch_size=4, num_generations=4, max_completion_length=4, max_seq_length=48,
-                     reward_functions=["numeric_match"])
-    run = run_job(cfg, stop_at_step_2)
-    assert run.outcome.kind == "stopped", run.failure
-    checkpoint = Path(run.completed.checkpoint)
-    assert checkpoint.name == f"checkpoint-{run.completed.global_step}" and run.completed.global_step < 50
-    for name in ("adapter_model.safetensors", "optimizer.pt", "trainer_state.json"):
-        assert (checkpoint / name).is_file(), name
