@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from tunestudio.cli_chat import chat, print_evaluation
-from tunestudio.config import ConfigError, load_config
+from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, load_config
 from tunestudio.events import Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.jobs.manager import JobManager
@@ -240,7 +240,9 @@ def _get_or_exit(manager: JobManager, job_id: str) -> Job:
 def _follow(manager: JobManager, job_id: str) -> Job:
     """Show a job's events until it ends; Ctrl-C once stops with save, twice cancels."""
     job = manager.get(job_id)
-    console.print(f"job [bold]{job.id}[/bold]: {job.config['training_type']} fine-tune of {job.config['model_name']}")
+    method = job.config.get("method", "sft")
+    console.print(f"job [bold]{job.id}[/bold]: {method} ({job.config['training_type']}) of {job.config['model_name']}")
+    main_metric = METHOD_MAIN_METRIC.get(method)  # the method's own figure beside the loss (sft, pretrain: none)
     console.print(f"worker log: {job.log_path}")
     interrupts = _Interrupts()
     previous = signal.signal(signal.SIGINT, interrupts)
@@ -250,10 +252,11 @@ def _follow(manager: JobManager, job_id: str) -> Job:
         TextColumn("[bold]{task.fields[phase]:<15}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[tps]} tok/s  ETA {task.fields[eta]}"),
+        TextColumn("loss {task.fields[loss]}  {task.fields[main]}lr {task.fields[lr]}  {task.fields[tps]} tok/s  "
+                   "ETA {task.fields[eta]}"),
         console=console,
     )
-    task = bar.add_task("job", total=None, phase="queued", loss="–", lr="–", tps="–", eta="–")
+    task = bar.add_task("job", total=None, phase="queued", loss="–", main="", lr="–", tps="–", eta="–")
     try:
         with bar, manager.subscribe(job_id) as stream:
             while True:
@@ -275,25 +278,31 @@ def _follow(manager: JobManager, job_id: str) -> Job:
                 else:
                     if isinstance(event, Completed):
                         completed = event
-                    _show(event, bar, task, records)
+                    _show(event, bar, task, records, main_metric)
                 if item.is_end:
                     break
     finally:
         signal.signal(signal.SIGINT, previous)
     final = manager.get(job_id)
-    _summary(final, completed, records)
+    _summary(final, completed, records, main_metric)
     return final
 
 
-def _show(event: Event, bar: Progress, task: int, records: list[ProgressEvent]) -> None:
+def _main_value(event: ProgressEvent, main_metric: str | None) -> float | None:
+    return (event.extra or {}).get(main_metric) if main_metric else None
+
+
+def _show(event: Event, bar: Progress, task: int, records: list[ProgressEvent], main_metric: str | None) -> None:
     if isinstance(event, ProgressEvent):
         records.append(event)
         if event.loss is not None:
+            main = _main_value(event, main_metric)
             bar.update(
                 task,
                 completed=event.step,
                 total=event.total_steps or None,
                 loss=_fmt(event.loss, ".4f"),
+                main=f"{main_metric} {main:.4f}  " if main is not None else "",
                 lr=_fmt(event.learning_rate, ".2e"),
                 tps=_fmt(event.tokens_per_second, ",.0f"),
                 eta=_fmt_seconds(event.eta_seconds),
@@ -308,7 +317,7 @@ def _show(event: Event, bar: Progress, task: int, records: list[ProgressEvent]) 
         bar.console.print(f"[red]failed: {event.message}[/red]")
 
 
-def _summary(job: Job, done: Completed | None, records: list[ProgressEvent]) -> None:
+def _summary(job: Job, done: Completed | None, records: list[ProgressEvent], main_metric: str | None) -> None:
     train_losses = [r for r in records if r.loss is not None]
     evals = [r for r in records if r.eval_loss is not None]
     colour = {"completed": "green", "failed": "red"}.get(job.status.value, "yellow")
@@ -325,6 +334,10 @@ def _summary(job: Job, done: Completed | None, records: list[ProgressEvent]) -> 
     if train_losses:
         first, last = train_losses[0], train_losses[-1]
         table.add_row("train loss", f"{first.loss:.4f} (step {first.step}) → {last.loss:.4f} (step {last.step})")
+    mains = [(r.step, v) for r in train_losses if (v := _main_value(r, main_metric)) is not None]
+    if mains:
+        (first_step, first_value), (last_step, last_value) = mains[0], mains[-1]
+        table.add_row(str(main_metric), f"{first_value:.4f} (step {first_step}) → {last_value:.4f} (step {last_step})")
     if evals:
         table.add_row("eval loss", f"{evals[0].eval_loss:.4f} (step {evals[0].step}) → "
                                    f"{evals[-1].eval_loss:.4f} (step {evals[-1].step})")
@@ -397,10 +410,12 @@ def _build_tiny(directory: str, seed: int) -> None:
 def make_dataset(
     directory: Annotated[Path, typer.Argument(help="Folder to write the bundled dataset to.")] = Path("examples/data"),
 ) -> None:
-    """Write the bundled dataset (alpaca, sharegpt, messages, prompt/completion and text forms)."""
+    """Write the bundled dataset (alpaca, sharegpt, messages, prompt/completion and text forms; preference pairs,
+    unpaired feedback and prompts with answers for DPO/ORPO, KTO and GRPO)."""
     from tunestudio.worker.tiny import write_dataset
+    from tunestudio.worker.tiny_methods import write_method_datasets
 
-    for path in write_dataset(directory):
+    for path in [*write_dataset(directory), *write_method_datasets(directory)]:
         console.print(str(path))
 
 

@@ -20,10 +20,11 @@ their nearest equivalent and says so in a warning event.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -36,7 +37,10 @@ from pydantic import (
     model_validator,
 )
 
-__all__ = ["SECRET_FIELDS", "ConfigError", "JobConfig", "TrainingType", "load_config"]
+__all__ = [
+    "BUILTIN_REWARDS", "METHODS", "METHOD_FORMATS", "METHOD_MAIN_METRIC", "METHOD_OPTIONS", "SECRET_FIELDS",
+    "ConfigError", "JobConfig", "TrainingType", "load_config", "reward_name", "reward_source",
+]
 
 SECRET_FIELDS = ("hf_token", "wandb_token")
 
@@ -47,7 +51,11 @@ class TrainingType(StrEnum):
     full = "full"
 
 
-FormatType = Literal["auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text"]
+FormatType = Literal[
+    "auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text",
+    # the formats of the other training methods (see METHOD_FORMATS)
+    "preference", "unpaired", "prompt_only",
+]
 _FORMAT_ALIASES = {
     "": "auto",
     "openai": "messages",
@@ -56,6 +64,9 @@ _FORMAT_ALIASES = {
     "prompt-completion": "prompt_completion",
     "completion": "prompt_completion",
     "plain": "text",
+    "preferences": "preference",
+    "pairs": "preference",
+    "prompts": "prompt_only",
 }
 
 # Optimizer names this project passes to `TrainingArguments.optim`. The 8-bit
@@ -90,8 +101,66 @@ LrScheduler = Literal[
 ]
 
 Role = Literal["system", "user", "assistant"]
+# custom_format_mapping maps a column to a chat role (sft) or to a field of the method's format (the others).
+MethodField = Literal["prompt", "chosen", "rejected", "completion", "label", "answer", "text"]
+MappingTarget = Role | MethodField
 _ROLE_ALIASES = {"human": "user", "gpt": "assistant", "instruction": "user", "input": "user",
                  "output": "assistant", "response": "assistant", "bot": "assistant"}
+
+# --- training methods (issue 15): what each method reads and which options apply to it ----
+# Pure data, shared by the validator below, the worker (tunestudio/worker/methods.py,
+# worker/data/method_formats.py, worker/rewards.py), the CLI and the page.
+Method = Literal["sft", "dpo", "orpo", "kto", "grpo", "pretrain"]
+_METHOD_ALIASES = {"continued_pretraining": "pretrain", "pretraining": "pretrain", "cpt": "pretrain",
+                   "supervised": "sft"}
+METHODS: tuple[str, ...] = ("sft", "dpo", "orpo", "kto", "grpo", "pretrain")
+# The dataset formats each method trains on ("auto" picks one from the columns).
+METHOD_FORMATS: dict[str, tuple[str, ...]] = {
+    "sft": ("alpaca", "sharegpt", "messages", "prompt_completion", "text"),
+    "pretrain": ("text",),
+    "dpo": ("preference",),
+    "orpo": ("preference",),
+    "kto": ("unpaired", "preference"),  # TRL's KTOTrainer splits each pair into a desirable and an undesirable row
+    "grpo": ("prompt_only",),
+}
+# JobConfig options that mean something for some methods only. Setting one (to other than its default)
+# for another method is a validation error naming both.
+METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
+    "beta": ("dpo", "orpo", "kto"),
+    "dpo_loss_type": ("dpo",),
+    "desirable_weight": ("kto",),
+    "undesirable_weight": ("kto",),
+    "num_generations": ("grpo",),
+    "max_completion_length": ("grpo",),
+    "generation_temperature": ("grpo",),
+    "kl_beta": ("grpo",),
+    "reward_functions": ("grpo",),
+    "reward_weights": ("grpo",),
+    "reward_format_pattern": ("grpo",),
+    "packing": ("sft", "pretrain"),
+    "train_on_completions": ("sft",),
+}
+# Built-in GRPO reward functions (tunestudio/worker/rewards.py); the first three compare with a row's `answer`.
+BUILTIN_REWARDS: tuple[str, ...] = ("exact_match", "contains_answer", "numeric_match", "format_regex", "length_penalty")
+ANSWER_REWARDS: tuple[str, ...] = ("exact_match", "contains_answer", "numeric_match")
+_USER_REWARD = re.compile(r"^(?P<path>.+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+# The metric each method is watched by (CLI progress bar, the page's method chart); sft/pretrain: the loss.
+METHOD_MAIN_METRIC: dict[str, str] = {"dpo": "rewards/margins", "orpo": "rewards/margins",
+                                      "kto": "rewards/margins", "grpo": "reward"}
+DpoLoss = Literal["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down",
+                  "sigmoid_norm"]
+
+
+def reward_name(entry: str) -> str:
+    """The name a reward function's metrics are logged under: a built-in's name, or the user function's."""
+    match = _USER_REWARD.match(entry)
+    return match.group("name") if match else entry
+
+
+def reward_source(entry: str) -> str | None:
+    """The file of a user reward function ("path/to/file.py:function"); None for a built-in."""
+    match = _USER_REWARD.match(entry)
+    return match.group("path") if match else None
 
 
 # Upper bounds for counts: far beyond any real job, small enough for every integer column and loop.
@@ -136,7 +205,9 @@ class JobConfig(BaseModel):
     )
     dataset_slice_start: int | None = Field(default=None, ge=0, le=MAX_ROWS, description="First row kept (inclusive).")
     dataset_slice_end: int | None = Field(default=None, ge=0, le=MAX_ROWS, description="Last row kept (inclusive).")
-    custom_format_mapping: dict[str, Role] | None = None
+    custom_format_mapping: dict[str, MappingTarget] | None = Field(
+        default=None, description="Column → chat role (sft), or column → field of the method's format (others)."
+    )
 
     # --- optimisation ----------------------------------------------------------
     num_epochs: float = Field(default=3.0, gt=0, le=10_000)
@@ -198,6 +269,141 @@ class JobConfig(BaseModel):
         description="Held-out rows the base and the trained model answer, for exact match, token F1 and ROUGE-L "
                     "(needs an eval split: eval_steps > 0); 0: loss only.",
     )
+
+    # --- training method (issue 15): see METHODS, METHOD_OPTIONS, METHOD_FORMATS above -------------
+    method: Method = Field(
+        default="sft",
+        description="sft: supervised fine-tuning; dpo / orpo / kto: preference tuning; grpo: reinforcement "
+                    "learning with reward functions; pretrain: continued pretraining on plain text.",
+    )
+    beta: float = Field(
+        default=0.1, gt=0, le=100,
+        description="DPO, KTO: how far the model may move from where it started (higher: less); "
+                    "ORPO: the weight of the odds-ratio term (λ).",
+    )
+    dpo_loss_type: DpoLoss = Field(default="sigmoid", description="DPO: the loss (sigmoid is the paper's).")
+    desirable_weight: float = Field(default=1.0, gt=0, le=100, description="KTO: weight of desirable rows' loss.")
+    undesirable_weight: float = Field(default=1.0, gt=0, le=100,
+                                      description="KTO: weight of undesirable rows' loss.")
+    num_generations: int = Field(
+        default=4, ge=2, le=256,
+        description="GRPO: completions per prompt; batch_size × gradient_accumulation_steps must be a multiple.",
+    )
+    max_completion_length: int = Field(default=128, ge=1, le=131_072,
+                                       description="GRPO: most tokens generated per completion.")
+    generation_temperature: float = Field(default=1.0, gt=0, le=10, description="GRPO: sampling temperature.")
+    kl_beta: float = Field(default=0.0, ge=0, le=100,
+                           description="GRPO: KL penalty against the starting model; 0 loads no reference.")
+    reward_functions: list[str] = Field(
+        default_factory=list, max_length=16,
+        description="GRPO: built-in names (exact_match, contains_answer, numeric_match, format_regex, "
+                    "length_penalty) or path/to/file.py:function (your code, run inside the worker).",
+    )
+    reward_weights: list[Annotated[float, Field(ge=-1000, le=1000)]] | None = Field(
+        default=None, max_length=16, description="GRPO: one weight per reward function; unset: 1 each."
+    )
+    reward_format_pattern: str | None = Field(
+        default=None, max_length=2000,
+        description="GRPO: the regular expression format_regex rewards (re.search; anchor with ^...$).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _method_defaults(cls, data: Any) -> Any:
+        """Method spellings, and the defaults that depend on the method: pretrain packs unless told not to."""
+        if not isinstance(data, dict) or not isinstance(data.get("method"), str):
+            return data
+        data = dict(data)
+        word = data["method"].strip().lower().replace("-", "_").replace(" ", "_")
+        data["method"] = _METHOD_ALIASES.get(word, word)
+        if data["method"] == "pretrain" and data.get("packing") is None:
+            data["packing"] = True
+        return data
+
+    @field_validator("reward_weights", "reward_format_pattern", mode="before")
+    @classmethod
+    def _method_blank_is_unset(cls, value: Any) -> Any:
+        return None if value == [] else _blank_to_none(value)
+
+    @model_validator(mode="after")
+    def _method_options(self) -> JobConfig:
+        """Options for other methods, formats, mappings and reward functions; no I/O (files load in the worker)."""
+        method = self.method
+        for name, methods in METHOD_OPTIONS.items():
+            default = type(self).model_fields[name].get_default(call_default_factory=True)
+            if method not in methods and getattr(self, name) != default:
+                raise ValueError(f"{name}: applies to method{'s' if len(methods) > 1 else ''} {', '.join(methods)}, "
+                                 f"not to method {method!r}")
+        if self.format_type != "auto" and self.format_type not in METHOD_FORMATS[method]:
+            raise ValueError(f"format_type: {self.format_type!r} is not a format of method {method!r}; use auto or "
+                             f"{' or '.join(METHOD_FORMATS[method])}")
+        self._check_mapping()
+        if method == "kto" and self.batch_size < 2:
+            raise ValueError("batch_size: method 'kto' needs a batch_size of at least 2 (its KL estimate pairs each "
+                             "row with another row of the same batch)")
+        if method == "grpo":
+            self._check_rewards()
+            if (self.batch_size * self.gradient_accumulation_steps) % self.num_generations:
+                raise ValueError(
+                    f"num_generations: batch_size × gradient_accumulation_steps "
+                    f"({self.batch_size * self.gradient_accumulation_steps}) must be a multiple of num_generations "
+                    f"({self.num_generations}) for method 'grpo' (each prompt's completions share one batch)")
+        return self
+
+    def _check_mapping(self) -> None:
+        mapping = self.custom_format_mapping
+        if mapping is None:
+            return
+        roles = {"system", "user", "assistant"}
+        targets = list(mapping.values())
+        if self.method == "sft":
+            wrong = sorted(set(targets) - roles)
+            if wrong:
+                raise ValueError(f"custom_format_mapping: method 'sft' maps columns to roles (system, user, "
+                                 f"assistant), not to {', '.join(wrong)}")
+            return
+        needed = {"dpo": ("prompt", "chosen", "rejected"), "orpo": ("prompt", "chosen", "rejected"),
+                  "kto": ("prompt", "completion", "label"), "grpo": ("prompt",), "pretrain": ("text",)}[self.method]
+        allowed = set(needed) | ({"answer"} if self.method == "grpo" else set())
+        if self.method == "kto":
+            allowed |= {"chosen", "rejected"}  # preference pairs also train KTO
+            if {"chosen", "rejected"} <= set(targets):
+                needed = ("prompt", "chosen", "rejected")
+        wrong = sorted(set(targets) - allowed)
+        missing = [f for f in needed if f not in targets]
+        if wrong or missing or len(set(targets)) != len(targets):
+            raise ValueError(
+                f"custom_format_mapping: method {self.method!r} maps columns to {', '.join(needed)}"
+                + (" (and optionally answer)" if self.method == "grpo" else "")
+                + (f"; {', '.join(wrong)} is not one of them" if wrong else "")
+                + (f"; nothing maps to {', '.join(missing)}" if missing else "")
+                + ("; two columns map to one field" if len(set(targets)) != len(targets) else ""))
+
+    def _check_rewards(self) -> None:
+        entries = self.reward_functions
+        if not entries:
+            raise ValueError("reward_functions: method 'grpo' needs at least one reward function: a built-in ("
+                             f"{', '.join(BUILTIN_REWARDS)}) or path/to/file.py:function")
+        for entry in entries:
+            if entry not in BUILTIN_REWARDS and not _USER_REWARD.match(entry):
+                raise ValueError(f"reward_functions: {entry!r} is neither a built-in ({', '.join(BUILTIN_REWARDS)}) "
+                                 "nor path/to/file.py:function")
+        names = [reward_name(e) for e in entries]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"reward_functions: {', '.join(twice)} named twice (each reward is logged by its name)")
+        if self.reward_weights is not None and len(self.reward_weights) != len(entries):
+            raise ValueError(f"reward_weights: {len(self.reward_weights)} weights for {len(entries)} reward functions")
+        if "format_regex" in entries:
+            if not self.reward_format_pattern:
+                raise ValueError("reward_format_pattern: reward function format_regex needs a pattern")
+            try:
+                re.compile(self.reward_format_pattern)
+            except re.error as exc:
+                raise ValueError(f"reward_format_pattern: not a regular expression: {exc}") from None
+        elif self.reward_format_pattern:
+            raise ValueError("reward_format_pattern: applies to reward function format_regex, which is not in "
+                             "reward_functions")
 
     # --- field normalisation ---------------------------------------------------
     @model_validator(mode="before")
@@ -338,7 +544,7 @@ class JobConfig(BaseModel):
                 "finetune_attention_modules: at least one of finetune_attention_modules and "
                 "finetune_mlp_modules must be true"
             )
-        if self.custom_format_mapping is not None:
+        if self.custom_format_mapping is not None and self.method == "sft":  # other methods: _method_options
             roles = set(self.custom_format_mapping.values())
             if "assistant" not in roles or "user" not in roles:
                 raise ValueError(

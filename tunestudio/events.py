@@ -43,7 +43,7 @@ class Phase(_Message):
 
 
 class Progress(_Message):
-    """One logging step. Eval-only records have eval_loss and no loss."""
+    """One logging step. Eval-only records have eval_loss and no loss; `extra` holds the method's metrics."""
 
     kind: Literal["progress"] = "progress"
     step: int = Field(ge=0)
@@ -58,6 +58,9 @@ class Progress(_Message):
     elapsed_seconds: float | None = None
     eta_seconds: float | None = None
     peak_memory_mb: float | None = None  # the worker's peak so far: process RSS on a CPU, allocated on a GPU
+    # The method's own metrics by TRL's names, e.g. "rewards/margins" (DPO), "kl" (KTO), "reward" and
+    # "rewards/exact_match/mean" (GRPO); eval records carry them with an "eval_" prefix. None: none logged.
+    extra: dict[str, float] | None = None
 
     def record(self) -> dict[str, Any]:
         """The metric record (one row of metrics.jsonl / the metrics table)."""

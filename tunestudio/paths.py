@@ -6,7 +6,8 @@ asked here, at submit (and again in the worker, which may run later or
 elsewhere):
 
 - `resolve(cfg)`: every local path made absolute; local datasets, a local
-  model folder, an eval file and a local hub-dataset folder must exist.
+  model folder, an eval file, a local hub-dataset folder and a user reward
+  function's file must exist.
 - `confine(cfg, roots)`: for clients that must not reach the whole machine
   (the HTTP API): every path a job reads or writes lies inside its allowed
   roots. It runs *before* `resolve`, on paths alone, so a refusal never tells
@@ -21,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunestudio.config import JobConfig
+from tunestudio.config import JobConfig, reward_source
 
 __all__ = ["PathRefused", "Roots", "confine", "looks_like_path", "protect_data_dir", "resolve", "tensorboard_path"]
 
@@ -112,6 +113,17 @@ def resolve(cfg: JobConfig) -> JobConfig:
         raw = getattr(cfg, name)
         if raw and raw != "latest":
             update[name] = str(_abs(raw))
+    rewards = []
+    for entry in cfg.reward_functions:  # GRPO: a user reward function's file (its code runs in the worker)
+        source = reward_source(entry)
+        if source is not None:
+            path = _abs(source)
+            if not path.is_file():
+                raise PathRefused("reward_functions", f"reward function file {source!r} does not exist",
+                                  code="not_found")
+            entry = f"{path}:{entry.rpartition(':')[2]}"
+        rewards.append(entry)
+    update["reward_functions"] = rewards
     return cfg.model_copy(update=update)
 
 
@@ -125,6 +137,9 @@ def confine(cfg: JobConfig, roots: Roots) -> None:
     for raw in cfg.local_datasets:
         if not _inside(_abs(raw), roots.dataset_roots):
             raise refuse("local_datasets", raw, roots.dataset_roots, "dataset folders")
+    for raw in filter(None, map(reward_source, cfg.reward_functions)):  # user code: only from the dataset folders
+        if not _inside(_abs(raw), roots.dataset_roots):
+            raise refuse("reward_functions", raw, roots.dataset_roots, "dataset folders")
     for field, raw in (("eval_split", _eval_path(cfg)), ("hf_dataset", _local_hub_dataset(cfg))):
         if raw is not None and not _inside(_abs(raw), roots.dataset_roots):
             raise refuse(field, raw, roots.dataset_roots, "dataset folders")

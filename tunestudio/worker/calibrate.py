@@ -167,10 +167,14 @@ def _write(path: Path | None, data: dict[str, Any]) -> None:
 def for_job(cfg: Any, trainer: Any, cache_dir: Path | None) -> Decision | None:
     """The measured decision for a job with `precision: auto` (None otherwise), on a batch of its own data.
 
-    QLoRA keeps its rule: its compute dtype is fixed when the 4-bit weights load.
+    QLoRA keeps its rule: its compute dtype is fixed when the 4-bit weights load. Methods other than SFT
+    and pretraining are not measured (their batches are not one labelled forward pass).
     """
     if cfg.precision != "auto" or cfg.training_type.value == "qlora":
         return None
+    if str(getattr(cfg, "method", "sft")) not in ("sft", "pretrain"):
+        # Preference and RL batches are not one forward pass with labels; those methods stay in fp32 on a CPU.
+        return Decision("fp32", f"not measured for method {cfg.method}")
     loader = trainer.get_train_dataloader()
     batch = next(iter(loader))
     steps_per_epoch = max(1, len(loader) // cfg.gradient_accumulation_steps)

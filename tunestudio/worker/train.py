@@ -1,5 +1,5 @@
-"""Building TRL's SFTTrainer from a JobConfig, and the callback that reports
-progress and obeys stop commands at step boundaries."""
+"""Building TRL's SFTTrainer from a JobConfig (the other methods' trainers: methods.py),
+and the callback that reports progress and obeys stop commands at step boundaries."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from trl import SFTConfig, SFTTrainer
 from tunestudio.checkpoints import is_complete, latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import Progress, Stop
-from tunestudio.worker import performance
+from tunestudio.worker import methods, performance
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.checkpointing import save_checkpoints_atomically
 from tunestudio.worker.data import PreparedData
@@ -141,6 +141,7 @@ class ReportingCallback(TrainerCallback):
             elapsed_seconds=elapsed,
             eta_seconds=eta,
             peak_memory_mb=performance.peak_memory_mb(),
+            extra=methods.extra_metrics(logs),
         )
         self.records.append(event.record())
 
@@ -154,7 +155,8 @@ def build_trainer(
     gradient_checkpointing: bool,
     channel: Channel,
     report_to: list[str] | None = None,
-) -> tuple[SFTTrainer, ReportingCallback]:
+) -> tuple[Any, ReportingCallback]:
+    """The trainer of the job's method (SFTTrainer for sft and pretrain) and its reporting callback."""
     # TRL's loss-mask flags differ by shape: completion_only_loss masks prompt/completion rows;
     # {"messages"} rows need assistant_only_loss (completion_only_loss silently does nothing there,
     # as it does on plain text).
@@ -167,7 +169,7 @@ def build_trainer(
     eval_steps = (cfg.eval_steps if cfg.eval_steps < 1 else int(cfg.eval_steps)) if has_eval else None
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else (cfg.warmup_ratio or 0)
 
-    args = SFTConfig(
+    common: dict[str, Any] = dict(
         output_dir=cfg.output_dir,
         seed=cfg.random_seed,
         data_seed=cfg.random_seed,
@@ -194,12 +196,17 @@ def build_trainer(
         report_to=report_to or [],
         disable_tqdm=True,
         dataloader_num_workers=0,
+    )
+    callback = ReportingCallback(channel)
+    if cfg.method not in methods.SFT_METHODS:
+        return methods.build_trainer(cfg, model, tokenizer, data, common, callback, has_eval), callback
+    args = SFTConfig(
+        **common,
         max_length=cfg.max_seq_length,
         packing=cfg.packing,
         completion_only_loss=cfg.train_on_completions,
         assistant_only_loss=cfg.train_on_completions and conversational_messages,
     )
-    callback = ReportingCallback(channel)
     trainer = SFTTrainer(
         model=model,
         args=args,

@@ -16,7 +16,16 @@ from tunestudio import paths
 from tunestudio.api.deps import SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.security import confine_paths
-from tunestudio.config import SECRET_FIELDS, FormatType, JobConfig, Role, format_validation_error
+from tunestudio.config import (
+    METHOD_FORMATS,
+    METHOD_OPTIONS,
+    SECRET_FIELDS,
+    FormatType,
+    JobConfig,
+    MappingTarget,
+    Method,
+    format_validation_error,
+)
 
 router = APIRouter(prefix="/api/web", tags=["web page"])
 
@@ -40,6 +49,7 @@ class FormField(BaseModel):
     exclusive_maximum: float | None = None
     description: str | None = None
     title: str
+    methods: list[str] | None = Field(default=None, description="The training methods it applies to; None: all.")
 
 
 class Defaults(BaseModel):
@@ -49,6 +59,7 @@ class Defaults(BaseModel):
     dataset: str = Field(description="The bundled dataset (absolute path).")
     dataset_roots: list[str]
     fields: list[FormField]
+    method_formats: dict[str, list[str]] = Field(description="The dataset formats each training method reads.")
 
 
 class PreviewRequest(BaseModel):
@@ -56,8 +67,11 @@ class PreviewRequest(BaseModel):
 
     local_datasets: list[str] = Field(default_factory=list, max_length=64)
     hf_dataset: str | None = None
+    method: Method = "sft"
+    reward_functions: list[str] = Field(default_factory=list, max_length=16,
+                                        description="GRPO: the rows must hold what these compare with.")
     format_type: FormatType = "auto"
-    custom_format_mapping: dict[str, Role] | None = None
+    custom_format_mapping: dict[str, MappingTarget] | None = None
     train_split: str = "train"
     rows: int = Field(default=5, ge=1, le=50)
 
@@ -89,6 +103,7 @@ def form_fields() -> list[FormField]:
             minimum=main.get("minimum"), maximum=main.get("maximum"),
             exclusive_minimum=main.get("exclusiveMinimum"), exclusive_maximum=main.get("exclusiveMaximum"),
             description=prop.get("description"), title=prop.get("title", name),
+            methods=list(METHOD_OPTIONS[name]) if name in METHOD_OPTIONS else None,
         ))
     return out
 
@@ -102,6 +117,7 @@ def defaults(settings: SettingsDep) -> Defaults:
         model_hint="" if ready else f"build it first: tunestudio make-tiny-model {TINY_MODEL} (or make run)",
         dataset=str(BUNDLED_DATASET), dataset_roots=[str(r) for r in settings.allowed_dataset_roots()],
         fields=form_fields(),
+        method_formats={m: list(f) for m, f in METHOD_FORMATS.items()},
     )
 
 
@@ -118,6 +134,10 @@ def preview(settings: SettingsDep, body: Annotated[PreviewRequest, Body()]) -> d
     fields = body.model_dump(exclude={"rows", "hf_dataset"}, exclude_none=True)
     fields["local_datasets"] = list(dict.fromkeys(body.local_datasets))
     try:
+        if body.method != "grpo":
+            fields.pop("reward_functions", None)
+        elif not body.reward_functions:
+            fields["reward_functions"] = ["length_penalty"]  # a job needs one; this one asks nothing of the rows
         config = JobConfig.model_validate({"model_name": "preview", **fields})
     except ValidationError as exc:
         errors = format_validation_error(exc)

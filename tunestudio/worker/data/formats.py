@@ -131,6 +131,10 @@ CONVERTERS: dict[str, Converter] = {
 
 def resolve_format(cfg: JobConfig, rows: list[Row]) -> tuple[str, Converter, bool]:
     """The format's name, its converter, and whether it was auto-detected."""
+    if cfg.method != "sft":  # preference, unpaired, prompt-only and plain-text formats
+        from tunestudio.worker.data import method_formats
+
+        return method_formats.resolve(cfg, rows)
     if cfg.custom_format_mapping:
         return "custom", _custom(cfg.custom_format_mapping), False
     if cfg.format_type != "auto":

@@ -112,6 +112,14 @@ export function singleChart(container, label, cssColour, {log = false} = {}) {
   }), {height: 160});
 }
 
+/** A training method's own metrics (reward margin, rewards per function, ...): one line per label. */
+export function methodChart(container, labels) {
+  return new Chart(container, () => ({
+    series: labels.map((label, i) => ({label, stroke: colour(i), width: i === 0 ? 2 : 1.5, spanGaps: true,
+      points: {show: false}})),
+  }), {height: 220});
+}
+
 export function sparkline(container) {
   return new Chart(container, () => ({
     sparkline: true, series: [{stroke: css("--c1"), width: 1.25, points: {show: false}}],

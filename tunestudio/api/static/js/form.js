@@ -10,7 +10,8 @@ const COMMON = ["num_epochs", "max_steps", "learning_rate", "batch_size", "gradi
   "max_seq_length", "lora_r", "lora_alpha", "lora_dropout", "eval_steps", "logging_steps"];
 const LORA_ONLY = new Set(["lora_r", "lora_alpha", "lora_dropout", "use_rslora", "use_loftq", "target_modules"]);
 // Controls of their own (model, dataset, method), or decided by the method (4-bit weights).
-const OWN = new Set(["model_name", "local_datasets", "hf_dataset", "format_type", "training_type", "load_in_4bit"]);
+const OWN = new Set(["model_name", "local_datasets", "hf_dataset", "format_type", "training_type", "load_in_4bit",
+  "method"]);
 // The seed's vision/audio switches: text models only for now, so any other value is refused.
 const HIDDEN = new Set(["is_dataset_image", "is_dataset_audio", "finetune_vision_layers", "finetune_language_layers"]);
 
@@ -24,6 +25,13 @@ const LABELS = {
 };
 const METHODS = [["lora", "LoRA", "small adapters on a frozen model"],
   ["qlora", "QLoRA", "LoRA on 4-bit weights (needs a CUDA GPU)"], ["full", "Full", "every weight is trained"]];
+// The training methods (JobConfig.method); a field whose schema lists `methods` shows only for those.
+const TRAINING_METHODS = [["sft", "SFT", "supervised fine-tuning on examples"],
+  ["dpo", "DPO", "preference pairs: chosen over rejected"], ["orpo", "ORPO", "preference pairs, no reference model"],
+  ["kto", "KTO", "replies labelled good or bad"], ["grpo", "GRPO", "reward functions score sampled replies"],
+  ["pretrain", "Pretrain", "continued pretraining on plain text"]];
+// Defaults that depend on the method (JobConfig._method_defaults): pretrain packs unless told not to.
+const METHOD_DEFAULTS = {pretrain: {packing: true}};
 
 function label(field) { return LABELS[field.name] || field.title; }
 
@@ -106,10 +114,20 @@ function turnsView(value) {
   // The converted row: chat turns, prompt/completion or text, as training will see it.
   const turn = (role, content) => el("div", {class: `turn role-${role}`}, el("b", {}, role), el("span", {}, content));
   const part = (v, role) => (Array.isArray(v) ? v.map((m) => turn(m.role, m.content)) : turn(role, v));
+  // A named part (chosen, rejected, ...) that is a conversation shows its name beside each turn's role.
+  const named = (v, name) => (Array.isArray(v) ? v.map((m) => turn(`${name} · ${m.role}`, m.content)) : turn(name, v));
   if (!value) return el("span", {class: "muted"}, "–");
   if (value.messages) return el("div", {}, part(value.messages));
   if (value.text !== undefined) return el("div", {}, turn("text", value.text));
-  return el("div", {}, part(value.prompt, "prompt"), part(value.completion, "completion"));
+  if (value.chosen !== undefined) {
+    return el("div", {}, part(value.prompt, "prompt"), named(value.chosen, "chosen"), named(value.rejected, "rejected"));
+  }
+  if (value.completion === undefined) {  // GRPO: the prompt, and the columns the reward functions receive
+    return el("div", {}, part(value.prompt, "prompt"), Object.entries(value).filter(([k]) => k !== "prompt")
+      .map(([k, v]) => turn(k, typeof v === "string" ? v : JSON.stringify(v))));
+  }
+  return el("div", {}, part(value.prompt, "prompt"), part(value.completion, "completion"),
+    value.label !== undefined ? turn("label", value.label ? "desirable" : "undesirable") : null);
 }
 
 export async function showForm(main, {onCreated}) {
@@ -159,9 +177,25 @@ export async function showForm(main, {onCreated}) {
     el("div", {class: "field-error", "data-error-for": "training_type", role: "alert"}));
   const methodValue = () => method.querySelector("input:checked").value;
 
+  // --- training method, and the options of the chosen one --------------------------------
+  const training = el("div", {class: "segmented methods training-methods", role: "radiogroup", "data-field": "method"},
+    ...TRAINING_METHODS.map(([value, text, hint]) => el("label", {title: hint},
+      el("input", {type: "radio", name: "method", value, checked: value === fields.method.default}),
+      el("span", {}, text), el("small", {}, hint))),
+    el("div", {class: "field-error", "data-error-for": "method", role: "alert"}));
+  const trainingValue = () => training.querySelector("input:checked").value;
+  const perMethod = defaults.fields.filter((f) => f.methods && !OWN.has(f.name));
+  const methodOptions = el("div", {class: "grid", id: "method-options"}, perMethod.map((f) => make(f.name)));
+  const defaultFor = (name) => {
+    const own = METHOD_DEFAULTS[trainingValue()] || {};
+    return name in own ? own[name] : controls[name].field.default;
+  };
+  const applies = (name) => !controls[name]?.field.methods || controls[name].field.methods.includes(trainingValue());
+
   // --- hyperparameters ------------------------------------------------------------
   const common = el("div", {class: "grid"}, COMMON.filter((n) => fields[n]).map(make));
-  const rest = defaults.fields.filter((f) => !COMMON.includes(f.name) && !OWN.has(f.name) && !HIDDEN.has(f.name));
+  const rest = defaults.fields.filter((f) => !COMMON.includes(f.name) && !OWN.has(f.name) && !HIDDEN.has(f.name)
+    && !f.methods);
   const advanced = el("details", {class: "advanced", id: "advanced"},
     el("summary", {}, `Advanced (${rest.length} more settings)`),
     el("div", {class: "grid"}, rest.map((f) => make(f.name))));
@@ -172,6 +206,7 @@ export async function showForm(main, {onCreated}) {
     el("h1", {}, "New job"),
     el("section", {}, el("h2", {}, "Model"), modelBox),
     el("section", {}, el("h2", {}, "Dataset"), source, localBox, hubBox, formatBox, preview),
+    el("section", {}, el("h2", {}, "Training method"), training, methodOptions),
     el("section", {}, el("h2", {}, "Method"), method),
     el("section", {}, el("h2", {}, "Hyperparameters"), common, advanced),
     formError, el("div", {class: "actions"}, submit));
@@ -185,6 +220,15 @@ export async function showForm(main, {onCreated}) {
   };
   method.addEventListener("change", showLora);
   showLora();
+  const showMethodOptions = () => {
+    for (const f of perMethod) {
+      form.querySelector(`.field[data-field="${f.name}"]`).hidden = !applies(f.name);
+      const c = controls[f.name];
+      if (c.input.type === "checkbox") c.input.checked = Boolean(defaultFor(f.name));
+    }
+  };
+  training.addEventListener("change", () => { showMethodOptions(); schedulePreview(); });
+  showMethodOptions();
 
   // --- the preview ----------------------------------------------------------------
   let previewTimer = null, previewToken = 0;
@@ -197,7 +241,8 @@ export async function showForm(main, {onCreated}) {
       return;
     }
     preview.replaceChildren(el("p", {class: "muted"}, "Reading the first rows…"));
-    const body = {local_datasets: paths, format_type: controls.format_type.get(), rows: 3};
+    const body = {local_datasets: paths, format_type: controls.format_type.get(), rows: 3, method: trainingValue()};
+    if (trainingValue() === "grpo") body.reward_functions = controls.reward_functions.get();
     const mapping = controls.custom_format_mapping?.get();
     if (mapping && typeof mapping === "object") body.custom_format_mapping = mapping;
     try {
@@ -269,11 +314,13 @@ export async function showForm(main, {onCreated}) {
       config.hf_dataset = hub.value.trim();
     }
     if (methodValue() !== fields.training_type.default) config.training_type = methodValue();
+    if (trainingValue() !== fields.method.default) config.method = trainingValue();
     for (const [name, c] of Object.entries(controls)) {
       if (LORA_ONLY.has(name) && methodValue() === "full") continue;
+      if (!applies(name)) continue;  // another method's option: hidden, and an error if sent
       const value = c.get();
       if (value === undefined) continue;
-      if (JSON.stringify(value) === JSON.stringify(c.field.default)) continue;
+      if (JSON.stringify(value) === JSON.stringify(defaultFor(name))) continue;
       config[name] = value;
     }
     return config;

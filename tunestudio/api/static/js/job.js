@@ -7,7 +7,7 @@
 // own reconnects send Last-Event-ID, so a dropped connection resumes the same way.
 
 import {api, ApiError} from "./api.js";
-import {lossChart, singleChart} from "./charts.js";
+import {lossChart, methodChart, singleChart} from "./charts.js";
 import {CHAT_STATUSES, chatPanel} from "./chat.js";
 import {MetricSeries} from "./metrics.js";
 import {
@@ -16,6 +16,14 @@ import {
 } from "./util.js";
 
 const MAX_POINTS = 100000;
+// The metric each training method is watched by, as config.METHOD_MAIN_METRIC names it (sft, pretrain: the loss),
+// the chart's title, the other headline figures it draws when the records hold them, and the stat's label.
+const METHOD_CHART = {
+  dpo: ["rewards/margins", "Reward margin (chosen − rejected)", /^rewards\/accuracies$/, "reward margin"],
+  orpo: ["rewards/margins", "Reward margin (chosen − rejected)", /^rewards\/accuracies$/, "reward margin"],
+  kto: ["rewards/margins", "Rewards and KL", /^(rewards\/(chosen|rejected)|kl)$/, "reward margin"],
+  grpo: ["reward", "Reward (mean, and per function)", /^rewards\/[^/]+\/mean$/, "reward"],
+};
 
 function stat(name, labelText) {
   return el("div", {class: "stat"}, el("span", {class: "stat-label"}, labelText),
@@ -47,12 +55,15 @@ export async function showJob(main, id, {onChange, navigate}) {
   const lrBox = el("div", {class: "chart", id: "lr-chart"});
   const gradBox = el("div", {class: "chart", id: "grad-chart"});
   const cfg = job.config;
+  const methodSpec = METHOD_CHART[cfg.method];
+  const methodBox = el("div", {class: "chart", id: "method-chart"});
 
   main.replaceChildren(el("article", {class: "job-view", "data-job-id": id},
     el("div", {class: "job-head"},
       el("div", {},
         el("h1", {}, "Job ", el("code", {}, id), " ", live),
-        el("p", {class: "muted"}, `${basename(cfg.model_name)} · ${datasetLabel(cfg)} · ${cfg.training_type}`
+        el("p", {class: "muted"}, `${basename(cfg.model_name)} · ${datasetLabel(cfg)} · ${cfg.method || "sft"}`
+          + ` · ${cfg.training_type}`
           + ` · created ${fmtWhen(job.created_at)}`,
           job.resumed_from ? el("span", {}, " · resumed from ",
             el("a", {href: `#/jobs/${job.resumed_from}`}, job.resumed_from)) : null)),
@@ -61,9 +72,11 @@ export async function showJob(main, id, {onChange, navigate}) {
     el("div", {class: "bar-head"}, el("span", {class: "muted"}, "progress"), barText),
     el("div", {class: "bar", role: "progressbar", id: "progress", "aria-valuemin": "0", "aria-valuemax": "100"}, bar),
     el("div", {class: "stats"}, stat("eta", "ETA"), stat("tps", "tokens/s"), stat("loss", "loss"),
+      methodSpec ? stat("method", methodSpec[3]) : null,
       stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed")),
     errorBox, results, judged, chatSlot,
     el("section", {class: "chart-card wide"}, el("h3", {}, "Loss"), lossBox),
+    methodSpec ? el("section", {class: "chart-card wide"}, el("h3", {}, methodSpec[1]), methodBox) : null,
     el("div", {class: "chart-row"},
       el("section", {class: "chart-card"}, el("h3", {}, "Learning rate"), lrBox),
       el("section", {class: "chart-card"}, el("h3", {}, "Gradient norm"), gradBox)),
@@ -74,8 +87,23 @@ export async function showJob(main, id, {onChange, navigate}) {
 
   // --- rendering ----------------------------------------------------------------
   const setStat = (name, text) => { document.getElementById(`stat-${name}`).textContent = text; };
+  // The method chart's lines are known once records arrive (GRPO: one per reward function).
+  let methodKeys = [];
+  const drawMethodChart = () => {
+    if (!methodSpec) return;
+    const keys = series.extraKeys();
+    const wanted = [methodSpec[0], ...keys.filter((k) => methodSpec[2].test(k))].filter((k) => keys.includes(k));
+    if (wanted.join() !== methodKeys.join()) {
+      if (charts.method) charts.method.destroy();
+      methodKeys = wanted;
+      charts.method = methodChart(methodBox, wanted);
+    }
+    if (charts.method) charts.method.setData(series.extraData(methodKeys));
+    methodBox.dataset.series = methodKeys.join(",");
+  };
   const drawCharts = () => {
     charts.loss.setData(series.lossData());
+    drawMethodChart();
     charts.lr.setData(series.seriesData("learning_rate"));
     charts.grad.setData(series.seriesData("grad_norm"));
     lossBox.dataset.steps = String(series.train.length);
@@ -92,6 +120,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     setStat("eta", TERMINAL.has(job.status) ? "–" : fmtDuration(p.eta_seconds));
     setStat("tps", p.tokens_per_second ? fmtNumber(p.tokens_per_second, 3) : "–");
     setStat("loss", fmtNumber(last.loss));
+    if (methodSpec) setStat("method", fmtNumber((last.extra || {})[methodSpec[0]]));
     setStat("lr", fmtNumber(last.learning_rate, 3));
     setStat("grad", fmtNumber(last.grad_norm, 3));
     setStat("epoch", p.epoch !== undefined && p.epoch !== null ? fmtNumber(p.epoch, 3) : "–");
@@ -245,7 +274,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     clearInterval(ticker);
     if (source) source.close();
     if (chat) chat.dispose();
-    Object.values(charts).forEach((c) => c.destroy());
+    Object.values(charts).forEach((c) => c && c.destroy());
   };
 }
 

@@ -67,6 +67,19 @@ export class MetricSeries {
     return [xs, raw, avg, ev];
   }
 
+  /** The keys of the method's own metrics (record.extra) the training records hold, in first-seen order. */
+  extraKeys() {
+    const keys = new Set();
+    for (const r of this.train) for (const k of Object.keys(r.extra || {})) keys.add(k);
+    return [...keys];
+  }
+
+  /** uPlot data for method metrics: x = steps of training records with any of `keys`, one series per key. */
+  extraData(keys) {
+    const rows = this.train.filter((r) => r.extra && keys.some((k) => r.extra[k] !== undefined));
+    return [rows.map((r) => r.step), ...keys.map((k) => rows.map((r) => r.extra[k] ?? null))];
+  }
+
   seriesData(key) {
     const rows = this.train.filter((r) => r[key] !== null && r[key] !== undefined);
     return [rows.map((r) => r.step), rows.map((r) => r[key])];

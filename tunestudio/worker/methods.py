@@ -1,0 +1,106 @@
+"""The trainers of the methods beyond SFT: DPO, ORPO, KTO (preference tuning) and GRPO.
+
+sft and pretrain both train with TRL's SFTTrainer (train.py); pretrain is SFT on
+plain text, where every token is trained on and packing is on by default.
+
+Each builder takes the arguments every method shares (train.py builds them from
+the JobConfig: precision, schedule, logging, checkpoints) and adds its own. The
+model arrives prepared (LoRA, QLoRA or full), the data in the method's format
+(data/method_formats.py), and the reporting callback that turns logs into
+Progress events and obeys stop commands, so stop/save, cancel and resume work
+the same for every method.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tunestudio.config import JobConfig
+from tunestudio.worker.data import PreparedData
+
+SFT_METHODS = ("sft", "pretrain")
+
+# Logged figures that are Progress fields already, or not metrics of the model's training.
+_NOT_EXTRA = {
+    "loss", "eval_loss", "learning_rate", "grad_norm", "epoch", "num_tokens", "step_time", "total_flos",
+    "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "eval_runtime",
+    "eval_samples_per_second", "eval_steps_per_second", "eval_num_tokens",
+}
+
+
+def extra_metrics(logs: dict[str, Any]) -> dict[str, float] | None:
+    """The method's own metrics of one log (e.g. rewards/margins, kl, reward), finite numbers only; None if none."""
+    out = {
+        key: float(value)
+        for key, value in logs.items()
+        if key not in _NOT_EXTRA and isinstance(value, (int, float)) and not isinstance(value, bool)
+        and math.isfinite(value)
+    }
+    return out or None
+
+
+def build_trainer(
+    cfg: JobConfig,
+    model: Any,
+    tokenizer: Any,
+    data: PreparedData,
+    common: dict[str, Any],
+    callback: Any,
+    has_eval: bool,
+) -> Any:
+    """The TRL trainer of `cfg.method` (dpo, orpo, kto or grpo)."""
+    shared = {
+        "model": model,
+        "train_dataset": data.train,
+        "eval_dataset": data.eval if has_eval else None,
+        "processing_class": tokenizer,
+        "callbacks": [callback],
+    }
+    if cfg.method == "dpo":
+        from trl import DPOConfig, DPOTrainer
+
+        args = DPOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta, loss_type=[cfg.dpo_loss_type])
+        return _without_reference_adapter(DPOTrainer(args=args, **shared), cfg)
+    if cfg.method == "kto":
+        from trl import KTOConfig, KTOTrainer
+
+        args = KTOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta,
+                         desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight)
+        return _without_reference_adapter(KTOTrainer(args=args, **shared), cfg)
+    if cfg.method == "orpo":
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+        return ORPOTrainer(args=ORPOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta), **shared)
+    if cfg.method == "grpo":
+        from trl import GRPOConfig, GRPOTrainer
+
+        from tunestudio.worker import rewards
+
+        args = GRPOConfig(
+            **{**common, "per_device_eval_batch_size": cfg.num_generations},  # an eval batch holds whole groups
+            num_generations=cfg.num_generations,
+            max_completion_length=cfg.max_completion_length,
+            temperature=cfg.generation_temperature,
+            beta=cfg.kl_beta,
+            reward_weights=cfg.reward_weights,
+        )
+        return GRPOTrainer(reward_funcs=rewards.build(cfg), args=args, **shared)
+    raise ValueError(f"no trainer for method {cfg.method!r}")  # JobConfig admits no other
+
+
+def _without_reference_adapter(trainer: Any, cfg: JobConfig) -> Any:
+    """Drop the frozen copy of the LoRA adapter that DPO and KTO add as their reference.
+
+    TRL copies an adapter it finds on the model into a second one, "ref", since it
+    cannot know that the adapter is new. Ours always is: its B matrices are zero, so
+    the model with adapters disabled is exactly where training starts, and TRL uses
+    that when there is no "ref". Without the copy, the saved artefacts hold one
+    adapter (no "ref/" folder) and each step runs one adapter fewer. LoftQ is the
+    exception: its adapter starts non-zero to correct the quantised weights.
+    """
+    model = trainer.model
+    peft_config = getattr(model, "peft_config", None)
+    if peft_config and "ref" in peft_config and not cfg.use_loftq:
+        model.delete_adapter("ref")
+    return trainer
