@@ -139,44 +139,45 @@ def _run_child(
     """
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     full_env.pop("HF_TOKEN", None)  # a converter has no use for a hub token
-    proc = subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tail: deque[str] = deque(maxlen=20)
+    with subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
 
-    def pump_stdout() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            message = _parse(line)
-            if message is None:
+        def pump_stdout() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                message = _parse(line)
+                if message is None:
+                    tail.append(line.rstrip())
+                elif "warning" in message:
+                    channel.warn(str(message["warning"]))
+                elif progress is not None and message.get("total"):
+                    report(channel, progress, int(message["progress"]) / int(message["total"]))
+
+        def pump_stderr() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
                 tail.append(line.rstrip())
-            elif "warning" in message:
-                channel.warn(str(message["warning"]))
-            elif progress is not None and message.get("total"):
-                report(channel, progress, int(message["progress"]) / int(message["total"]))
+                sys.stderr.write(line)
 
-    def pump_stderr() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            tail.append(line.rstrip())
-            sys.stderr.write(line)
-
-    readers = [threading.Thread(target=f, daemon=True) for f in (pump_stdout, pump_stderr)]
-    for reader in readers:
-        reader.start()
-    try:
-        while proc.poll() is None:
-            check_stop()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(POLL_S)
-    except BaseException:
-        proc.terminate()
+        readers = [threading.Thread(target=f, daemon=True) for f in (pump_stdout, pump_stderr)]
+        for reader in readers:
+            reader.start()
         try:
-            proc.wait(KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        raise
-    for reader in readers:
-        reader.join()
+            while proc.poll() is None:
+                check_stop()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(POLL_S)
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+        finally:
+            for reader in readers:
+                reader.join()
     if proc.returncode != 0:
         detail = "\n".join(line for line in tail if line)
         raise UserError(f"{Path(command[0]).name if 'gguf_driver' not in command else 'the GGUF converter'} "

@@ -10,6 +10,8 @@ retries; a connection that breaks later is reported the same way.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import shutil
 from collections.abc import Callable
@@ -55,7 +57,6 @@ def push(source: Source, cfg: ExportConfig, staging: Path, channel: Channel, che
 
 
 def _upload(cfg: ExportConfig, folder: Path, channel: Channel) -> None:
-    import httpx
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -64,7 +65,7 @@ def _upload(cfg: ExportConfig, folder: Path, channel: Channel) -> None:
     try:
         url = api.create_repo(cfg.repo, private=cfg.private, exist_ok=True)
         api.upload_folder(repo_id=url.repo_id, folder_path=str(folder), commit_message="Upload from tunestudio")
-    except (httpx.TransportError, OSError) as exc:
+    except _transport_errors() as exc:
         raise UserError(f"hub unreachable: the upload to {cfg.repo!r} at {hub.hub_endpoint()} broke off "
                         f"({type(exc).__name__})") from None
     except HfHubHTTPError as exc:
@@ -72,6 +73,15 @@ def _upload(cfg: ExportConfig, folder: Path, channel: Channel) -> None:
         raise UserError(f"hub refused the upload to {cfg.repo!r} (HTTP {status}); check the token's write access "
                         "and the repository name") from None
     channel.log(f"pushed to {url} ({'private' if cfg.private else 'public'})")
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """A connection that fails or breaks, in whichever HTTP client this huggingface_hub uses (2.x: httpx2)."""
+    errors: list[type[BaseException]] = [OSError]
+    for name in ("httpx2", "httpx"):
+        with contextlib.suppress(ImportError, AttributeError):
+            errors.append(importlib.import_module(name).TransportError)
+    return tuple(errors)
 
 
 def model_card(source: Source, cfg: ExportConfig) -> str:

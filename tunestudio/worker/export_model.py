@@ -3,6 +3,7 @@ saved as safetensors with the tokenizer and its chat template."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,10 @@ def load_merged(source: Source, channel: Channel) -> tuple[torch.nn.Module, Any]
     if source.job_config.get("training_type") == "qlora":
         channel.log("QLoRA adapter: merged into the base model's full-precision weights")
     base = _from_pretrained(AutoModelForCausalLM, source.base_model or "", "model", dtype=torch.float32)
-    model = PeftModel.from_pretrained(base, str(source.path)).merge_and_unload()
+    with warnings.catch_warnings():
+        # peft 0.21.2 reads transformers 5's deprecated `is_gradient_checkpointing` alias; nothing for us to fix.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        model = PeftModel.from_pretrained(base, str(source.path)).merge_and_unload()
     tokenizer_dir = source.path if (source.path / "tokenizer_config.json").is_file() else source.base_model
     return model, _from_pretrained(AutoTokenizer, str(tokenizer_dir), "tokenizer")
 

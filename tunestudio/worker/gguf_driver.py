@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import sys
 import time
 from pathlib import Path
@@ -109,15 +110,12 @@ def main(argv: list[str]) -> int:
     fallback = [a.split("=", 1)[1] for a in args if a.startswith(FALLBACK_FLAG + "=")]
     args = [a for a in args if not a.startswith(FALLBACK_FLAG + "=")]
     _patch_progress()
-    if which == "hf":
-        import convert_hf_to_gguf as converter
-
-        if fallback:
-            _patch_pre_tokenizer(Path(fallback[0]))
-    else:
-        import convert_lora_to_gguf as converter
-    sys.argv = [converter.__file__, *args]
-    converter.main()
+    if which == "hf" and fallback:
+        _patch_pre_tokenizer(Path(fallback[0]))
+    # Run the script as its own command line would (convert_lora_to_gguf.py has no main()).
+    script = root / ("convert_hf_to_gguf.py" if which == "hf" else "convert_lora_to_gguf.py")
+    sys.argv = [str(script), *args]
+    runpy.run_path(str(script), run_name="__main__")
     return 0
 
 
