@@ -22,6 +22,7 @@ __all__ = [
     "GGUF_QUANTIZATIONS",
     "ExportConfig",
     "ExportDtype",
+    "ExportOptions",
     "ExportTarget",
 ]
 
@@ -33,29 +34,27 @@ LORA_QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0")
 EXPORT_SECRET_FIELDS = ("hf_token",)
 
 
-class ExportConfig(BaseModel):
+class ExportOptions(BaseModel):
+    """What a user asks for: the export's target and its settings (the API's request body, the CLI's options)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    source_job_id: str | None = Field(default=None, description="The job whose result is exported (for the record).")
-    source_dir: str = Field(min_length=1, description="The finished job's output folder.")
-    checkpoint: str | None = Field(
-        default=None, description="A checkpoint-N folder (inside source_dir, or a path) to export instead of the end."
-    )
     target: ExportTarget
     quantization: str | None = Field(default=None, description="gguf: f32, f16, bf16, q8_0, q4_k_m (default f16).")
     dtype: ExportDtype = Field(default="fp32", description="merged (and hub merged): the saved weights' type.")
-    output_dir: str | None = Field(default=None, description="Where the files go; default: inside source_dir.")
+    output_dir: str | None = Field(default=None, description="Where the files go; default: inside the job's output.")
+    checkpoint: str | None = Field(
+        default=None, description="A checkpoint-N folder (inside the job's output, or a path) instead of the end."
+    )
     repo: str | None = Field(default=None, description="hub: the repository, 'name' or 'owner/name'.")
     private: bool = True
     hub_content: Literal["adapter", "merged"] = Field(
         default="adapter", description="hub: push the adapter (small) or the merged model."
     )
-    hf_token: SecretStr | None = None
+    hf_token: SecretStr | None = Field(default=None, description="hub: a token with write access; never stored.")
 
     @model_validator(mode="after")
-    def _target_fields(self) -> ExportConfig:
-        if self.quantization is not None:
-            self.quantization = self.quantization.lower()
+    def _target_fields(self) -> ExportOptions:
         allowed: dict[str, tuple[str, ...]] = {"gguf": GGUF_QUANTIZATIONS, "gguf-lora": LORA_QUANTIZATIONS}
         if self.quantization is not None:
             if self.target not in allowed:
@@ -73,6 +72,13 @@ class ExportConfig(BaseModel):
         elif self.repo is not None:
             raise ValueError(f"repo applies to the hub target only, not to {self.target}")
         return self
+
+
+class ExportConfig(ExportOptions):
+    """The options plus what the manager fills in: the job they export and its output folder."""
+
+    source_job_id: str | None = Field(default=None, description="The job whose result is exported (for the record).")
+    source_dir: str = Field(min_length=1, description="The finished job's output folder.")
 
     @property
     def resolved_quantization(self) -> str | None:

@@ -48,7 +48,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     worker_pid    INTEGER,
     log_path      TEXT,
     last_seq      INTEGER NOT NULL DEFAULT 0,
-    stop_request  TEXT
+    stop_request  TEXT,
+    kind          TEXT NOT NULL DEFAULT 'train',
+    source_job    TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
@@ -67,7 +69,7 @@ CREATE TABLE IF NOT EXISTS events (
 JOB_COLUMNS = (
     "id", "request_id", "status", "phase", "message", "error", "config", "created_at", "started_at",
     "finished_at", "output_dir", "checkpoint", "resumed_from", "final_metrics", "progress", "owner_pid",
-    "worker_pid", "log_path", "last_seq", "stop_request",
+    "worker_pid", "log_path", "last_seq", "stop_request", "kind", "source_job",
 )
 JSON_COLUMNS = ("config", "final_metrics", "progress")
 INT64_MAX = 2**63 - 1  # SQLite's largest integer
@@ -98,6 +100,9 @@ _ADDED_COLUMNS = (
     *(("metrics", name, "TEXT" if kind == "JSON" else kind) for name, kind in PROGRESS_TYPES.items()
       if name != "step"),
     ("jobs", "stop_request", "TEXT"),
+    # Job kinds: "train", or "export" (source_job: the job whose result it exports).
+    ("jobs", "kind", "TEXT NOT NULL DEFAULT 'train'"),
+    ("jobs", "source_job", "TEXT"),
 )
 
 

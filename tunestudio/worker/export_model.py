@@ -57,6 +57,8 @@ def write_merged(
     report(channel, progress, 0.0)
     model, tokenizer = load_merged(source, channel)
     check_stop()
+    # The job's status follows the phases, and only "saving" may end in completed.
+    channel.phase("saving", f"writing the merged model ({dtype})")
     report(channel, progress, 0.5)
     model = model.to(DTYPES[dtype])
     model.config.use_cache = True  # training switched it off; an exported model is for inference
