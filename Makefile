@@ -7,12 +7,19 @@ TINY := models/tiny-llama
 # The web page's charting library (uPlot), from the npm registry into api/web/node_modules.
 WEB := tunestudio/api/web
 WEB_STAMP := $(WEB)/node_modules/.installed-stamp
+# llama.cpp's GGUF converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py, their conversion/ package and
+# the gguf-py they need) from the llama-cpp-python source distribution on PyPI, pinned by version and hash;
+# only those files are kept. Nothing is built: f16/bf16/q8_0 need no llama.cpp binary.
+LLAMA_CPP_PY := 0.3.36
+LLAMA_CPP_SHA256 := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LLAMA_CPP := third_party/llama.cpp
+LLAMA_CPP_STAMP := $(LLAMA_CPP)/.llama-cpp-python-$(LLAMA_CPP_PY)
 # The browser tests drive Debian's chromium; Playwright never downloads a browser of its own.
 CHROMIUM := /usr/bin/chromium
 
 .PHONY: setup run serve test lint bench clean
 
-setup: $(STAMP) $(WEB_STAMP)
+setup: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP)
 
 # torch first, exactly 2.13.0 (the CPU build on this disk); everything else
 # under constraints.txt, so no package can pull a CUDA build of torch.
@@ -21,6 +28,20 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+# pip checks the hash (--require-hashes); pip prepares the sdist's metadata, which takes about a minute.
+$(LLAMA_CPP_STAMP): | $(STAMP)
+	rm -rf $(LLAMA_CPP) $(LLAMA_CPP).download
+	mkdir -p $(LLAMA_CPP).download
+	echo "llama-cpp-python==$(LLAMA_CPP_PY) --hash=sha256:$(LLAMA_CPP_SHA256)" > $(LLAMA_CPP).download/requirements.txt
+	$(BIN)/pip download --quiet --no-deps --no-binary :all: --require-hashes \
+		-r $(LLAMA_CPP).download/requirements.txt -d $(LLAMA_CPP).download
+	mkdir -p $(LLAMA_CPP)
+	tar -xzf $(LLAMA_CPP).download/llama_cpp_python-$(LLAMA_CPP_PY).tar.gz -C $(LLAMA_CPP) --strip-components=3 \
+		$(addprefix llama_cpp_python-$(LLAMA_CPP_PY)/vendor/llama.cpp/,LICENSE convert_hf_to_gguf.py \
+		convert_lora_to_gguf.py conversion gguf-py/gguf gguf-py/LICENSE)
+	rm -rf $(LLAMA_CPP).download
+	touch $(LLAMA_CPP_STAMP)
 
 $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
 	cd $(WEB) && npm ci --no-audit --no-fund
@@ -35,16 +56,16 @@ $(TINY)/config.json: tunestudio/worker/tiny.py | $(STAMP)
 	rm -rf $(TINY)
 	$(BIN)/tunestudio make-tiny-model $(TINY)
 
-run: $(STAMP) $(WEB_STAMP) $(TINY)/config.json
+run: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(TINY)/config.json
 	$(BIN)/tunestudio train examples/quickstart.yaml
 
-serve: $(STAMP) $(WEB_STAMP) $(TINY)/config.json
+serve: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(TINY)/config.json
 	$(BIN)/tunestudio serve
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) $(WEB_STAMP) $(CHROMIUM) $(TINY)/config.json
+test: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(CHROMIUM) $(TINY)/config.json
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
@@ -59,4 +80,4 @@ bench: $(STAMP) $(TINY)/config.json
 	$(BIN)/python bench/throughput.py --steps 10
 
 clean:
-	rm -rf $(VENV) $(TINY) outputs $(WEB)/node_modules
+	rm -rf $(VENV) $(TINY) outputs $(WEB)/node_modules $(LLAMA_CPP)

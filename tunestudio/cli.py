@@ -1,4 +1,5 @@
-"""The command line: `tunestudio train JOB.yaml`, `jobs list|show|stop|resume`, `serve`, `make-tiny-model DIR`.
+"""The command line: `tunestudio train JOB.yaml`, `export JOB_ID --to TARGET`,
+`jobs list|show|stop|resume`, `serve`, `make-tiny-model DIR`.
 
 The CLI is the parent side: it never imports torch or the HF libraries itself;
 training runs in a supervised worker process.
@@ -7,11 +8,13 @@ training runs in a supervised worker process.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sqlite3
 import sys
 import time
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,9 +25,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from tunestudio.cli_chat import chat, print_evaluation
-from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, load_config
+from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, format_validation_error, load_config
 from tunestudio.events import Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
 from tunestudio.events import Progress as ProgressEvent
+from tunestudio.export_config import ExportOptions
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
 from tunestudio.jobs.status import JobStatus
@@ -86,6 +90,61 @@ def train(
 
 
 app.command()(chat)
+
+
+class ExportTargetOption(StrEnum):
+    merged = "merged"
+    gguf = "gguf"
+    gguf_lora = "gguf-lora"
+    hub = "hub"
+
+
+class ExportDtypeOption(StrEnum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+@app.command()
+def export(
+    job_id: Annotated[str, typer.Argument(help="The finished job to export.")],
+    to: Annotated[ExportTargetOption, typer.Option("--to", help="What to produce.")],
+    quantization: Annotated[
+        str | None, typer.Option(help="gguf: f16 (default), bf16, q8_0, f32, q4_k_m; gguf-lora: f16, bf16, q8_0, f32.")
+    ] = None,
+    dtype: Annotated[ExportDtypeOption, typer.Option(help="merged: the weights' type.")] = ExportDtypeOption.fp32,
+    output: Annotated[str | None, typer.Option(help="Folder for the files (default: exports/ in the job's output).")]
+    = None,
+    repo: Annotated[str | None, typer.Option(help="hub: the repository ('name' or 'owner/name').")] = None,
+    public: Annotated[bool, typer.Option("--public", help="hub: a public repository (default: private).")] = False,
+    merged: Annotated[bool, typer.Option("--merged", help="hub: push the merged model, not the adapter.")] = False,
+    checkpoint: Annotated[str | None, typer.Option(help="Export this checkpoint-N folder instead of the end.")] = None,
+) -> None:
+    """Export a finished job as a merged model, a GGUF (with an Ollama Modelfile), a GGUF LoRA, or to the hub.
+
+    The hub token is read from HF_TOKEN; it is never stored. Ctrl-C stops the export and keeps nothing.
+    """
+    token = os.environ.get("HF_TOKEN") if to is ExportTargetOption.hub else None
+    try:
+        options = ExportOptions(
+            target=to.value, quantization=quantization.lower() if quantization else None, dtype=dtype.value,
+            output_dir=output, repo=repo, private=not public, hub_content="merged" if merged else "adapter",
+            checkpoint=checkpoint, hf_token=token,
+        )
+    except ValidationError as exc:
+        for item in format_validation_error(exc):
+            err.print(f"[red]{item['field']}: {item['message']}[/red]")
+        raise typer.Exit(2) from None
+    with _manager() as manager:
+        try:
+            job = manager.export(job_id, options)
+        except (JobNotFound, JobConflict, PathRefused, QueueFull) as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
+        final = _follow(manager, job.id)
+    if final.status is JobStatus.failed:
+        raise typer.Exit(1)
+
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Jobs recorded in the data directory.")
 app.add_typer(jobs_app, name="jobs")
@@ -241,8 +300,13 @@ def _follow(manager: JobManager, job_id: str) -> Job:
     """Show a job's events until it ends; Ctrl-C once stops with save, twice cancels."""
     job = manager.get(job_id)
     method = job.config.get("method", "sft")
-    console.print(f"job [bold]{job.id}[/bold]: {method} ({job.config['training_type']}) of {job.config['model_name']}")
     main_metric = METHOD_MAIN_METRIC.get(method)  # the method's own figure beside the loss (sft, pretrain: none)
+    if job.kind == "export":
+        console.print(f"job [bold]{job.id}[/bold]: export of job {job.source_job} as {job.config['target']} "
+                      f"to {job.output_dir}")
+    else:
+        console.print(f"job [bold]{job.id}[/bold]: {method} ({job.config['training_type']}) of "
+                      f"{job.config['model_name']}")
     console.print(f"worker log: {job.log_path}")
     interrupts = _Interrupts()
     previous = signal.signal(signal.SIGINT, interrupts)
@@ -309,6 +373,8 @@ def _show(event: Event, bar: Progress, task: int, records: list[ProgressEvent], 
             )
         elif event.eval_loss is not None:
             bar.console.print(f"step {event.step}: eval loss {event.eval_loss:.4f}")
+        else:  # an export's progress: percent of the whole export
+            bar.update(task, completed=event.step, total=event.total_steps or None)
     elif isinstance(event, Log):
         bar.console.print(f"[dim]{event.message}[/dim]")
     elif isinstance(event, WarningEvent):

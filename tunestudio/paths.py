@@ -24,7 +24,17 @@ from pathlib import Path
 
 from tunestudio.config import JobConfig, reward_source
 
-__all__ = ["PathRefused", "Roots", "confine", "looks_like_path", "protect_data_dir", "resolve", "tensorboard_path"]
+__all__ = [
+    "PathRefused",
+    "Roots",
+    "confine",
+    "confine_output",
+    "looks_like_path",
+    "protect_data_dir",
+    "protect_export_dir",
+    "resolve",
+    "tensorboard_path",
+]
 
 
 class PathRefused(ValueError):
@@ -168,17 +178,49 @@ def protect_data_dir(cfg: JobConfig, data_dir: Path, other_outputs: Iterable[tup
     folder as a finished job's is allowed (running a job file again); deleting either job's artefacts is
     then refused while the other refers to the folder.
     """
-    if not cfg.output_dir:
-        return
-    out = _abs(cfg.output_dir)
+    if cfg.output_dir:
+        _protect_output(cfg.output_dir, data_dir, other_outputs)
+
+
+def _protect_output(output_dir: str, data_dir: Path, other_outputs: Iterable[tuple[str, bool]]) -> None:
+    out = _abs(output_dir)
     data_dir = data_dir.resolve()
     if data_dir.is_relative_to(out):
-        raise PathRefused("output_dir", f"{cfg.output_dir} is the data directory {data_dir} or holds it")
+        raise PathRefused("output_dir", f"{output_dir} is the data directory {data_dir} or holds it")
     for own in ("jobs", "data", "slots"):
         if out.is_relative_to(data_dir / own):
-            raise PathRefused("output_dir", f"{cfg.output_dir} is inside the data directory's {own}/ folder, "
+            raise PathRefused("output_dir", f"{output_dir} is inside the data directory's {own}/ folder, "
                                             "which tunestudio manages; leave output_dir unset or pick another")
     for other, live in other_outputs:
         theirs = _abs(other)
         if (out != theirs or live) and (out.is_relative_to(theirs) or theirs.is_relative_to(out)):
-            raise PathRefused("output_dir", f"{cfg.output_dir} overlaps the output folder {theirs} of another job")
+            raise PathRefused("output_dir", f"{output_dir} overlaps the output folder {theirs} of another job")
+
+
+def protect_export_dir(
+    output_dir: str, source_output: str, data_dir: Path, other_outputs: Iterable[tuple[str, bool]]
+) -> None:
+    """`protect_data_dir` for an export's folder, which may lie inside the output folder of the job it exports.
+
+    There (the default is `<its output>/exports/<target>`) it is the export's own; elsewhere every rule of
+    `protect_data_dir` holds. other_outputs: (output_dir, live) of the other jobs, the exported one included.
+    """
+    out, source = _abs(output_dir), _abs(source_output)
+    if out == source:
+        raise PathRefused("output_dir", f"{output_dir} is the job's own output folder; export into a folder of "
+                                        "its own (the default is exports/ inside it)")
+    if out.is_relative_to(source):
+        others = [(o, live) for o, live in other_outputs if _abs(o) != source and _abs(o).is_relative_to(source)]
+        for other, live in others:
+            if live and (out.is_relative_to(_abs(other)) or _abs(other).is_relative_to(out)):
+                raise PathRefused("output_dir", f"{output_dir} overlaps the folder {other} of a running export")
+        return
+    _protect_output(output_dir, data_dir, other_outputs)
+
+
+def confine_output(output_dir: str | None, roots: Roots) -> None:
+    """`confine` for a bare output folder (an export's): strictly inside the data directory or a dataset root."""
+    allowed = (roots.data_dir, *roots.dataset_roots)
+    if output_dir and not _inside(_abs(output_dir), allowed, strictly=True):
+        raise PathRefused("output_dir", f"{output_dir} must be a folder strictly inside one of "
+                                        f"{', '.join(map(str, allowed))}")

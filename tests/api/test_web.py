@@ -221,3 +221,32 @@ def test_dark_theme_renders(tiny_model: Path, server: str, page: Page) -> None:
     assert page.evaluate("() => document.documentElement.dataset.theme") == "dark"  # remembered
     page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")  # painted
     screenshot(page, "job-completed-dark.png")
+
+
+@pytest.mark.timeout(600)
+def test_export_panel_runs_an_export_and_shows_where_the_files_are(tiny_model: Path, server: str, page: Page) -> None:
+    job_id = start_job(server, tiny_model, max_steps=5)
+    page.goto(f"{server}/#/jobs/{job_id}")
+    wait_for_status(page, "completed")
+    panel = page.locator("#export-panel")
+    panel.wait_for()
+    page.locator("#export-target").select_option("gguf")
+    page.locator("#export-quantization").select_option("q8_0")
+    assert page.locator('[data-field="repo"]').is_hidden() and page.locator('[data-field="dtype"]').is_hidden()
+    page.locator("#export-start").click()
+    done = panel.locator('.export-row[data-status="completed"]')
+    done.wait_for(timeout=240_000)
+    assert "gguf q8_0" in done.inner_text() and "exports/gguf-q8_0" in done.inner_text()
+
+    page.locator("#export-target").select_option("hub")
+    assert page.locator("#export-private").is_checked()
+    page.locator("#export-start").click()
+    page.locator("#export-error").filter(has_text="repo").wait_for()  # named, and nothing queued
+    assert panel.locator(".export-row").count() == 1
+    screenshot(page, "job-export-panel.png")
+
+    done.locator("a").click()  # the export job's own page
+    page.wait_for_url(re.compile(r".*#/jobs/(?!" + job_id + ")"))
+    wait_for_status(page, "completed")
+    assert page.locator("#progress-text").inner_text() == "100%"
+    assert "model-q8_0.gguf" in page.locator("#artefacts").inner_text()

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from tunestudio.events import Evaluation, Sample
-from tunestudio.jobs.models import Job
+from tunestudio.jobs.models import Job, JobKind
 from tunestudio.jobs.status import JobStatus
 
 
@@ -20,6 +20,8 @@ class Artefact(BaseModel):
 
 class JobOut(BaseModel):
     id: str
+    kind: JobKind = Field(description='"train", or "export" (then source_job is the job it exports).')
+    source_job: str | None = None
     status: JobStatus
     phase: str | None
     message: str

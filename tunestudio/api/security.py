@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tunestudio import paths
 from tunestudio.api.errors import ApiError
 from tunestudio.config import JobConfig
+from tunestudio.export_config import ExportOptions
 from tunestudio.settings import Settings
 
 
@@ -186,6 +187,18 @@ def confine_paths(config: JobConfig, settings: Settings) -> None:
     """Every path the job touches inside the allowed roots (tunestudio.paths.confine), as a 422 naming the field."""
     try:
         paths.confine(config, settings.roots())
+    except paths.PathRefused as exc:
+        raise ApiError(422, exc.code, str(exc), field=exc.field,
+                       errors=[{"field": exc.field, "message": exc.message}]) from None
+
+
+def confine_export(options: ExportOptions, settings: Settings) -> None:
+    """An export's output folder inside the allowed roots, and its checkpoint a folder name inside the job's output."""
+    try:
+        paths.confine_output(options.output_dir, settings.roots())
+        if options.checkpoint and ("/" in options.checkpoint or options.checkpoint in (".", "..")):
+            raise paths.PathRefused("checkpoint", f"{options.checkpoint} must be the name of a checkpoint folder "
+                                                  "inside the job's output folder (e.g. checkpoint-40)")
     except paths.PathRefused as exc:
         raise ApiError(422, exc.code, str(exc), field=exc.field,
                        errors=[{"field": exc.field, "message": exc.message}]) from None

@@ -17,14 +17,16 @@ from typing import Any, Protocol
 from tunestudio.events import Stop
 from tunestudio.jobs.prewarm import context as start_context
 from tunestudio.process import kill_group
-from tunestudio.worker.child import WorkerArgs, WorkerEntry
+from tunestudio.worker.child import WorkerArgs, WorkerEntry, WorkerKind
 
 
 class Executor(Protocol):
     """One worker's way of running: start, watch, talk, kill."""
 
-    def start(self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None) -> None:
-        """Start the worker; raises if it could not be started."""
+    def start(
+        self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train"
+    ) -> None:
+        """Start the worker (the recipe `kind`: train or export); raises if it could not be started."""
 
     @property
     def pid(self) -> int | None:
@@ -59,8 +61,10 @@ class LocalExecutor:
         self._commands = self._ctx.Queue()
         self._proc: Any = None
 
-    def start(self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None) -> None:
-        args = WorkerArgs(public_config, secrets, self._events, self._commands, os.getpid(), log_path,
+    def start(
+        self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train"
+    ) -> None:
+        args = WorkerArgs(public_config, secrets, self._events, self._commands, os.getpid(), log_path, kind,
                           cache_dir=self.cache_dir)
         self._proc = self._ctx.Process(target=self.target, args=(args,), name="tunestudio-worker")
         self._proc.start()

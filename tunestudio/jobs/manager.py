@@ -1,4 +1,4 @@
-"""The public face of jobs: submit, stop, cancel, resume, delete, get, list, metrics, subscribe.
+"""The public face of jobs: submit, export, stop, cancel, resume, delete, get, list, metrics, subscribe.
 
 Routes and the CLI call this and nothing deeper. The manager composes the
 parts of `jobs/`: the store (SQLite), the tracker of its own jobs' status
@@ -35,6 +35,7 @@ from tunestudio import paths
 from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import Log, StatusEvent, WarningEvent
+from tunestudio.export_config import ExportConfig, ExportOptions
 from tunestudio.jobs import prewarm
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound, QueueFull
 from tunestudio.jobs.owners import Owners
@@ -174,6 +175,10 @@ class JobManager:
                 })
             except DuplicateRequest as dup:  # another process took this request id first
                 return self.get(dup.job_id)
+        self._enqueue(job_id, config, warnings)
+        return self.get(job_id)
+
+    def _enqueue(self, job_id: str, config: JobConfig | ExportConfig, warnings: Sequence[str] = ()) -> None:
         with self._lock:
             running = self._tracker.track(job_id, config=config, secrets=config.secrets())
             with running.feed.lock:
@@ -181,7 +186,46 @@ class JobManager:
                                    *(WarningEvent(seq=0, message=text) for text in warnings)])
             self._queue.append(job_id)
             self._wake.notify_all()
-        return self.get(job_id)
+
+    def export(self, job_id: str, options: ExportOptions, request_id: str | None = None) -> Job:
+        """Queue an export of a finished job's result: a job of kind "export", linked to it by source_job.
+
+        It shares the queue, slots, store, stream and cancel with training jobs. Raises JobNotFound,
+        JobConflict for a job with nothing to export (not finished, an export itself), PathRefused for an
+        output folder that would write over the data directory or another job's outputs, QueueFull.
+        """
+        source = self.get(job_id)
+        if source.kind != "train":
+            raise JobConflict(f"job {job_id} is an export; export the training job {source.source_job} instead")
+        if source.status not in (S.completed, S.stopped) or not source.output_dir:
+            raise JobConflict(f"job {job_id} is {source.status.value}; only a completed job (or one stopped with "
+                              "a save) has a result to export")
+        if not Path(source.output_dir).is_dir():
+            raise JobConflict(f"job {job_id}'s output folder {source.output_dir} is gone; nothing to export")
+        fields = {**options.model_dump(exclude={"hf_token"}), "hf_token": options.hf_token}
+        config = ExportConfig(**fields, source_job_id=job_id, source_dir=source.output_dir)
+        output_dir = str(Path(config.resolved_output_dir()).expanduser().resolve())
+        config = config.model_copy(update={"output_dir": output_dir})
+        with self._submit_lock:
+            if request_id and (existing := self._store.find_by_request_id(request_id)) is not None:
+                return Job.from_row(existing)
+            others = [(row["output_dir"], JobStatus(row["status"]).is_live) for row in self._store.output_dirs()]
+            paths.protect_export_dir(output_dir, source.output_dir, self.data_dir, others)
+            if self._store.count_jobs([S.queued.value]) >= self.settings.max_queued_jobs:
+                raise QueueFull(f"{self.settings.max_queued_jobs} jobs are queued already "
+                                "(TUNESTUDIO_MAX_QUEUED_JOBS); wait for some to start or cancel them")
+            export_id = new_job_id()
+            try:
+                self._store.insert_job({
+                    "id": export_id, "request_id": request_id, "status": S.queued.value, "message": "queued",
+                    "config": config.public_dict(), "created_at": time.time(), "output_dir": output_dir,
+                    "owner_pid": os.getpid(), "kind": "export", "source_job": job_id,
+                    "log_path": str(self.settings.jobs_dir() / export_id / "worker.log"),
+                })
+            except DuplicateRequest as dup:
+                return self.get(dup.job_id)
+        self._enqueue(export_id, config)
+        return self.get(export_id)
 
     def stop(self, job_id: str, save: bool = True) -> Job:
         """Stop a job at its next step; save=True keeps a resumable checkpoint, False is a cancel."""
@@ -219,6 +263,8 @@ class JobManager:
         """
         with self._lock:  # resume and delete of one job, from any threads, one at a time
             job = self.get(job_id)
+            if job.kind != "train":
+                raise JobConflict(f"job {job_id} is an export; exports do not resume: export again")
             if job.status not in RESUMABLE:
                 raise JobConflict(f"job {job_id} is {job.status.value}; only stopped, interrupted or failed jobs "
                                   "resume")
@@ -354,7 +400,7 @@ class JobManager:
         if row is None or JobStatus(row["status"]) is not S.queued:
             return False
         # A job another process queued (adopted at start-up) is validated from its stored config here.
-        config = running.config or paths.resolve(JobConfig.from_parts(row["config"], running.secrets))
+        config = running.config or self._stored_config(row, running.secrets)
         Path(row["log_path"]).parent.mkdir(parents=True, exist_ok=True)
         supervisor = Supervisor(
             config,
@@ -381,6 +427,12 @@ class JobManager:
         running.slot = slot
         self._store.update_job(job_id, worker_pid=supervisor.pid)
         return True
+
+    @staticmethod
+    def _stored_config(row: dict, secrets: dict[str, str]) -> JobConfig | ExportConfig:
+        if row.get("kind") == "export":
+            return ExportConfig.from_parts(row["config"], secrets)
+        return paths.resolve(JobConfig.from_parts(row["config"], secrets))
 
     def _on_exit(self, job_id: str, outcome: Outcome) -> None:
         try:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from tunestudio.jobs.status import RESUMABLE, JobStatus
 
+JobKind = Literal["train", "export"]
+
 
 class Job(BaseModel):
     id: str
+    kind: JobKind = "train"
+    source_job: str | None = None  # an export: the job whose result it exports
     status: JobStatus
     phase: str | None = None
     message: str = ""
@@ -34,13 +38,16 @@ class Job(BaseModel):
 
     @property
     def resumable(self) -> bool:
-        return self.status in RESUMABLE and self.checkpoint is not None and Path(self.checkpoint).is_dir()
+        if self.kind != "train" or self.status not in RESUMABLE:
+            return False
+        return self.checkpoint is not None and Path(self.checkpoint).is_dir()
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
         fields = {k: row.get(k) for k in cls.model_fields}
         fields["message"] = fields["message"] or ""
         fields["last_seq"] = fields["last_seq"] or 0
+        fields["kind"] = fields["kind"] or "train"
         return cls.model_validate(fields)
 
 

@@ -53,7 +53,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     log_path      TEXT,
     last_seq      INTEGER NOT NULL DEFAULT 0,
     stop_request  TEXT,
-    result        TEXT
+    result        TEXT,
+    kind          TEXT NOT NULL DEFAULT 'train',
+    source_job    TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
@@ -72,7 +74,7 @@ CREATE TABLE IF NOT EXISTS events (
 JOB_COLUMNS = (
     "id", "request_id", "status", "phase", "message", "error", "config", "created_at", "started_at",
     "finished_at", "output_dir", "checkpoint", "resumed_from", "final_metrics", "progress", "owner_pid",
-    "worker_pid", "log_path", "last_seq", "stop_request", "result",
+    "worker_pid", "log_path", "last_seq", "stop_request", "result", "kind", "source_job",
 )
 JSON_COLUMNS = ("config", "final_metrics", "progress", "result")
 INT64_MAX = 2**63 - 1  # SQLite's largest integer
@@ -104,6 +106,9 @@ _ADDED_COLUMNS = (
       if name != "step"),
     ("jobs", "stop_request", "TEXT"),
     ("jobs", "result", "TEXT"),  # {"samples", "evaluation"} of the job's Completed event
+    # Job kinds: "train", or "export" (source_job: the job whose result it exports).
+    ("jobs", "kind", "TEXT NOT NULL DEFAULT 'train'"),
+    ("jobs", "source_job", "TEXT"),
 )
 
 

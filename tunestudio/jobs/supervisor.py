@@ -22,9 +22,10 @@ from pydantic import ValidationError
 
 from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Stop, parse_event
+from tunestudio.export_config import ExportConfig
 from tunestudio.jobs.executor import Executor, LocalExecutor
 from tunestudio.worker import child
-from tunestudio.worker.child import WorkerEntry
+from tunestudio.worker.child import WorkerEntry, WorkerKind
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class Supervisor:
 
     def __init__(
         self,
-        config: JobConfig,
+        config: JobConfig | ExportConfig,
         on_events: Callable[[list[Event]], None],
         *,
         on_exit: Callable[[Outcome], None] | None = None,
@@ -101,7 +102,8 @@ class Supervisor:
     # --- lifecycle -------------------------------------------------------------
     def start(self) -> None:
         log_path = str(self.log_path) if self.log_path else None
-        self.executor.start(self.config.public_dict(), self.config.secrets(), log_path)
+        kind: WorkerKind = "export" if isinstance(self.config, ExportConfig) else "train"
+        self.executor.start(self.config.public_dict(), self.config.secrets(), log_path, kind)
         threading.Thread(target=self._pump, name=f"pump-{self.pid}", daemon=True).start()
 
     @property

@@ -15,6 +15,7 @@ from typing import Any
 from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import Event, Failed, Phase, Progress, StatusEvent
+from tunestudio.export_config import ExportConfig
 from tunestudio.jobs.status import RUNNING, IllegalTransition, JobStatus, can_transition, transition
 from tunestudio.jobs.store import Store
 from tunestudio.jobs.stream import Feed
@@ -31,7 +32,7 @@ class Running:
 
     feed: Feed
     status: JobStatus = S.queued
-    config: JobConfig | None = None  # the validated config, for jobs this process submitted
+    config: JobConfig | ExportConfig | None = None  # the validated config, for jobs this process submitted
     supervisor: Supervisor | None = None
     secrets: dict[str, str] = field(default_factory=dict)
     failed: bool = False  # the worker sent a Failed event

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 from tunestudio.process import pid_alive
 
+WorkerKind = Literal["train", "export"]
 PR_SET_PDEATHSIG = 1
 PARENT_POLL_S = 0.5
 
@@ -44,7 +45,8 @@ class WorkerArgs:
     public_config: the job's config without secrets (JSON-ready); secrets travel
     beside it and are never written anywhere. events/commands: the two queues
     of the protocol in `tunestudio.events`. parent_pid: the manager process the
-    worker must not outlive. kind: which recipe runs (only "train" today).
+    worker must not outlive. kind: which recipe runs: "train" (worker/main.py)
+    or "export" (worker/export.py, with an ExportConfig).
     cache_dir: where the worker may keep measured decisions between jobs.
     """
 
@@ -54,7 +56,7 @@ class WorkerArgs:
     commands: Any
     parent_pid: int
     log_path: str | None = None
-    kind: Literal["train"] = "train"
+    kind: WorkerKind = "train"
     cache_dir: str | None = None
 
 
@@ -116,7 +118,11 @@ def main(args: WorkerArgs) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     from tunestudio.worker.channel import QueueChannel
-    from tunestudio.worker.main import run
+
+    if args.kind == "export":
+        from tunestudio.worker.export import run
+    else:
+        from tunestudio.worker.main import run
 
     channel = QueueChannel(args.events, args.commands)
     code = 1

@@ -19,8 +19,9 @@ from tunestudio.api.schemas import (
     ResumeRequest,
     StopRequest,
 )
-from tunestudio.api.security import confine_paths
+from tunestudio.api.security import confine_export, confine_paths
 from tunestudio.config import JobConfig
+from tunestudio.export_config import ExportOptions
 from tunestudio.jobs.status import JobStatus
 from tunestudio.jobs.store import INT64_MAX  # query parameters must fit SQLite's integers
 
@@ -66,6 +67,23 @@ def stop_job(job_id: str, manager: ManagerDep, body: StopRequest | None = None) 
 @router.post("/{job_id}/cancel", response_model=JobOut)
 def cancel_job(job_id: str, manager: ManagerDep) -> JobOut:
     return JobOut.of(manager.cancel(job_id))
+
+
+@router.post("/{job_id}/exports", status_code=201, response_model=JobOut)
+def export_job(
+    job_id: str,
+    options: ExportOptions,
+    manager: ManagerDep,
+    settings: SettingsDep,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JobOut:
+    """Queue an export of a finished job: merged, gguf (with an Ollama Modelfile), gguf-lora or hub.
+
+    The answer is the export job (kind "export", source_job this job), watched like any job. A hub
+    token (hf_token) goes to the worker only; it is never stored or returned.
+    """
+    confine_export(options, settings)
+    return JobOut.of(manager.export(job_id, options, request_id=idempotency_key))
 
 
 @router.post("/{job_id}/resume", status_code=201, response_model=JobOut)

@@ -57,6 +57,7 @@ export const api = {
   stopJob: (id, save) => call(`${job(id)}/stop`, {method: "POST", body: {save}}),
   cancelJob: (id) => call(`${job(id)}/cancel`, {method: "POST"}),
   resumeJob: (id) => call(`${job(id)}/resume`, {method: "POST"}),
+  exportJob: (id, body) => call(`${job(id)}/exports`, {method: "POST", body}),
   metrics: (id, maxPoints) => call(`${job(id)}/metrics${maxPoints ? `?max_points=${maxPoints}` : ""}`),
   // EventSource cannot send headers, so a token travels in the query string.
   eventsUrl: (id, after) => {

@@ -9,6 +9,7 @@
 import {api, ApiError} from "./api.js";
 import {lossChart, methodChart, singleChart} from "./charts.js";
 import {CHAT_STATUSES, chatPanel} from "./chat.js";
+import {exportPanel} from "./export.js";
 import {MetricSeries} from "./metrics.js";
 import {
   basename, confirmAction, datasetLabel, el, fmtBytes, fmtDuration, fmtNumber, fmtWhen, ranFor,
@@ -57,16 +58,22 @@ export async function showJob(main, id, {onChange, navigate}) {
   const cfg = job.config;
   const methodSpec = METHOD_CHART[cfg.method];
   const methodBox = el("div", {class: "chart", id: "method-chart"});
+  const isExport = job.kind === "export";
+  const exportBox = el("div", {id: "export-box"});
+  let panel = null;
 
   main.replaceChildren(el("article", {class: "job-view", "data-job-id": id},
     el("div", {class: "job-head"},
       el("div", {},
         el("h1", {}, "Job ", el("code", {}, id), " ", live),
-        el("p", {class: "muted"}, `${basename(cfg.model_name)} · ${datasetLabel(cfg)} · ${cfg.method || "sft"}`
-          + ` · ${cfg.training_type}`
-          + ` · created ${fmtWhen(job.created_at)}`,
-          job.resumed_from ? el("span", {}, " · resumed from ",
-            el("a", {href: `#/jobs/${job.resumed_from}`}, job.resumed_from)) : null)),
+        isExport
+          ? el("p", {class: "muted"}, `export as ${cfg.target}${cfg.quantization ? ` ${cfg.quantization}` : ""} of job `,
+            el("a", {href: `#/jobs/${job.source_job}`}, job.source_job), ` · created ${fmtWhen(job.created_at)}`)
+          : el("p", {class: "muted"}, `${basename(cfg.model_name)} · ${datasetLabel(cfg)} · ${cfg.method || "sft"}`
+            + ` · ${cfg.training_type}`
+            + ` · created ${fmtWhen(job.created_at)}`,
+            job.resumed_from ? el("span", {}, " · resumed from ",
+              el("a", {href: `#/jobs/${job.resumed_from}`}, job.resumed_from)) : null)),
       el("div", {class: "actions"}, stopBtn, cancelBtn, resumeBtn)),
     el("div", {class: "status-line"}, status, phase, message),
     el("div", {class: "bar-head"}, el("span", {class: "muted"}, "progress"), barText),
@@ -74,10 +81,10 @@ export async function showJob(main, id, {onChange, navigate}) {
     el("div", {class: "stats"}, stat("eta", "ETA"), stat("tps", "tokens/s"), stat("loss", "loss"),
       methodSpec ? stat("method", methodSpec[3]) : null,
       stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed")),
-    errorBox, results, judged, chatSlot,
-    el("section", {class: "chart-card wide"}, el("h3", {}, "Loss"), lossBox),
-    methodSpec ? el("section", {class: "chart-card wide"}, el("h3", {}, methodSpec[1]), methodBox) : null,
-    el("div", {class: "chart-row"},
+    errorBox, results, judged, chatSlot, exportBox,
+    el("section", {class: "chart-card wide", hidden: isExport}, el("h3", {}, "Loss"), lossBox),
+    methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h3", {}, methodSpec[1]), methodBox) : null,
+    el("div", {class: "chart-row", hidden: isExport},
       el("section", {class: "chart-card"}, el("h3", {}, "Learning rate"), lrBox),
       el("section", {class: "chart-card"}, el("h3", {}, "Gradient norm"), gradBox)),
     el("details", {class: "log-card"}, el("summary", {}, "Log"), logBox)));
@@ -115,7 +122,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     const pct = total ? Math.min(100, (100 * step) / total) : (job.status === "completed" ? 100 : 0);
     bar.style.width = `${pct}%`;
     bar.parentElement.classList.toggle("indeterminate", !total && !TERMINAL.has(job.status));
-    barText.textContent = total ? `step ${step} / ${total}` : (TERMINAL.has(job.status) ? "" : "waiting for the first step");
+    barText.textContent = total ? (isExport ? `${step}%` : `step ${step} / ${total}`)
+      : (TERMINAL.has(job.status) ? "" : "waiting for the first step");
     bar.parentElement.setAttribute("aria-valuenow", String(Math.round(pct)));
     setStat("eta", TERMINAL.has(job.status) ? "–" : fmtDuration(p.eta_seconds));
     setStat("tps", p.tokens_per_second ? fmtNumber(p.tokens_per_second, 3) : "–");
@@ -131,13 +139,18 @@ export async function showJob(main, id, {onChange, navigate}) {
     phase.textContent = job.phase && job.phase !== job.status && !TERMINAL.has(job.status)
       ? `phase: ${job.phase.replace("_", " ")}` : "";
     message.textContent = job.message && job.message !== job.status && job.message !== job.phase ? job.message : "";
-    stopBtn.hidden = !STOPPABLE.has(job.status);
+    stopBtn.hidden = isExport || !STOPPABLE.has(job.status);  // an export keeps nothing: it is only cancelled
     cancelBtn.hidden = TERMINAL.has(job.status) || job.status === "cancelling";
     resumeBtn.hidden = !job.resumable;
     live.hidden = !source;
     errorBox.hidden = !job.error;
     errorBox.replaceChildren(el("b", {}, "Error: "), job.error || "");
     drawResults();
+    // A finished training job with a result gets the Export panel (once).
+    if (!panel && !isExport && ["completed", "stopped"].includes(job.status) && job.output_dir) {
+      panel = exportPanel(job, {navigate});
+      exportBox.replaceChildren(panel);
+    }
   };
   const drawResults = () => {
     const finished = TERMINAL.has(job.status) && (job.output_dir || job.artefacts.length);
@@ -217,7 +230,8 @@ export async function showJob(main, id, {onChange, navigate}) {
       source.addEventListener(kind, (event) => {
         seen(event);
         const data = JSON.parse(event.data);
-        log(kind, data.message || (kind === "completed" ? "training finished" : JSON.stringify(data)));
+        log(kind, data.message || (kind === "completed" ? (isExport ? "export finished" : "training finished")
+          : JSON.stringify(data)));
       });
     }
     source.onopen = () => live.classList.remove("stale");
@@ -274,6 +288,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     clearInterval(ticker);
     if (source) source.close();
     if (chat) chat.dispose();
+    if (panel) panel.dispose();
     Object.values(charts).forEach((c) => c && c.destroy());
   };
 }

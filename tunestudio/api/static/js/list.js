@@ -87,9 +87,15 @@ export class JobList {
 
   update(r, job) {
     r.cells.status.replaceChildren(statusBadge(job.status));
-    r.cells.model.textContent = basename(job.config.model_name);
-    r.cells.model.title = job.config.model_name;
-    r.cells.dataset.textContent = datasetLabel(job.config);
+    if (job.kind === "export") {
+      r.cells.model.textContent = `export → ${job.config.target}`;
+      r.cells.model.title = job.output_dir || "";
+      r.cells.dataset.textContent = `of ${job.source_job}`;
+    } else {
+      r.cells.model.textContent = basename(job.config.model_name);
+      r.cells.model.title = job.config.model_name;
+      r.cells.dataset.textContent = datasetLabel(job.config);
+    }
     r.cells.when.textContent = fmtWhen(job.created_at);
     r.cells.ran.textContent = job.started_at ? `ran ${fmtDuration(ranFor(job))}` : "";
     r.check.checked = this.selected.has(job.id);

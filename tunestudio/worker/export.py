@@ -1,0 +1,195 @@
+"""One export's life inside the worker process, top to bottom.
+
+validate → find what the job left (adapter or full model, its base) →
+check the tools the target needs → load and merge → write the target into a
+staging folder → move it into place → report.
+
+Everything is written into a hidden staging folder beside the output folder
+and renamed into place only when complete, so an export that is cancelled,
+fails or is killed never leaves a half-written file where the result would be.
+
+Progress is one 0–100 scale for the whole export; phases reuse the job
+statuses (`loading_model` while weights load and merge, `saving` while the
+target is written or uploaded).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from tunestudio.config import format_validation_error
+from tunestudio.export_config import ExportConfig
+from tunestudio.worker.channel import Channel
+from tunestudio.worker.errors import UserError
+
+MARKER = "export.json"  # written into every export folder; an existing folder is replaced only if it has one
+
+
+class Cancelled(Exception):
+    """The parent asked the export to stop; nothing is kept."""
+
+
+def run(config: ExportConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None) -> int:
+    """Run one export to its end; returns the process exit code (0 completed or cancelled, 1 failed)."""
+    cfg: ExportConfig | None = None
+    try:
+        cfg = _validate(config, secrets)
+        from tunestudio.worker.main import _quiet_libraries
+
+        _quiet_libraries()
+        return _export(cfg, channel)
+    except Cancelled:
+        channel.completed(output_dir=None, stopped=True, saved=False)
+        return 0
+    except UserError as exc:
+        channel.failed(_scrub(str(exc), cfg), _scrub(traceback.format_exc(), cfg))
+    except Exception as exc:
+        channel.failed(_scrub(f"{type(exc).__name__}: {exc}", cfg), _scrub(traceback.format_exc(), cfg))
+    return 1
+
+
+def _validate(config: ExportConfig | dict[str, Any], secrets: dict[str, str] | None) -> ExportConfig:
+    if isinstance(config, ExportConfig):
+        return config
+    try:
+        return ExportConfig.from_parts(config, secrets)
+    except ValidationError as exc:
+        fields = "; ".join(f"{e['field']}: {e['message']}" for e in format_validation_error(exc))
+        raise UserError(f"invalid export config: {fields}") from None
+
+
+def _scrub(text: str, cfg: ExportConfig | None) -> str:
+    """The token never leaves the worker, even inside a library's error message."""
+    token = cfg.hf_token.get_secret_value() if cfg is not None and cfg.hf_token is not None else None
+    return text.replace(token, "***") if token else text
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a finished job left: the folder to read, and the base model an adapter belongs to."""
+
+    path: Path
+    adapter: bool
+    base_model: str | None
+    job_config: dict[str, Any]
+
+
+def find_source(cfg: ExportConfig) -> Source:
+    root = Path(cfg.source_dir).expanduser()
+    if not root.is_dir():
+        raise UserError(f"source_dir {cfg.source_dir}: no such folder (has the job finished and saved?)")
+    path = root
+    if cfg.checkpoint:
+        inside = root / cfg.checkpoint
+        path = inside if inside.is_dir() else Path(cfg.checkpoint).expanduser()
+        if not path.is_dir():
+            raise UserError(f"checkpoint {cfg.checkpoint}: no such folder in {root} or on disk")
+    job_config: dict[str, Any] = {}
+    if (root / "job_config.json").is_file():
+        job_config = json.loads((root / "job_config.json").read_text(encoding="utf-8"))
+    if (path / "adapter_config.json").is_file():
+        adapter_config = json.loads((path / "adapter_config.json").read_text(encoding="utf-8"))
+        base = job_config.get("model_name") or adapter_config.get("base_model_name_or_path")
+        if not base:
+            raise UserError(f"{path}: the adapter does not say which base model it belongs to")
+        return Source(path, True, base, job_config)
+    if (path / "config.json").is_file():
+        return Source(path, False, None, job_config)
+    raise UserError(f"{path}: neither an adapter (adapter_config.json) nor a model (config.json) to export")
+
+
+def _export(cfg: ExportConfig, channel: Channel) -> int:
+    from tunestudio.worker import export_gguf, export_hub, export_model
+
+    source = find_source(cfg)
+    output = Path(cfg.resolved_output_dir()).expanduser()
+    staging = _prepare_staging(output)
+    kind = "adapter" if source.adapter else "full model"
+    channel.log(f"exporting the {kind} in {source.path} as {cfg.target} to {output}")
+
+    # Check what the target needs before loading anything: a missing tool should cost seconds, not minutes.
+    if cfg.target in ("gguf", "gguf-lora"):
+        export_gguf.require_converter()
+    if cfg.resolved_quantization == "q4_k_m":
+        export_gguf.require_quantize()
+    if cfg.target == "gguf-lora" and not source.adapter:
+        raise UserError("gguf-lora exports an adapter, and this job is a full fine-tune; export it as gguf")
+    if cfg.target == "hub":
+        export_hub.require_hub(cfg)
+
+    def check_stop() -> None:
+        if channel.stop_request is not None:
+            raise Cancelled
+
+    try:
+        if cfg.target == "merged":
+            channel.phase("loading_model", f"merging the adapter into {source.base_model}" if source.adapter else "")
+            export_model.write_merged(source, cfg.dtype, staging, channel, check_stop, progress=(0, 90))
+        elif cfg.target == "gguf":
+            hf_dir = source.path
+            if source.adapter:  # the converter reads a plain HF folder: merge first (fp32, no loss before the cast)
+                channel.phase("loading_model", f"merging the adapter into {source.base_model}")
+                hf_dir = staging / ".merged"
+                export_model.write_merged(source, "fp32", hf_dir, channel, check_stop, progress=(0, 30))
+            channel.phase("saving", f"converting to GGUF {cfg.resolved_quantization}")
+            export_gguf.write_gguf(hf_dir, staging, cfg.resolved_quantization or "f16", channel, check_stop,
+                                   progress=(30, 98))
+            if hf_dir != source.path:
+                shutil.rmtree(hf_dir)
+        elif cfg.target == "gguf-lora":
+            channel.phase("saving", f"converting the adapter to a GGUF LoRA ({cfg.resolved_quantization})")
+            export_gguf.write_gguf_lora(source, staging, cfg.resolved_quantization or "f16", channel, check_stop,
+                                        progress=(0, 98))
+        else:
+            export_hub.push(source, cfg, staging, channel, check_stop)
+        check_stop()
+        _write_marker(cfg, source, staging)
+        _move_into_place(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    channel.progress(step=100, total_steps=100)
+    files = sorted(p.name for p in output.iterdir())
+    channel.log(f"export written to {output}: {', '.join(files)}")
+    channel.completed(output_dir=str(output), saved=True)
+    return 0
+
+
+def staging_dir(output: Path) -> Path:
+    return output.parent / f".{output.name}.partial"
+
+
+def _prepare_staging(output: Path) -> Path:
+    if output.exists() and (not output.is_dir() or (any(output.iterdir()) and not (output / MARKER).is_file())):
+        raise UserError(f"output_dir {output} exists and is not an earlier export; choose another folder")
+    staging = staging_dir(output)
+    shutil.rmtree(staging, ignore_errors=True)  # left by an export that was killed
+    staging.mkdir(parents=True)
+    return staging
+
+
+def _write_marker(cfg: ExportConfig, source: Source, staging: Path) -> None:
+    record = {
+        "export": cfg.public_dict(),
+        "source": str(source.path),
+        "base_model": source.base_model,
+        "files": sorted(p.name for p in staging.iterdir()),
+    }
+    (staging / MARKER).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def _move_into_place(staging: Path, output: Path) -> None:
+    """Rename the finished staging folder to the output folder (replacing an earlier export there)."""
+    old = output.parent / f".{output.name}.old"
+    if output.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        output.rename(old)
+    staging.rename(output)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,194 @@
+"""GGUF exports through llama.cpp's own converters, and an Ollama Modelfile beside the file.
+
+The converters come from the `llama-cpp-python` source distribution that
+`make setup` fetches (third_party/llama.cpp, or $TUNESTUDIO_LLAMA_CPP). They
+run as a child process (`tunestudio.worker.gguf_driver`) with llama.cpp's
+bundled gguf-py on their path; this process keeps the PyPI one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tunestudio.worker.channel import Channel
+from tunestudio.worker.errors import UserError
+from tunestudio.worker.export_model import report
+from tunestudio.worker.modelfile import write_modelfile
+
+if TYPE_CHECKING:
+    from tunestudio.worker.export import Source
+
+LLAMA_CPP_VERSION = "0.3.36"  # the llama-cpp-python release pinned in the Makefile
+POLL_S = 0.1
+KILL_GRACE_S = 5.0
+
+
+def llama_cpp_dir() -> Path:
+    configured = os.environ.get("TUNESTUDIO_LLAMA_CPP")
+    if configured:
+        return Path(configured).expanduser()
+    return Path(__file__).resolve().parents[2] / "third_party" / "llama.cpp"
+
+
+def require_converter() -> Path:
+    root = llama_cpp_dir()
+    if not (root / "convert_hf_to_gguf.py").is_file() or not (root / "gguf-py" / "gguf").is_dir():
+        raise UserError(
+            f"llama.cpp's GGUF converter is not at {root}. Run `make setup` (it fetches llama-cpp-python "
+            f"{LLAMA_CPP_VERSION}'s source into third_party/llama.cpp), or set TUNESTUDIO_LLAMA_CPP to a llama.cpp "
+            "checkout that has convert_hf_to_gguf.py and gguf-py."
+        )
+    return root
+
+
+def require_quantize() -> str:
+    found = shutil.which("llama-quantize")
+    if found is None:
+        raise UserError(
+            "quantization q4_k_m needs llama.cpp's `llama-quantize` program on PATH, and it is not there. "
+            "Install llama.cpp (a release from https://github.com/ggml-org/llama.cpp/releases, `brew install "
+            "llama.cpp`, or build it: cmake -B build && cmake --build build --target llama-quantize) and put its "
+            "bin folder on PATH; or export f16, bf16 or q8_0, which need no binary."
+        )
+    return found
+
+
+def write_gguf(
+    hf_dir: Path,
+    staging: Path,
+    quantization: str,
+    channel: Channel,
+    check_stop: Callable[[], None],
+    progress: tuple[int, int],
+) -> Path:
+    """`model-<quantization>.gguf` and its Modelfile in `staging`; returns the GGUF's path."""
+    name = f"model-{quantization}.gguf"
+    start, end = progress
+    if quantization == "q4_k_m":
+        # The Python converter stops at q8_0; k-quants come from llama-quantize, from an f16 file.
+        f16 = staging / ".model-f16.gguf"
+        mid = start + (end - start) * 2 // 3
+        _convert("hf", [str(hf_dir), "--outtype", "f16", "--outfile", str(f16)], hf_dir, channel, check_stop,
+                 (start, mid))
+        channel.log("quantizing to Q4_K_M with llama-quantize")
+        _run_child([require_quantize(), str(f16), str(staging / name), "Q4_K_M"], {}, channel, check_stop, None)
+        f16.unlink()
+    else:
+        _convert("hf", [str(hf_dir), "--outtype", quantization, "--outfile", str(staging / name)], hf_dir, channel,
+                 check_stop, progress)
+    for warning in write_modelfile(hf_dir, staging / "Modelfile", name):
+        channel.warn(warning)
+    return staging / name
+
+
+def write_gguf_lora(
+    source: Source,
+    staging: Path,
+    quantization: str,
+    channel: Channel,
+    check_stop: Callable[[], None],
+    progress: tuple[int, int],
+) -> Path:
+    """`adapter-<quantization>.gguf` in `staging`: the LoRA alone, for llama.cpp's --lora."""
+    out = staging / f"adapter-{quantization}.gguf"
+    args = ["--outtype", quantization, "--outfile", str(out)]
+    base = Path(source.base_model or "").expanduser()
+    # The converter reads the base model's config (not its weights) from a folder, else from the hub.
+    args += ["--base", str(base)] if base.is_dir() else ["--base-model-id", source.base_model or ""]
+    _convert("lora", [*args, str(source.path)], None, channel, check_stop, progress)
+    return out
+
+
+def _convert(
+    which: str,
+    args: list[str],
+    model_dir: Path | None,
+    channel: Channel,
+    check_stop: Callable[[], None],
+    progress: tuple[int, int],
+) -> None:
+    root = require_converter()
+    command = [sys.executable, "-m", "tunestudio.worker.gguf_driver", which]
+    if model_dir is not None:
+        command.append(f"--pre-tokenizer-fallback={model_dir}")
+    env = {"TUNESTUDIO_LLAMA_CPP": str(root)}
+    _run_child([*command, *args], env, channel, check_stop, progress)
+
+
+def _run_child(
+    command: list[str],
+    env: dict[str, str],
+    channel: Channel,
+    check_stop: Callable[[], None],
+    progress: tuple[int, int] | None,
+) -> None:
+    """Run a converter or llama-quantize; its JSON lines become events, a stop request ends it.
+
+    stderr (the converter's own log) goes to this worker's stderr (the job's log
+    file), and its last lines into the error if the child fails.
+    """
+    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    full_env.pop("HF_TOKEN", None)  # a converter has no use for a hub token
+    tail: deque[str] = deque(maxlen=20)
+    with subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+
+        def pump_stdout() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                message = _parse(line)
+                if message is None:
+                    tail.append(line.rstrip())
+                elif "warning" in message:
+                    channel.warn(str(message["warning"]))
+                elif progress is not None and message.get("total"):
+                    report(channel, progress, int(message["progress"]) / int(message["total"]))
+
+        def pump_stderr() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                tail.append(line.rstrip())
+                sys.stderr.write(line)
+
+        readers = [threading.Thread(target=f, daemon=True) for f in (pump_stdout, pump_stderr)]
+        for reader in readers:
+            reader.start()
+        try:
+            while proc.poll() is None:
+                check_stop()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(POLL_S)
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+        finally:
+            for reader in readers:
+                reader.join()
+    if proc.returncode != 0:
+        detail = "\n".join(line for line in tail if line)
+        raise UserError(f"{Path(command[0]).name if 'gguf_driver' not in command else 'the GGUF converter'} "
+                        f"failed (exit code {proc.returncode}):\n{detail[-2000:]}")
+
+
+def _parse(line: str) -> dict | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None

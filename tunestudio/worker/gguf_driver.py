@@ -1,0 +1,123 @@
+"""Runs one of llama.cpp's converters in a child process, with two additions.
+
+`python -m tunestudio.worker.gguf_driver hf|lora ARGS...` runs
+`convert_hf_to_gguf.py` or `convert_lora_to_gguf.py` (from the llama.cpp
+source that `make setup` fetches) with ARGS, as its own command line would.
+
+It runs in its own interpreter with llama.cpp's bundled `gguf-py` first on
+sys.path: the converter needs that copy (the PyPI `gguf` of the same version
+number fails inside it), while the rest of tunestudio and transformers' GGUF
+reader use the PyPI one. Nothing from tunestudio is imported here beyond this
+module, so the two copies never meet in one process.
+
+The additions, reported as JSON lines on stdout (the converter logs to stderr):
+- progress: the converter writes tensors through a tqdm bar over bytes; a tqdm
+  that reports `{"progress": done, "total": total}` stands in for it.
+- a tokenizer the converter does not know: llama.cpp recognises BPE
+  pre-tokenizers by a hash of their output and refuses unknown ones. With
+  `--pre-tokenizer-fallback=MODEL_DIR`, an unknown one is named after what its
+  tokenizer.json says (byte-level with the GPT-2 split → "gpt-2", else
+  "default") and `{"warning": ...}` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+FALLBACK_FLAG = "--pre-tokenizer-fallback"
+REPORT_EVERY_S = 0.2
+
+
+def report(**fields: Any) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def pre_tokenizer_name(model_dir: Path) -> str:
+    """The llama.cpp pre-tokenizer closest to what the model's tokenizer.json declares."""
+    try:
+        spec = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8")).get("pre_tokenizer") or {}
+    except (OSError, ValueError):
+        return "default"
+    parts = spec.get("pretokenizers", [spec]) if spec.get("type") == "Sequence" else [spec]
+    if len(parts) == 1 and parts[0].get("type") == "ByteLevel" and parts[0].get("use_regex", True):
+        return "gpt-2"  # ByteLevel with its regex is exactly GPT-2's split
+    return "default"
+
+
+def _patch_pre_tokenizer(model_dir: Path) -> None:
+    from conversion.base import TextModel
+
+    original = TextModel.get_vocab_base_pre
+
+    def get_vocab_base_pre(self: Any, tokenizer: Any) -> str:
+        try:
+            return original(self, tokenizer)
+        except NotImplementedError:
+            name = pre_tokenizer_name(model_dir)
+            report(warning=(
+                f"llama.cpp's converter does not know this tokenizer's pre-tokenizer; it is written as {name!r} "
+                "(from tokenizer.json). Check that llama.cpp tokenizes text the same way before relying on it."
+            ))
+            return name
+
+    TextModel.get_vocab_base_pre = get_vocab_base_pre
+
+
+def _patch_progress() -> None:
+    import tqdm
+
+    class ReportingBar(tqdm.tqdm):
+        """A silent bar that reports its position as JSON lines, at most every REPORT_EVERY_S."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = False
+            kwargs["file"] = open(os.devnull, "w")  # noqa: SIM115 - closed with the bar
+            super().__init__(*args, **kwargs)
+            self._last = 0.0
+
+        def update(self, n: float | None = 1) -> bool | None:
+            out = super().update(n)
+            now = time.monotonic()
+            if self.total and (now - self._last >= REPORT_EVERY_S or self.n >= self.total):
+                self._last = now
+                report(progress=int(self.n), total=int(self.total))
+            return out
+
+        def close(self) -> None:
+            fp = self.fp
+            super().close()
+            fp.close()
+
+    tqdm.tqdm = ReportingBar
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("hf", "lora"):
+        print("usage: python -m tunestudio.worker.gguf_driver hf|lora [--pre-tokenizer-fallback=DIR] ARGS...",
+              file=sys.stderr)
+        return 2
+    which, args = argv[0], argv[1:]
+    root = Path(os.environ["TUNESTUDIO_LLAMA_CPP"])
+    # The bundled gguf-py before site-packages, and before the converter adds it itself.
+    sys.path[:0] = [str(root / "gguf-py"), str(root)]
+    fallback = [a.split("=", 1)[1] for a in args if a.startswith(FALLBACK_FLAG + "=")]
+    args = [a for a in args if not a.startswith(FALLBACK_FLAG + "=")]
+    _patch_progress()
+    if which == "hf" and fallback:
+        _patch_pre_tokenizer(Path(fallback[0]))
+    # Run the script as its own command line would (convert_lora_to_gguf.py has no main()).
+    script = root / ("convert_hf_to_gguf.py" if which == "hf" else "convert_lora_to_gguf.py")
+    sys.argv = [str(script), *args]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
