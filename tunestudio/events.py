@@ -53,8 +53,9 @@ class Progress(_Message):
     learning_rate: float | None = None
     grad_norm: float | None = None
     eval_loss: float | None = None
-    num_tokens: int | None = None
-    tokens_per_second: float | None = None
+    num_tokens: int | None = None  # all ranks together
+    tokens_per_second: float | None = None  # all ranks together
+    global_batch_size: int | None = None  # sequences per optimizer step, over every rank
     elapsed_seconds: float | None = None
     eta_seconds: float | None = None
 

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Stop, parse_event
-from tunestudio.jobs.executor import Executor, LocalExecutor
+from tunestudio.jobs.executor import Executor, executor_for
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerEntry
 
@@ -89,8 +89,8 @@ class Supervisor:
         self.save_grace_seconds = save_grace_seconds
         self.kill_after_seconds = kill_after_seconds
         self.exit_after_terminal_seconds = exit_after_terminal_seconds
-        # target: the worker's entry point (tests pass scripted fake workers); used by the default executor.
-        self.executor: Executor = executor or LocalExecutor(target, prewarm)
+        # target: the worker's entry point (tests pass scripted fake workers); used by the local executor.
+        self.executor: Executor = executor or executor_for(config, target, prewarm)
         self._terminal: Completed | Failed | None = None
         self._asked = _Asked()
         self._done = threading.Event()
@@ -144,6 +144,7 @@ class Supervisor:
         self.executor.join(timeout=5)
         self._drain()
         outcome = self._classify(self.executor.exitcode())
+        self.executor.close()
         if self.on_exit is not None:
             try:
                 self.on_exit(outcome)
@@ -199,7 +200,7 @@ class Supervisor:
             return Outcome("failed", end.message)
         if self._asked.cancel:
             return Outcome("cancelled", f"cancelled ({describe_exit(code, asked=True)})")
-        return Outcome("failed", describe_exit(code))
+        return Outcome("failed", self.executor.exit_detail() or describe_exit(code))
 
     def _escalate(self, grace: float) -> None:
         """After a stop: SIGTERM once the grace period is over, SIGKILL after that."""

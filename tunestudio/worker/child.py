@@ -62,7 +62,7 @@ class WorkerEntry(Protocol):
     def __call__(self, args: WorkerArgs) -> None: ...
 
 
-def _die_with_parent(manager_pid: int) -> None:
+def die_with_parent(manager_pid: int) -> None:
     """Exit (with the whole process group) as soon as the manager process is gone.
 
     Our direct parent is the manager (spawn) or the prewarmed forkserver, which
@@ -104,7 +104,7 @@ def _redirect_output(log_path: str | None) -> None:
 def become_worker(args: WorkerArgs) -> None:
     """The first steps of every worker: its own process group, death with its parent, output to its log."""
     os.setpgid(0, 0)
-    _die_with_parent(args.parent_pid)
+    die_with_parent(args.parent_pid)
     _redirect_output(args.log_path)
 
 

@@ -96,11 +96,17 @@ def _train(cfg: JobConfig, channel: Channel) -> int:
     trainer, reporter = train_mod.build_trainer(
         cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
     )
+    if trainer.args.world_size > 1:
+        channel.log(
+            f"data parallel: {trainer.args.world_size} ranks ({'nccl' if trainer.args.n_gpu else 'gloo'}), "
+            f"global batch {cfg.batch_size * cfg.gradient_accumulation_steps * trainer.args.world_size} "
+            f"({cfg.batch_size} per rank x {cfg.gradient_accumulation_steps} accumulation)"
+        )
     if channel.stop_request:
         return _stopped_before_training(channel)
 
-    # 4. the base model, for comparison afterwards
-    before = [train_mod.generate(trainer.model, tokenizer, p) for p in cfg.sample_prompts]
+    # 4. the base model, for comparison afterwards (by the one process that reports)
+    before = [train_mod.generate(trainer.model, tokenizer, p) for p in cfg.sample_prompts] if channel.is_main else []
     if trainer.eval_dataset is not None and checkpoint is None:
         trainer.evaluate()  # eval loss at step 0, reported through the callback
 
@@ -115,7 +121,9 @@ def _train(cfg: JobConfig, channel: Channel) -> int:
     # 6. save
     channel.phase("saving")
     saved_checkpoint = _latest_checkpoint(output_dir) if stop is not None else None
-    trainer.save_model(str(output_dir))
+    trainer.save_model(str(output_dir))  # every rank calls it; the trainer writes on rank 0 only
+    if not channel.is_main:
+        return 0  # under torchrun, rank 0 writes the rest and reports
     tokenizer.save_pretrained(str(output_dir))
     (output_dir / "job_config.json").write_text(json.dumps(cfg.public_dict(), indent=2) + "\n")
     with (output_dir / "metrics.jsonl").open("w", encoding="utf-8") as fh:

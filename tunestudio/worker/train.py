@@ -126,6 +126,8 @@ class ReportingCallback(TrainerCallback):
             eval_loss=logs.get("eval_loss"),
             num_tokens=int(tokens) if tokens is not None else None,
             tokens_per_second=tps,
+            # per rank x accumulation x ranks: what one optimizer step sees over every rank
+            global_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
             elapsed_seconds=elapsed,
             eta_seconds=eta,
         )
