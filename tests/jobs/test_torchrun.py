@@ -125,7 +125,8 @@ def test_sigkill_of_one_rank_fails_the_job_naming_it_and_nothing_is_left(tiny_mo
     run = run_job(job_config(tiny_model, tmp_path / "out", num_processes=2, batch_size=4, max_steps=500),
                   kill_rank_1_at_step_2)
     assert run.outcome.kind == "failed"
-    assert run.outcome.message == "rank 1 killed by signal 9 (SIGKILL)"
+    # The cause first; rank 0 usually saw the broken collective before torchrun noticed the death.
+    assert run.outcome.message.startswith("rank 1 killed by signal 9 (SIGKILL)"), run.outcome.message
     assert time.monotonic() - killed_at[0] < 10.0
     assert set(ranks) == {0, 1}
     wait_until(lambda: not any(pid_alive(p) for p in ranks.values()), 10, "every rank gone")

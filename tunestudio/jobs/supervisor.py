@@ -197,7 +197,9 @@ class Supervisor:
                 return Outcome("stopped", "stopped and saved", end)
             return Outcome("cancelled", "cancelled", end)
         if isinstance(end, Failed):
-            return Outcome("failed", end.message)
+            # A rank that died first is the cause; what rank 0 then reported (a broken collective) is not.
+            detail = self.executor.exit_detail()
+            return Outcome("failed", f"{detail}; the job reported: {end.message}" if detail else end.message)
         if self._asked.cancel:
             return Outcome("cancelled", f"cancelled ({describe_exit(code, asked=True)})")
         return Outcome("failed", self.executor.exit_detail() or describe_exit(code))

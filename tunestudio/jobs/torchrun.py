@@ -69,12 +69,13 @@ def describe_rank_exit(rank: int, code: int) -> str:
     return f"rank {rank} exited with code {code}"
 
 
-class TorchrunExecutor:
-    """N ranks under torchrun; the launcher process stands for the job."""
+class LauncherExecutor:
+    """A job whose launcher is a subprocess of this one and whose rank 0 reports over the link.
+
+    Subclasses say which launcher runs (`_command`) and what it needs to know (`_environment`).
+    """
 
     def __init__(self, num_processes: int) -> None:
-        if num_processes < 2:
-            raise ValueError("num_processes: torchrun runs 2 or more ranks; 1 runs as a local process")
         self.num_processes = num_processes
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: str | None = None
@@ -97,29 +98,15 @@ class TorchrunExecutor:
         self._server.listen(1)
         self._token = secrets_mod.token_hex(32)
         self._start_line = json.dumps({"config": public_config, "secrets": secrets}).encode() + b"\n"
-        n = self.num_processes
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         env = dict(os.environ)
         env.update(
             TUNESTUDIO_LINK=link_path,
             TUNESTUDIO_LINK_TOKEN=self._token,
             TUNESTUDIO_MANAGER_PID=str(os.getpid()),
             TUNESTUDIO_LAUNCH_RESULT=os.path.join(self._dir, "result.json"),
-            # N ranks share the cores: torch threads per rank (worker/performance.py reads the same split).
-            OMP_NUM_THREADS=str(max(1, cores // n)),
         )
-        if os.path.exists("/sys/class/net/lo"):  # one machine: collectives stay on loopback
-            env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-            env.setdefault("NCCL_SOCKET_IFNAME", "lo")
-        command = [
-            sys.executable, "-m", "tunestudio.worker.launch",
-            "--nnodes", "1",
-            "--nproc-per-node", str(n),
-            "--master-addr", "127.0.0.1",
-            "--master-port", str(_free_port()),
-            "--monitor-interval", "0.2",  # notice a dead rank within a fraction of a second
-            "-m", "tunestudio.worker.rank",
-        ]
+        env.update(self._environment())
+        command = self._command()
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 (closed below)
         try:
             self._proc = subprocess.Popen(
@@ -134,6 +121,12 @@ class TorchrunExecutor:
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _environment(self) -> dict[str, str]:
+        return {}
 
     @property
     def pid(self) -> int | None:
@@ -153,14 +146,23 @@ class TorchrunExecutor:
         return self._proc.poll() if self._proc is not None else None
 
     def exit_detail(self) -> str | None:
-        """Which rank failed first and how (from the launcher's report); None if none did."""
+        """Which rank failed first and how (the launcher's report), when that, not rank 0's own report, is the cause.
+
+        None when no rank failed, or when rank 0 failed first with an exit code: then
+        rank 0's Failed event (or the exit code) says it all.
+        """
         if self._dir is None:
             return None
         try:
             result = json.loads(Path(self._dir, "result.json").read_text())
-            return describe_rank_exit(int(result["rank"]), int(result["exitcode"]))
+            if "detail" in result:
+                return str(result["detail"])
+            rank, code = int(result["rank"]), int(result["exitcode"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        if rank == 0 and code > 0:
+            return None
+        return describe_rank_exit(rank, code)
 
     # --- talking -------------------------------------------------------------------
     def send(self, command: Stop) -> None:
@@ -260,3 +262,32 @@ class TorchrunExecutor:
                     sock.close()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class TorchrunExecutor(LauncherExecutor):
+    """N ranks under torchrun on this machine; the launcher process stands for the job."""
+
+    def __init__(self, num_processes: int) -> None:
+        if num_processes < 2:
+            raise ValueError("num_processes: torchrun runs 2 or more ranks; 1 runs as a local process")
+        super().__init__(num_processes)
+
+    def _command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "tunestudio.worker.launch",
+            "--nnodes", "1",
+            "--nproc-per-node", str(self.num_processes),
+            "--master-addr", "127.0.0.1",
+            "--master-port", str(_free_port()),
+            "--monitor-interval", "0.2",  # notice a dead rank within a fraction of a second
+            "-m", "tunestudio.worker.rank",
+        ]
+
+    def _environment(self) -> dict[str, str]:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        # N ranks share the cores: torch threads per rank (worker/performance.py makes the same split).
+        env = {"OMP_NUM_THREADS": str(max(1, cores // self.num_processes))}
+        if os.path.exists("/sys/class/net/lo"):  # one machine: collectives stay on loopback
+            env["GLOO_SOCKET_IFNAME"] = os.environ.get("GLOO_SOCKET_IFNAME", "lo")
+            env["NCCL_SOCKET_IFNAME"] = os.environ.get("NCCL_SOCKET_IFNAME", "lo")
+        return env

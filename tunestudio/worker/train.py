@@ -183,6 +183,9 @@ def build_trainer(
         report_to=report_to or [],
         disable_tqdm=True,
         dataloader_num_workers=0,
+        # Under torchrun: every trainable parameter gets a gradient (LoRA and full alike), so DDP
+        # need not search the graph for unused ones each step.
+        ddp_find_unused_parameters=False,
         max_length=cfg.max_seq_length,
         packing=cfg.packing,
         completion_only_loss=cfg.train_on_completions,
