@@ -19,7 +19,7 @@ setup: $(STAMP) $(WEB_STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,ray]'
 	touch $(STAMP)
 
 $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,6 +33,15 @@ class Settings(BaseSettings):
     )
     prewarm: bool = Field(
         default=True, description="Fork workers from a server with the heavy imports done (TUNESTUDIO_PREWARM=0: off)."
+    )
+
+    # --- where jobs run (issue 14) --------------------------------------------------
+    executor: Literal["local", "ray"] = Field(
+        default="local",
+        description="local: this machine (num_processes > 1 under torchrun); ray: Ray Train on a Ray cluster.",
+    )
+    ray_address: str | None = Field(
+        default=None, description='The Ray cluster (e.g. "10.0.0.5:6379"); unset: "auto", the one `ray start` joined.'
     )
 
     # --- the server --------------------------------------------------------------

@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from tunestudio.config import JobConfig
 from tunestudio.events import Stop
 from tunestudio.jobs.prewarm import context as start_context
+from tunestudio.jobs.ray_cluster import RayExecutor
 from tunestudio.jobs.torchrun import TorchrunExecutor
 from tunestudio.process import kill_group
 from tunestudio.worker.child import WorkerArgs, WorkerEntry
@@ -107,8 +108,20 @@ class LocalExecutor:
         pass
 
 
-def executor_for(config: JobConfig, target: WorkerEntry, prewarm: bool = False) -> Executor:
-    """The one place that decides where a job runs: N ranks under torchrun, or one local process."""
+def executor_for(
+    config: JobConfig,
+    target: WorkerEntry,
+    prewarm: bool = False,
+    kind: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
+) -> Executor:
+    """The one place that decides where a job runs (kind: the `executor` setting).
+
+    ray: Ray Train on a cluster, with num_processes workers. local: N ranks under
+    torchrun for num_processes > 1, else one process of this machine.
+    """
+    if kind == "ray":
+        return RayExecutor(config.num_processes, ray_address)
     if config.num_processes > 1:
         return TorchrunExecutor(config.num_processes)
     return LocalExecutor(target, prewarm)

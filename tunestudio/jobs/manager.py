@@ -36,6 +36,7 @@ from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import Log, StatusEvent
 from tunestudio.jobs import prewarm
+from tunestudio.jobs.executor import executor_for
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound, QueueFull
 from tunestudio.jobs.owners import Owners
 from tunestudio.jobs.slots import Slots
@@ -363,7 +364,13 @@ class JobManager:
             save_grace_seconds=self.settings.save_grace_seconds,
             kill_after_seconds=self.settings.kill_after_seconds,
             exit_after_terminal_seconds=self.settings.exit_after_terminal_seconds,
-            prewarm=self.settings.prewarm,
+            executor=executor_for(
+                config,
+                self.worker_target,
+                prewarm=self.settings.prewarm,
+                kind=self.settings.executor,
+                ray_address=self.settings.ray_address,
+            ),
         )
         running.supervisor = supervisor
         self._running.add(job_id)

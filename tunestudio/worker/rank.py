@@ -95,7 +95,7 @@ class RankChannel(Channel):
                 pass
 
 
-def _connect() -> tuple[socket.socket, dict[str, Any]]:
+def connect_link() -> tuple[socket.socket, dict[str, Any]]:
     """Rank 0's link to the supervisor, and the start message it sends back (config and secrets)."""
     link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     link.connect(os.environ[LINK_ENV])
@@ -116,7 +116,7 @@ def main() -> int:
     die_with_parent(int(os.environ[MANAGER_PID_ENV]))  # our parent is the launcher; the manager is watched
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a stop is a command, not a signal
     # Rank 0 connects before the heavy imports, so the supervisor hears from the job early.
-    link, start = _connect() if rank == 0 else (None, None)
+    link, start = connect_link() if rank == 0 else (None, None)
 
     import torch
     import torch.distributed as dist
