@@ -65,8 +65,9 @@ class WorkerEntry(Protocol):
 def die_with_parent(manager_pid: int) -> None:
     """Exit (with the whole process group) as soon as the manager process is gone.
 
-    Our direct parent is the manager (spawn) or the prewarmed forkserver, which
-    itself exits when the manager does. PR_SET_PDEATHSIG covers the direct
+    Our direct parent is the manager (spawn), the prewarmed forkserver, which
+    itself exits when the manager does, or (a rank, a Ray driver) a launcher
+    that dies with the manager in turn. PR_SET_PDEATHSIG covers the direct
     parent; the watch covers the manager itself, a parent that died before
     prctl ran, and PDEATHSIG's quirk of firing when the parent *thread* ends.
     """
