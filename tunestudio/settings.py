@@ -40,6 +40,11 @@ class Settings(BaseSettings):
         default="local",
         description="local: this machine (num_processes > 1 under torchrun); ray: Ray Train on a Ray cluster.",
     )
+    private_network: bool = Field(
+        default=False,
+        description="Run torchrun jobs in a network namespace of their own with only loopback (unshare -n, "
+        "needs root): torchrun's rendezvous store otherwise listens on every interface while a job runs.",
+    )
     ray_address: str | None = Field(
         default=None, description='The Ray cluster (e.g. "10.0.0.5:6379"); unset: "auto", the one `ray start` joined.'
     )

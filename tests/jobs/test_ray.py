@@ -9,7 +9,6 @@ where ray is not installed (`pip install -e '.[ray]'`) or unshare is not allowed
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,17 +21,9 @@ from tunestudio.jobs.ray_cluster import RayExecutor
 from tunestudio.settings import Settings
 
 from ..helpers import fake_workers
+from ..helpers.netns import namespace_problem
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _namespace_problem() -> str | None:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return "unshare or ip is not installed"
-    probe = subprocess.run(["unshare", "-n", "ip", "link", "set", "lo", "up"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"cannot make a private network namespace here (unshare -n needs root): {probe.stderr.strip()}"
-    return None
 
 
 def test_the_ray_setting_chooses_the_ray_executor(tmp_path: Path) -> None:
@@ -46,7 +37,7 @@ def test_the_ray_setting_chooses_the_ray_executor(tmp_path: Path) -> None:
 @pytest.mark.timeout(900)
 def test_jobs_on_a_ray_cluster_complete_and_cancel_leaving_no_actor(tiny_model: Path, tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="ray is an optional extra: pip install -e '.[ray]'")
-    problem = _namespace_problem()
+    problem = namespace_problem()
     if problem:
         pytest.skip(problem)
     script = f"ip link set lo up && exec {sys.executable} -m tests.helpers.ray_cluster {tiny_model} {tmp_path}"

@@ -114,6 +114,7 @@ def executor_for(
     prewarm: bool = False,
     kind: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
+    private_network: bool = False,
 ) -> Executor:
     """The one place that decides where a job runs (kind: the `executor` setting).
 
@@ -123,5 +124,5 @@ def executor_for(
     if kind == "ray":
         return RayExecutor(config.num_processes, ray_address)
     if config.num_processes > 1:
-        return TorchrunExecutor(config.num_processes)
+        return TorchrunExecutor(config.num_processes, private_network)
     return LocalExecutor(target, prewarm)

@@ -210,8 +210,10 @@ class JobManager:
     def cancel(self, job_id: str) -> Job:
         return self.stop(job_id, save=False)
 
-    def resume(self, job_id: str, secrets: dict[str, str] | None = None) -> Job:
+    def resume(self, job_id: str, secrets: dict[str, str] | None = None, num_processes: int | None = None) -> Job:
         """A new job that continues from this one's checkpoint, linked by resumed_from.
+
+        num_processes: run the rest on this many ranks (the checkpoint's step is kept either way).
 
         At most one resume of a job wins: a second, or one racing a delete, is a JobConflict.
         """
@@ -228,6 +230,8 @@ class JobManager:
             running = self._jobs.get(job_id)
             kept = dict(running.secrets) if running else {}
             public = {**job.config, "resume_from_checkpoint": checkpoint, "output_dir": None}
+            if num_processes is not None:
+                public["num_processes"] = num_processes
             config = JobConfig.from_parts(public, {**kept, **(secrets or {})})
             return self.submit(config, resumed_from=job_id)
 
@@ -370,6 +374,7 @@ class JobManager:
                 prewarm=self.settings.prewarm,
                 kind=self.settings.executor,
                 ray_address=self.settings.ray_address,
+                private_network=self.settings.private_network,
             ),
         )
         running.supervisor = supervisor

@@ -254,6 +254,11 @@ class LauncherExecutor:
         """The ranks' processes as the launcher's children now (empty once it is gone)."""
         return _children(self._proc.pid) if self._proc is not None else set()
 
+    @staticmethod
+    def children_of(launcher_pid: int) -> set[int]:
+        """A launcher's children (its ranks under torchrun), for one that another process started."""
+        return _children(launcher_pid)
+
     def close(self) -> None:
         """Drop the link and its private folder (after the launcher exited)."""
         for sock in (self._link, self._server):
@@ -265,15 +270,26 @@ class LauncherExecutor:
 
 
 class TorchrunExecutor(LauncherExecutor):
-    """N ranks under torchrun on this machine; the launcher process stands for the job."""
+    """N ranks under torchrun on this machine; the launcher process stands for the job.
 
-    def __init__(self, num_processes: int) -> None:
+    private_network: run the launcher and its ranks in a network namespace of their own
+    with only loopback (`unshare -n`; needs root or CAP_SYS_ADMIN). torchrun's rendezvous
+    store listens on every interface (torch binds it so, whatever --master-addr says);
+    in the namespace nothing is reachable from outside. The link is a Unix socket, which
+    crosses network namespaces.
+    """
+
+    def __init__(self, num_processes: int, private_network: bool = False) -> None:
         if num_processes < 2:
             raise ValueError("num_processes: torchrun runs 2 or more ranks; 1 runs as a local process")
         super().__init__(num_processes)
+        self.private_network = private_network
 
     def _command(self) -> list[str]:
+        # unshare execs the launcher in place: same pid, same process group, PR_SET_PDEATHSIG kept.
+        prefix = ["unshare", "--net"] if self.private_network else []
         return [
+            *prefix,
             sys.executable, "-m", "tunestudio.worker.launch",
             "--nnodes", "1",
             "--nproc-per-node", str(self.num_processes),
@@ -287,6 +303,8 @@ class TorchrunExecutor(LauncherExecutor):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         # N ranks share the cores: torch threads per rank (worker/performance.py makes the same split).
         env = {"OMP_NUM_THREADS": str(max(1, cores // self.num_processes))}
+        if self.private_network:
+            env["TUNESTUDIO_LOOPBACK_UP"] = "1"  # the launcher brings the namespace's lo up first
         if os.path.exists("/sys/class/net/lo"):  # one machine: collectives stay on loopback
             env["GLOO_SOCKET_IFNAME"] = os.environ.get("GLOO_SOCKET_IFNAME", "lo")
             env["NCCL_SOCKET_IFNAME"] = os.environ.get("NCCL_SOCKET_IFNAME", "lo")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,10 +20,13 @@ from tunestudio.worker.child import die_with_parent
 from tunestudio.worker.rank import MANAGER_PID_ENV
 
 RESULT_ENV = "TUNESTUDIO_LAUNCH_RESULT"
+LOOPBACK_ENV = "TUNESTUDIO_LOOPBACK_UP"
 
 
 def main(argv: list[str]) -> int:
     die_with_parent(int(os.environ[MANAGER_PID_ENV]))
+    if os.environ.get(LOOPBACK_ENV) == "1":  # a fresh network namespace: its loopback starts down
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
