@@ -235,12 +235,17 @@ def jobs_stop(
 
 
 @jobs_app.command("resume")
-def jobs_resume(job_id: str) -> None:
+def jobs_resume(
+    job_id: str,
+    num_processes: Annotated[
+        int | None, typer.Option(min=1, max=256, help="Ranks for the rest of the job; default: as before.")
+    ] = None,
+) -> None:
     """Resume a stopped, interrupted or failed job from its checkpoint, in the foreground."""
     with _manager() as manager:
         _get_or_exit(manager, job_id)
         try:
-            job = manager.resume(job_id)
+            job = manager.resume(job_id, num_processes=num_processes)
         except (JobConflict, PathRefused, QueueFull) as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None

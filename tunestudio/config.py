@@ -225,6 +225,15 @@ class JobConfig(BaseModel):
     optim: Optimizer = "adamw_torch"
     lr_scheduler_type: LrScheduler = "linear"
 
+    # --- scale out (issue 14) ---------------------------------------------------
+    num_processes: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Data-parallel ranks; above 1 the job runs under torchrun (gloo on a CPU, nccl on GPUs). "
+        "batch_size is per rank: the global batch is batch_size x gradient_accumulation_steps x num_processes.",
+    )
+
     # --- adapters --------------------------------------------------------------
     lora_r: int = Field(default=16, ge=1, le=4096)
     lora_alpha: int = Field(default=16, ge=1, le=65_536)

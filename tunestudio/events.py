@@ -53,8 +53,9 @@ class Progress(_Message):
     learning_rate: float | None = None
     grad_norm: float | None = None
     eval_loss: float | None = None
-    num_tokens: int | None = None
-    tokens_per_second: float | None = None
+    num_tokens: int | None = None  # all ranks together
+    tokens_per_second: float | None = None  # all ranks together
+    global_batch_size: int | None = None  # sequences per optimizer step, over every rank
     elapsed_seconds: float | None = None
     eta_seconds: float | None = None
     peak_memory_mb: float | None = None  # the worker's peak so far: process RSS on a CPU, allocated on a GPU

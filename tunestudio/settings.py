@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -37,6 +37,20 @@ class Settings(BaseSettings):
     )
     inference_idle_seconds: float = Field(
         default=300.0, gt=0, description="How long the chat worker keeps a model loaded without a request."
+    )
+
+    # --- where jobs run (issue 14) --------------------------------------------------
+    executor: Literal["local", "ray"] = Field(
+        default="local",
+        description="local: this machine (num_processes > 1 under torchrun); ray: Ray Train on a Ray cluster.",
+    )
+    private_network: bool = Field(
+        default=False,
+        description="Run torchrun jobs in a network namespace of their own with only loopback (unshare -n, "
+        "needs root): torchrun's rendezvous store otherwise listens on every interface while a job runs.",
+    )
+    ray_address: str | None = Field(
+        default=None, description='The Ray cluster (e.g. "10.0.0.5:6379"); unset: "auto", the one `ray start` joined.'
     )
 
     # --- the server --------------------------------------------------------------

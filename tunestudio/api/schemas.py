@@ -91,6 +91,7 @@ class ResumeRequest(BaseModel):
 
     hf_token: SecretStr | None = None
     wandb_token: SecretStr | None = None
+    num_processes: int | None = Field(default=None, ge=1, le=256, description="Ranks for the rest; unset: as before.")
 
     def secrets(self) -> dict[str, str]:
         return {k: v.get_secret_value() for k, v in (("hf_token", self.hf_token), ("wandb_token", self.wandb_token))

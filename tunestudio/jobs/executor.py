@@ -3,8 +3,10 @@
 An executor starts one worker, says whether it is alive and how it exited,
 carries commands to it and its events back, and kills it. `LocalExecutor` runs
 the worker as a process on this machine (spawned, or forked from the prewarmed
-forkserver); a cluster executor (Ray) implements the same protocol, and the
-supervisor's pump, escalation and exit classification stay the same.
+forkserver); `TorchrunExecutor` (jobs/torchrun.py) runs it as N data-parallel
+ranks; a cluster executor implements the same protocol, and the supervisor's
+pump, escalation and exit classification stay the same. `executor_for` is the
+one place that chooses.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from tunestudio.config import JobConfig
 from tunestudio.events import Stop
 from tunestudio.jobs.prewarm import context as start_context
+from tunestudio.jobs.ray_cluster import RayExecutor
+from tunestudio.jobs.torchrun import TorchrunExecutor
 from tunestudio.process import kill_group
 from tunestudio.worker.child import WorkerArgs, WorkerEntry, WorkerKind
 
@@ -48,6 +53,12 @@ class Executor(Protocol):
 
     def kill(self, sig: int) -> None:
         """Signal the worker and everything it started; gone already is not an error."""
+
+    def exit_detail(self) -> str | None:
+        """What the executor knows of the end beyond the exit code (which rank died, and how), or None."""
+
+    def close(self) -> None:
+        """Release what the executor holds (links, temporary files) once the worker has exited."""
 
 
 class LocalExecutor:
@@ -95,3 +106,31 @@ class LocalExecutor:
 
     def kill(self, sig: int) -> None:
         kill_group(self.pid, sig)
+
+    def exit_detail(self) -> str | None:
+        return None  # the exit code says it all
+
+    def close(self) -> None:
+        pass
+
+
+def executor_for(
+    config: JobConfig,
+    target: WorkerEntry,
+    prewarm: bool = False,
+    kind: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
+    private_network: bool = False,
+    cache_dir: str | None = None,
+) -> Executor:
+    """The one place that decides where a job runs (kind: the `executor` setting).
+
+    ray: Ray Train on a cluster, with num_processes workers. local: N ranks under
+    torchrun for num_processes > 1, else one process of this machine.
+    """
+    processes = getattr(config, "num_processes", 1)  # an export runs as one local process
+    if kind == "ray" and isinstance(config, JobConfig):
+        return RayExecutor(processes, ray_address)
+    if processes > 1:
+        return TorchrunExecutor(processes, private_network)
+    return LocalExecutor(target, prewarm, cache_dir)

@@ -37,6 +37,7 @@ from tunestudio.config import JobConfig
 from tunestudio.events import Log, StatusEvent, WarningEvent
 from tunestudio.export_config import ExportConfig, ExportOptions
 from tunestudio.jobs import prewarm
+from tunestudio.jobs.executor import executor_for
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound, QueueFull
 from tunestudio.jobs.owners import Owners
 from tunestudio.jobs.slots import Slots
@@ -256,8 +257,10 @@ class JobManager:
     def cancel(self, job_id: str) -> Job:
         return self.stop(job_id, save=False)
 
-    def resume(self, job_id: str, secrets: dict[str, str] | None = None) -> Job:
+    def resume(self, job_id: str, secrets: dict[str, str] | None = None, num_processes: int | None = None) -> Job:
         """A new job that continues from this one's checkpoint, linked by resumed_from.
+
+        num_processes: run the rest on this many ranks (the checkpoint's step is kept either way).
 
         At most one resume of a job wins: a second, or one racing a delete, is a JobConflict.
         """
@@ -276,6 +279,8 @@ class JobManager:
             running = self._jobs.get(job_id)
             kept = dict(running.secrets) if running else {}
             public = {**job.config, "resume_from_checkpoint": checkpoint, "output_dir": None}
+            if num_processes is not None:
+                public["num_processes"] = num_processes
             config = JobConfig.from_parts(public, {**kept, **(secrets or {})})
             return self.submit(config, resumed_from=job_id)
 
@@ -412,8 +417,15 @@ class JobManager:
             save_grace_seconds=self.settings.save_grace_seconds,
             kill_after_seconds=self.settings.kill_after_seconds,
             exit_after_terminal_seconds=self.settings.exit_after_terminal_seconds,
-            prewarm=self.settings.prewarm,
-            cache_dir=str(self.data_dir / "cache"),
+            executor=executor_for(
+                config,
+                self.worker_target,
+                prewarm=self.settings.prewarm,
+                kind=self.settings.executor,
+                ray_address=self.settings.ray_address,
+                private_network=self.settings.private_network,
+                cache_dir=str(self.data_dir / "cache"),
+            ),
         )
         running.supervisor = supervisor
         self._running.add(job_id)

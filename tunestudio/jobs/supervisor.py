@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Stop, parse_event
 from tunestudio.export_config import ExportConfig
-from tunestudio.jobs.executor import Executor, LocalExecutor
+from tunestudio.jobs.executor import Executor, executor_for
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerEntry, WorkerKind
 
@@ -91,8 +91,8 @@ class Supervisor:
         self.save_grace_seconds = save_grace_seconds
         self.kill_after_seconds = kill_after_seconds
         self.exit_after_terminal_seconds = exit_after_terminal_seconds
-        # target: the worker's entry point (tests pass scripted fake workers); used by the default executor.
-        self.executor: Executor = executor or LocalExecutor(target, prewarm, cache_dir)
+        # target: the worker's entry point (tests pass scripted fake workers); used by the local executor.
+        self.executor: Executor = executor or executor_for(config, target, prewarm, cache_dir=cache_dir)
         self._terminal: Completed | Failed | None = None
         self._asked = _Asked()
         self._done = threading.Event()
@@ -147,6 +147,7 @@ class Supervisor:
         self.executor.join(timeout=5)
         self._drain()
         outcome = self._classify(self.executor.exitcode())
+        self.executor.close()
         if self.on_exit is not None:
             try:
                 self.on_exit(outcome)
@@ -199,10 +200,12 @@ class Supervisor:
                 return Outcome("stopped", "stopped and saved", end)
             return Outcome("cancelled", "cancelled", end)
         if isinstance(end, Failed):
-            return Outcome("failed", end.message)
+            # A rank that died first is the cause; what rank 0 then reported (a broken collective) is not.
+            detail = self.executor.exit_detail()
+            return Outcome("failed", f"{detail}; the job reported: {end.message}" if detail else end.message)
         if self._asked.cancel:
             return Outcome("cancelled", f"cancelled ({describe_exit(code, asked=True)})")
-        return Outcome("failed", describe_exit(code))
+        return Outcome("failed", self.executor.exit_detail() or describe_exit(code))
 
     def _escalate(self, grace: float) -> None:
         """After a stop: SIGTERM once the grace period is over, SIGKILL after that."""

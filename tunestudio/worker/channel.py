@@ -29,6 +29,10 @@ from tunestudio.events import (
 
 
 class Channel(ABC):
+    # Whether this process writes the job's artefacts and reports its end: always, except
+    # on the ranks other than 0 of a data-parallel job (tunestudio/worker/rank.py).
+    is_main: bool = True
+
     def __init__(self) -> None:
         self._seq = 0
         self._lock = threading.Lock()

@@ -66,11 +66,12 @@ class WorkerEntry(Protocol):
     def __call__(self, args: WorkerArgs) -> None: ...
 
 
-def _die_with_parent(manager_pid: int) -> None:
+def die_with_parent(manager_pid: int) -> None:
     """Exit (with the whole process group) as soon as the manager process is gone.
 
-    Our direct parent is the manager (spawn) or the prewarmed forkserver, which
-    itself exits when the manager does. PR_SET_PDEATHSIG covers the direct
+    Our direct parent is the manager (spawn), the prewarmed forkserver, which
+    itself exits when the manager does, or (a rank, a Ray driver) a launcher
+    that dies with the manager in turn. PR_SET_PDEATHSIG covers the direct
     parent; the watch covers the manager itself, a parent that died before
     prctl ran, and PDEATHSIG's quirk of firing when the parent *thread* ends.
     """
@@ -108,7 +109,7 @@ def _redirect_output(log_path: str | None) -> None:
 def become_worker(args: WorkerArgs) -> None:
     """The first steps of every worker: its own process group, death with its parent, output to its log."""
     os.setpgid(0, 0)
-    _die_with_parent(args.parent_pid)
+    die_with_parent(args.parent_pid)
     _redirect_output(args.log_path)
 
 

@@ -116,8 +116,9 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     trainer, reporter = train_mod.build_trainer(
         cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
     )
-    # precision auto: measured on this model and a batch of this data (worker/calibrate.py)
-    decision = calibrate.for_job(cfg, trainer, cache_dir)
+    # precision auto: measured on this model and a batch of this data (worker/calibrate.py); one process only,
+    # so that every rank of a data-parallel job keeps the precision it was given
+    decision = calibrate.for_job(cfg, trainer, cache_dir) if trainer.args.world_size == 1 else None
     if decision is not None:
         channel.log(decision.describe())
         if decision.precision != precision.name:
@@ -126,11 +127,18 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
             trainer, reporter = train_mod.build_trainer(
                 cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
             )
+    if trainer.args.world_size > 1:
+        channel.log(
+            f"data parallel: {trainer.args.world_size} ranks ({'nccl' if trainer.args.n_gpu else 'gloo'}), "
+            f"global batch {cfg.batch_size * cfg.gradient_accumulation_steps * trainer.args.world_size} "
+            f"({cfg.batch_size} per rank x {cfg.gradient_accumulation_steps} accumulation)"
+        )
     if channel.stop_request:
         return _stopped_before_training(channel)
 
-    # 4. the base model, for comparison afterwards: the sample prompts, the eval loss, held-out answers
-    before = [train_mod.generate(trainer.model, tokenizer, p) for p in cfg.sample_prompts]
+    # 4. the base model, for comparison afterwards (by the one process that reports): the sample prompts,
+    # the eval loss, held-out answers
+    before = [train_mod.generate(trainer.model, tokenizer, p) for p in cfg.sample_prompts] if channel.is_main else []
     loss_before = None
     if trainer.eval_dataset is not None and checkpoint is None:
         loss_before = trainer.evaluate().get("eval_loss")  # eval loss at step 0, reported through the callback
@@ -153,7 +161,9 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     # 6. save
     channel.phase("saving")
     saved_checkpoint = _latest_checkpoint(output_dir) if stop is not None else None
-    trainer.save_model(str(output_dir))
+    trainer.save_model(str(output_dir))  # every rank calls it; the trainer writes on rank 0 only
+    if not channel.is_main:
+        return 0  # under torchrun, rank 0 writes the rest and reports
     tokenizer.save_pretrained(str(output_dir))
     (output_dir / "job_config.json").write_text(json.dumps(cfg.public_dict(), indent=2) + "\n")
     with (output_dir / "metrics.jsonl").open("w", encoding="utf-8") as fh:

@@ -55,13 +55,15 @@ def peak_memory_mb() -> float:
 
 
 def configure_threads() -> int:
-    """One torch thread per available core; tokenizers and data loading stay single-threaded.
+    """One torch thread per available core (per rank's share of them); tokenizers stay single-threaded.
 
     The training loop is the one parallel consumer: tokenization happens before it,
     and the DataLoader runs in-process (dataloader_num_workers=0), so nothing else
-    competes for the cores while it runs.
+    competes for the cores while it runs. Under torchrun, the LOCAL_WORLD_SIZE ranks
+    on this machine split the cores, so N ranks do not oversubscribe them.
     """
-    cores = available_cores()
+    ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    cores = max(1, available_cores() // ranks_here)
     if torch.get_num_threads() != cores:
         # Only when torch's own default differs (e.g. a CPU quota): resetting the pool to the
         # same size was measured slower in a spawned worker (bench/worker_overhead.py diagnosis).

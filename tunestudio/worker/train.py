@@ -138,6 +138,8 @@ class ReportingCallback(TrainerCallback):
             eval_loss=logs.get("eval_loss"),
             num_tokens=int(tokens) if tokens is not None else None,
             tokens_per_second=tps,
+            # per rank x accumulation x ranks: what one optimizer step sees over every rank
+            global_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
             elapsed_seconds=elapsed,
             eta_seconds=eta,
             peak_memory_mb=performance.peak_memory_mb(),
@@ -196,6 +198,9 @@ def build_trainer(
         report_to=report_to or [],
         disable_tqdm=True,
         dataloader_num_workers=0,
+        # Under torchrun: every trainable parameter gets a gradient (LoRA and full alike), so DDP
+        # need not search the graph for unused ones each step.
+        ddp_find_unused_parameters=False,
     )
     callback = ReportingCallback(channel)
     if cfg.method not in methods.SFT_METHODS:

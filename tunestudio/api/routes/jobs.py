@@ -89,7 +89,8 @@ def export_job(
 @router.post("/{job_id}/resume", status_code=201, response_model=JobOut)
 def resume_job(job_id: str, manager: ManagerDep, body: ResumeRequest | None = None) -> JobOut:
     """A new job continuing from this one's checkpoint; the body may give the secrets again."""
-    return JobOut.of(manager.resume(job_id, secrets=body.secrets() if body else None))
+    return JobOut.of(manager.resume(job_id, secrets=body.secrets() if body else None,
+                                    num_processes=body.num_processes if body else None))
 
 
 @router.delete("/{job_id}", status_code=204)
