@@ -49,18 +49,22 @@ def confine_paths(config: JobConfig, settings: Settings) -> None:
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a request body over `limit` bytes, declared or streamed."""
+    """ASGI middleware: 413 for a request body over `limit` bytes, declared or streamed.
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    `per_path` gives an exact path a limit of its own (the dataset upload route takes files).
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, per_path: dict[str, int] | None = None) -> None:
+        self.app, self.default_limit, self.per_path = app, limit, per_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.per_path.get(scope.get("path", ""), self.default_limit)
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await _too_large(send, self.limit)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _too_large(send, limit)
             return
         seen = 0
 
@@ -69,14 +73,14 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise _TooLarge()
             return message
 
         try:
             await self.app(scope, limited, send)
         except _TooLarge:
-            await _too_large(send, self.limit)
+            await _too_large(send, limit)
 
 
 class _TooLarge(Exception):

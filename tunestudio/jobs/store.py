@@ -67,8 +67,10 @@ CREATE TABLE IF NOT EXISTS events (
 JOB_COLUMNS = (
     "id", "request_id", "status", "phase", "message", "error", "config", "created_at", "started_at",
     "finished_at", "output_dir", "checkpoint", "resumed_from", "final_metrics", "progress", "owner_pid",
-    "worker_pid", "log_path", "last_seq", "stop_request",
+    "worker_pid", "log_path", "last_seq", "stop_request", "name", "notes",
 )
+# Every job read carries the id of the job that resumed it (at most one: a job resumes once).
+_JOB_SELECT = "SELECT *, (SELECT c.id FROM jobs c WHERE c.resumed_from = jobs.id LIMIT 1) AS resumed_by FROM jobs"
 JSON_COLUMNS = ("config", "final_metrics", "progress")
 INT64_MAX = 2**63 - 1  # SQLite's largest integer
 
@@ -98,6 +100,8 @@ _ADDED_COLUMNS = (
     *(("metrics", name, "TEXT" if kind == "JSON" else kind) for name, kind in PROGRESS_TYPES.items()
       if name != "step"),
     ("jobs", "stop_request", "TEXT"),
+    ("jobs", "name", "TEXT"),
+    ("jobs", "notes", "TEXT"),
 )
 
 
@@ -156,6 +160,7 @@ class Store:
                     if name not in _columns(writer, table):  # not another process (a server, a CLI) adding it first
                         raise
         writer.execute("CREATE INDEX IF NOT EXISTS metrics_job_seq ON metrics (job_id, seq)")
+        writer.execute("CREATE INDEX IF NOT EXISTS jobs_resumed_from ON jobs (resumed_from)")
         writer.commit()
         self._writer = threading.Thread(target=self._write_loop, args=(writer,), name="store-writer", daemon=True)
         self._writer.start()
@@ -335,11 +340,11 @@ class Store:
 
     # --- reads -----------------------------------------------------------------
     def get_job(self, job_id: str) -> dict[str, Any] | None:
-        row = self._reader().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = self._reader().execute(f"{_JOB_SELECT} WHERE id = ?", (job_id,)).fetchone()
         return _decode(row) if row else None
 
     def find_by_request_id(self, request_id: str) -> dict[str, Any] | None:
-        row = self._reader().execute("SELECT * FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
+        row = self._reader().execute(f"{_JOB_SELECT} WHERE request_id = ?", (request_id,)).fetchone()
         return _decode(row) if row else None
 
     def list_jobs(
@@ -352,7 +357,7 @@ class Store:
             args = wanted
         order = "ASC" if oldest_first else "DESC"
         rows = self._reader().execute(
-            f"SELECT * FROM jobs {where} ORDER BY created_at {order}, rowid {order} LIMIT ? OFFSET ?",
+            f"{_JOB_SELECT} {where} ORDER BY created_at {order}, rowid {order} LIMIT ? OFFSET ?",
             (*args, limit, offset),
         ).fetchall()
         return [_decode(r) for r in rows]
