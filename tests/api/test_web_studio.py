@@ -17,7 +17,11 @@ from tunestudio.settings import Settings
 from ..helpers import fake_workers
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
-from .test_web import SHORT, browser, page, playwright, screenshot, wait_for_status  # noqa: F401 (fixtures)
+from . import test_web as web
+from .test_web import SHORT, screenshot, wait_for_status
+
+# test_web's browser fixtures, shared: pytest finds a fixture by its name in the module.
+playwright, browser, page = web.playwright, web.browser, web.page
 
 pytestmark = pytest.mark.browser
 
@@ -25,15 +29,15 @@ AXE = Path(__file__).resolve().parents[2] / "tunestudio" / "api" / "web" / "node
 WORKER_COUNTS = re.compile(r"model: ([\d,]+) parameters, ([\d,]+) trainable")
 
 
-def _settings(home: Path, tiny_model: Path) -> Settings:
-    return Settings(home=home, dataset_roots=[DATA], model_roots=[tiny_model.parent], sse_heartbeat_seconds=0.5,
+def _settings(home: Path, models: Path) -> Settings:
+    return Settings(home=home, dataset_roots=[DATA], model_roots=[models], sse_heartbeat_seconds=0.5,
                     sse_retry_ms=500)
 
 
 @pytest.fixture
-def quick_server(tmp_path: Path, tiny_model: Path) -> Iterator[str]:
+def quick_server(tmp_path: Path) -> Iterator[str]:
     """A server whose workers end at once (fake_workers.instant): for what is not about training."""
-    settings = _settings(tmp_path / "home", tiny_model)
+    settings = _settings(tmp_path / "home", tmp_path)
     manager = JobManager(settings, worker_target=fake_workers.instant)
     with running_server(settings, manager) as url:
         yield url
@@ -54,7 +58,7 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
     home = tmp_path / "home"
     dataset = tmp_path / "my rows.jsonl"
     dataset.write_text((DATA / "alpaca.jsonl").read_text())
-    with running_server(_settings(home, tiny_model)) as url:
+    with running_server(_settings(home, tiny_model.parent)) as url:
         page.goto(url)
         page.locator("#f-model_name").fill(str(tiny_model))
         page.locator("#upload-input").set_input_files(str(dataset))
@@ -85,7 +89,7 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
         assert estimate["parameters"] + estimate["trainable"] == total
 
     # A new server on the same data directory: the finished job's log is still there.
-    with running_server(_settings(home, tiny_model)) as url:
+    with running_server(_settings(home, tiny_model.parent)) as url:
         page.goto(f"{url}/#/jobs/{job_id}")
         wait_for_status(page, "completed")
         page.locator("#log-card summary").click()
@@ -95,8 +99,8 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
 
 
 @pytest.mark.timeout(300)
-def test_config_view_clone_name_filter_and_delete(quick_server: str, tiny_model: Path, page: Page) -> None:
-    config = {"model_name": str(tiny_model), "local_datasets": [str(DATA / "alpaca.jsonl")], "batch_size": 3,
+def test_config_view_clone_name_filter_and_delete(quick_server: str, page: Page) -> None:
+    config = {"model_name": "org/model", "local_datasets": [str(DATA / "alpaca.jsonl")], "batch_size": 3,
               "learning_rate": 0.001, "max_steps": 5}
     with httpx.Client(base_url=quick_server, timeout=30) as client:
         job_id = client.post("/api/jobs", json=config).json()["id"]
@@ -140,9 +144,9 @@ def test_config_view_clone_name_filter_and_delete(quick_server: str, tiny_model:
 
 
 @pytest.mark.timeout(300)
-def test_axe_finds_no_serious_violations(quick_server: str, tiny_model: Path, page: Page) -> None:
+def test_axe_finds_no_serious_violations(quick_server: str, page: Page) -> None:
     with httpx.Client(base_url=quick_server, timeout=30) as client:
-        job_id = client.post("/api/jobs", json={"model_name": str(tiny_model), "max_steps": 3,
+        job_id = client.post("/api/jobs", json={"model_name": "org/model", "max_steps": 3,
                                                 "local_datasets": [str(DATA / "alpaca.jsonl")]}).json()["id"]
     page.goto(quick_server)
     page.locator("#preview-format").wait_for(timeout=90_000)
