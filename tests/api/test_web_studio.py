@@ -66,7 +66,7 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
         stored = home.resolve() / "data" / "uploads" / "my_rows.jsonl"
         assert page.locator("#f-local_datasets").input_value() == str(stored)
         page.locator("#preview-format").filter(has_text="alpaca").wait_for(timeout=90_000)  # previewed at once
-        page.locator('#uploads [data-upload="my_rows.jsonl"]').wait_for()  # listed for reuse
+        page.locator('#uploads [data-upload="my_rows.jsonl"]').wait_for(state="attached")  # listed for reuse
         for name, value in SHORT.items():
             page.locator(f"#f-{name}").fill(str(value))
         page.locator("#estimate-fit").filter(has_text="Fits").wait_for()

@@ -35,7 +35,7 @@ export function mountEstimate(box, config) {
             + "activation checkpointing.")
           : el("p", {class: "muted small", id: "estimate-fit"}, e.fits ? `Fits: ${e.device}, ${fmtBytes(e.available_bytes)}`
             : "Free memory unknown"),
-        e.notes.length ? el("p", {class: "muted small"}, e.notes.join("; ")) : null);
+        e.notes.length ? el("p", {class: "muted small"}, e.notes.join("; ")) : "");
     } catch (err) {
       if (mine === token) box.replaceChildren(el("p", {class: "muted small", id: "estimate-fit"}, `No estimate: ${err.message}`));
     }
