@@ -57,6 +57,7 @@ class Progress(_Message):
     tokens_per_second: float | None = None
     elapsed_seconds: float | None = None
     eta_seconds: float | None = None
+    peak_memory_mb: float | None = Field(default=None, description="The worker's peak memory so far: GPU, else RSS.")
 
     def record(self) -> dict[str, Any]:
         """The metric record (one row of metrics.jsonl / the metrics table)."""

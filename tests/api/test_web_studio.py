@@ -81,6 +81,7 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
         with httpx.Client(base_url=url, timeout=30) as client:
             job = client.get(f"/api/jobs/{job_id}").json()
             assert job["config"]["local_datasets"] == [str(stored)]
+            assert job["progress"]["peak_memory_mb"] > 50  # the worker's own peak (RSS here), in every record
             estimate = client.post("/api/models/estimate", json=job["config"]).json()
             log = client.get(f"/api/jobs/{job_id}/log").text
         # The estimate's arithmetic against the worker's own count of the loaded model (base + adapters).
@@ -103,7 +104,11 @@ def test_config_view_clone_name_filter_and_delete(quick_server: str, page: Page)
     config = {"model_name": "org/model", "local_datasets": [str(DATA / "alpaca.jsonl")], "batch_size": 3,
               "learning_rate": 0.001, "max_steps": 5}
     with httpx.Client(base_url=quick_server, timeout=30) as client:
+        other = client.post("/api/jobs", json={**config, "batch_size": 4}).json()["id"]
         job_id = client.post("/api/jobs", json=config).json()["id"]
+    page.goto(f"{quick_server}/#/compare/{other},{job_id}")
+    page.locator('#config-diff tr[data-key="batch_size"]').wait_for()  # the one field they differ on
+    assert page.locator("#config-diff tbody tr").count() == 1
     page.goto(f"{quick_server}/#/jobs/{job_id}")
     wait_for_status(page, "completed")
 

@@ -65,7 +65,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     el("div", {class: "bar", role: "progressbar", id: "progress", "aria-label": "training progress",
       "aria-valuemin": "0", "aria-valuemax": "100"}, bar),
     el("div", {class: "stats"}, stat("eta", "ETA"), stat("tps", "tokens/s"), stat("loss", "loss"),
-      stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed")),
+      stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
+      stat("peak", "peak memory")),
     errorBox, results, infoBox,
     el("section", {class: "chart-card wide"}, el("h3", {}, "Loss"), lossBox),
     el("div", {class: "chart-row"},
@@ -107,6 +108,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     setStat("grad", fmtNumber(last.grad_norm, 3));
     setStat("epoch", p.epoch !== undefined && p.epoch !== null ? fmtNumber(p.epoch, 3) : "–");
     setStat("elapsed", fmtDuration(p.elapsed_seconds ?? ranFor(job)));
+    const peak = last.peak_memory_mb ?? p.peak_memory_mb;
+    setStat("peak", peak ? fmtBytes(peak * 2 ** 20) : "–");
   };
   const drawStatus = () => {
     status.replaceChildren(statusBadge(job.status));

@@ -66,7 +66,7 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
     const extra = el("label", {class: "check confirm-extra"}, withArtefacts, " also delete its output folder and log");
     const text = dialog.querySelector("#confirm-text");
     const ok = confirmAction(`Delete job ${job.id}?`, "The job leaves the list, with its metrics and events. "
-      + "This cannot be undone.", "Delete");
+      + "This cannot be undone.", "Delete", "Keep it");
     text.after(extra);
     const yes = await ok;
     extra.remove();

@@ -31,7 +31,7 @@ export function mountUpload(box, {local, onChosen}) {
         el("span", {class: "muted small"}, ` ${fmtBytes(u.bytes)} · ${fmtWhen(u.modified)} `),
         el("button", {type: "button", class: "link danger", "aria-label": `delete ${u.name}`, onclick: async () => {
           if (!await confirmAction(`Delete ${u.name}?`, "The uploaded file is removed from the data directory. "
-            + "Jobs that used it keep their results.", "Delete")) return;
+            + "Jobs that used it keep their results.", "Delete", "Keep it")) return;
           try { await api.deleteUpload(u.name); } catch (err) { status.textContent = err.message; }
           refresh();
         }}, "delete"))));
