@@ -69,6 +69,8 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
         page.locator('#uploads [data-upload="my_rows.jsonl"]').wait_for(state="attached")  # listed for reuse
         for name, value in SHORT.items():
             page.locator(f"#f-{name}").fill(str(value))
+        page.locator("#advanced summary").click()
+        page.locator("#f-sample_prompts").fill("Reverse the letters of the word.\n\ngarden")
         page.locator("#estimate-fit").filter(has_text="Fits").wait_for()
         screenshot(page, "studio-form-upload-estimate.png")
         page.locator("#start").click()
@@ -77,6 +79,8 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
         wait_for_status(page, "completed")
         page.locator("#log-card summary").click()
         page.locator("#log-text").filter(has_text="trainable").wait_for()
+        page.locator("#samples tbody tr").first.wait_for()  # before/after, from the completed event
+        assert page.locator("#samples tbody tr").count() == 2
 
         with httpx.Client(base_url=url, timeout=30) as client:
             job = client.get(f"/api/jobs/{job_id}").json()

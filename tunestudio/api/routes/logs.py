@@ -97,3 +97,17 @@ def job_log(
         headers["Content-Range"] = f"bytes {start}-{max(start, end - 1)}/{size}"
     return Response(data.decode("utf-8", errors="replace"), status_code=status,
                     media_type="text/plain; charset=utf-8", headers=headers)
+
+
+@router.get("/{job_id}/samples")
+def job_samples(job_id: str, manager: ManagerDep) -> dict[str, list[dict[str, str]]]:
+    """The before/after samples of a finished job (its `sample_prompts`, answered by the base model and the
+    result), read from the job's `completed` event; empty while it runs or when it had none."""
+    job = manager.get(job_id)
+    if not job.status.is_terminal or not job.config.get("sample_prompts"):
+        return {"samples": []}
+    with manager.subscribe(job_id) as subscription:
+        for event in subscription.replay:
+            if event.kind == "completed":
+                return {"samples": list(event.data.get("samples") or [])}
+    return {"samples": []}

@@ -58,6 +58,7 @@ export const api = {
   listJobsByStatus: (statuses, limit = 100) =>
     call(`/api/jobs?limit=${limit}${statuses.map((s) => `&status=${encodeURIComponent(s)}`).join("")}`),
   log: (id, query) => logPart(id, query),
+  samples: (id) => call(`${job(id)}/samples`),
   logUrl: (id, {download = false} = {}) => withToken(`${job(id)}/log${download ? "?download=true" : "?"}`),
   uploads: () => call("/api/uploads"),
   upload: (file) => uploadFile(file),
