@@ -156,3 +156,19 @@ def test_models_and_the_estimate_from_config_json(client: TestClient, tmp_path: 
     assert bad.status_code == 422 and bad.json()["detail"]["errors"][0]["field"] == "batch_size"
     outside = client.post("/api/models/estimate", json={"model_name": "/etc"})
     assert outside.status_code == 422 and outside.json()["detail"]["field"] == "model_name"
+
+
+def test_a_resumed_job_links_to_its_child_and_offers_no_second_resume(settings: Settings) -> None:
+    manager = JobManager(settings, worker_target=fake_workers.checkpoints_then_fails)
+    with TestClient(create_app(settings, manager)) as client:
+        created = client.post("/api/jobs", json={"model_name": "org/model",
+                                                 "local_datasets": [str(DATA / "alpaca.jsonl")]}).json()
+        job_id = created["id"]
+        wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["status"] == "failed", 60, "the job to fail")
+        failed = client.get(f"/api/jobs/{job_id}").json()
+        assert failed["resumable"] and failed["deletable"] and failed["resumed_by"] is None
+        child = client.post(f"/api/jobs/{job_id}/resume").json()["id"]
+        parent = client.get(f"/api/jobs/{job_id}").json()
+        assert parent["resumed_by"] == child and not parent["resumable"] and not parent["deletable"]
+        assert client.post(f"/api/jobs/{job_id}/resume").status_code == 409  # what the flags said
+    manager.close()
