@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         default=256, ge=4, description="Open connections (event streams included) beyond which the server says 503."
     )
+    max_upload_bytes: int = Field(
+        default=1 << 30, ge=1024, description="The largest dataset file the page may upload (POST /api/uploads)."
+    )
     sse_heartbeat_seconds: float = Field(default=5.0, gt=0)
     sse_retry_ms: int = Field(default=2000, ge=100)
 
@@ -100,7 +103,8 @@ class Settings(BaseSettings):
 
     def allowed_dataset_roots(self) -> list[Path]:
         roots = self.dataset_roots or [self.data_dir(), Path.cwd()]
-        return [Path(r).expanduser().resolve() for r in roots]
+        # Uploaded datasets are always readable, whatever roots are set (they are in the data directory).
+        return [Path(r).expanduser().resolve() for r in roots] + [self.data_dir() / "data" / "uploads"]
 
     def allowed_model_roots(self) -> list[Path]:
         if self.model_roots:
@@ -116,6 +120,12 @@ class Settings(BaseSettings):
 
     def data_dir(self) -> Path:
         path = self.home.expanduser().resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def uploads_dir(self) -> Path:
+        """Where datasets uploaded through the API are kept (see api/routes/uploads.py)."""
+        path = self.data_dir() / "data" / "uploads"
         path.mkdir(parents=True, exist_ok=True)
         return path
 

@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tunestudio.api import errors
 from tunestudio.api.deps import require_token
-from tunestudio.api.routes import jobs, openai, system, train, web
+from tunestudio.api.routes import jobs, logs, models, openai, system, train, uploads, web
 from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import BodyLimit, RequestGuard
 from tunestudio.inference import InferencePool
@@ -49,13 +49,16 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     errors.install(app)
     guarded = [Depends(require_token)]
     app.include_router(jobs.router, dependencies=guarded)
+    app.include_router(logs.router, dependencies=guarded)
+    app.include_router(uploads.router, dependencies=guarded)
+    app.include_router(models.router, dependencies=guarded)
     app.include_router(train.router, dependencies=guarded)
     app.include_router(system.router, dependencies=guarded)
     app.include_router(web.router, dependencies=guarded)
     app.include_router(openai.router, dependencies=guarded)
     app.include_router(openai.status_router, dependencies=guarded)
     app.include_router(system.health)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/api/uploads": settings.max_upload_bytes})
     app.add_middleware(RequestGuard, settings=settings)  # added last: outermost, so it sees every request
     if VENDOR.is_dir():
         app.mount("/vendor/uplot", StaticFiles(directory=VENDOR), name="vendor-uplot")

@@ -83,8 +83,11 @@ def hardware() -> dict[str, Any]:
             "logical_cores": os.cpu_count(),
             "physical_cores": psutil.cpu_count(logical=False),
             "bf16_matmul": bool({"amx_bf16", "avx512_bf16"} & flags),
+            # Live: the use since the previous call (the page polls; the first call after start-up reads 0).
+            "percent": psutil.cpu_percent(interval=None),
         },
-        "memory": {"total_mb": memory.total / 2**20, "available_mb": memory.available / 2**20},
+        "memory": {"total_mb": memory.total / 2**20, "available_mb": memory.available / 2**20,
+                   "used_mb": (memory.total - memory.available) / 2**20, "percent": memory.percent},
         "gpus": gpus,
         "platform": platform.platform(),
         "python": platform.python_version(),

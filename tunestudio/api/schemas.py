@@ -37,22 +37,32 @@ class JobOut(BaseModel):
     progress: dict[str, Any] | None = Field(description="The latest metric record.")
     final_metrics: dict[str, Any] | None
     artefacts: list[Artefact]
-    resumable: bool
     last_seq: int
     samples: list[Sample] = Field(default_factory=list, description="sample_prompts, before and after training.")
     evaluation: Evaluation | None = Field(
         default=None, description="Before/after metrics on held-out rows: {metrics: {name: {before, after}}, "
                                   "rows, examples}.")
 
+    name: str | None = None
+    notes: str | None = None
+    resumed_by: str | None = Field(default=None, description="The job that resumed this one.")
+    queue_position: int | None = Field(default=None, description="1: the next queued job to start.")
+    # What the job allows now, from tunestudio.jobs.status: clients never keep their own status sets.
+    stoppable: bool
+    cancellable: bool
+    resumable: bool
+    deletable: bool
+
     @classmethod
-    def of(cls, job: Job, with_artefacts: bool = True) -> JobOut:
+    def of(cls, job: Job, with_artefacts: bool = True, queue_position: int | None = None) -> JobOut:
         result = job.result or {}
         return cls(
             **job.model_dump(exclude={"log_path", "result"}),
             artefacts=_artefacts(job.output_dir) if with_artefacts else [],
-            resumable=job.resumable,
             samples=result.get("samples") or [],
             evaluation=result.get("evaluation"),
+            queue_position=queue_position,
+            stoppable=job.stoppable, cancellable=job.cancellable, resumable=job.resumable, deletable=job.deletable,
         )
 
 
@@ -96,6 +106,15 @@ class ResumeRequest(BaseModel):
     def secrets(self) -> dict[str, str]:
         return {k: v.get_secret_value() for k, v in (("hf_token", self.hf_token), ("wandb_token", self.wandb_token))
                 if v is not None}
+
+
+class RenameRequest(BaseModel):
+    """A job's name and notes; an empty or missing one is cleared."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, max_length=200)
+    notes: str | None = Field(default=None, max_length=10_000)
 
 
 class MetricsOut(BaseModel):

@@ -64,7 +64,7 @@ EVENT_STREAM_ROUTES = frozenset({"/api/jobs/{job_id}/events", "/api/train/progre
 # multipart/form-data body (file uploads). A cross-site form can post multipart without a preflight, so
 # on these routes only the Origin/Referer check stands between a foreign page and the route: browsers
 # send Origin on every cross-origin POST. Add a route only when it really takes uploads.
-MULTIPART_ROUTES: tuple[str, ...] = ()
+MULTIPART_ROUTES: tuple[str, ...] = ("/api/uploads",)  # the page's dataset upload (routes/uploads.py)
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SECURITY_HEADERS = ((b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"))
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -205,18 +205,22 @@ def confine_export(options: ExportOptions, settings: Settings) -> None:
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a request body over `limit` bytes, declared or streamed."""
+    """ASGI middleware: 413 for a request body over `limit` bytes, declared or streamed.
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    `per_path` gives an exact path a limit of its own (the dataset upload route takes files).
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, per_path: dict[str, int] | None = None) -> None:
+        self.app, self.default_limit, self.per_path = app, limit, per_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.per_path.get(scope.get("path", ""), self.default_limit)
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await _too_large(send, self.limit)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _too_large(send, limit)
             return
         seen = 0
 
@@ -225,14 +229,14 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise _TooLarge()
             return message
 
         try:
             await self.app(scope, limited, send)
         except _TooLarge:
-            await _too_large(send, self.limit)
+            await _too_large(send, limit)
 
 
 class _TooLarge(Exception):

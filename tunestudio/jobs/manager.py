@@ -308,6 +308,12 @@ class JobManager:
             shutil.rmtree(path, ignore_errors=True)
         self.views.drop(job_id)
 
+    def rename(self, job_id: str, name: str | None, notes: str | None) -> Job:
+        """Set a job's name and notes (any status; None clears one). Raises JobNotFound."""
+        self.get(job_id)
+        self._store.update_job(job_id, wait=True, name=name, notes=notes)
+        return self.get(job_id)
+
     def get(self, job_id: str) -> Job:
         row = self._store.get_job(job_id)
         if row is None:

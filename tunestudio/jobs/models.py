@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from tunestudio.jobs.status import RESUMABLE, JobStatus
+from tunestudio.jobs.status import CANCELLABLE, RESUMABLE, STOPPABLE, JobStatus
 
 JobKind = Literal["train", "export"]
 
@@ -35,12 +35,28 @@ class Job(BaseModel):
     log_path: str | None = None
     worker_pid: int | None = None
     last_seq: int = 0
+    name: str | None = None
+    notes: str | None = None
+    resumed_by: str | None = None  # the job that resumed this one (read with the row, never stored)
 
     @property
     def resumable(self) -> bool:
-        if self.kind != "train" or self.status not in RESUMABLE:
-            return False
-        return self.checkpoint is not None and Path(self.checkpoint).is_dir()
+        """A job resumes once: not when another job resumed it already; an export never."""
+        return (self.kind == "train" and self.status in RESUMABLE and self.resumed_by is None
+                and self.checkpoint is not None and Path(self.checkpoint).is_dir())
+
+    @property
+    def stoppable(self) -> bool:
+        return self.status in STOPPABLE
+
+    @property
+    def cancellable(self) -> bool:
+        return self.status in CANCELLABLE
+
+    @property
+    def deletable(self) -> bool:
+        """What JobManager.delete allows (without artefacts): a finished job no other job resumed from."""
+        return self.status.is_terminal and self.resumed_by is None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:

@@ -67,6 +67,10 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 RESUMABLE = frozenset({S.stopped, S.interrupted, S.failed})
+# What a caller may ask of a job in each status, derived from the table so the two cannot drift apart
+# (the API hands these to the page as booleans). A queued job is taken off the queue by a stop or a cancel.
+STOPPABLE = frozenset({S.queued} | {s for s, nexts in TRANSITIONS.items() if S.stopping in nexts})
+CANCELLABLE = frozenset({S.queued} | {s for s, nexts in TRANSITIONS.items() if S.cancelling in nexts})
 
 
 def can_transition(old: JobStatus, new: JobStatus) -> bool:

@@ -74,8 +74,10 @@ CREATE TABLE IF NOT EXISTS events (
 JOB_COLUMNS = (
     "id", "request_id", "status", "phase", "message", "error", "config", "created_at", "started_at",
     "finished_at", "output_dir", "checkpoint", "resumed_from", "final_metrics", "progress", "owner_pid",
-    "worker_pid", "log_path", "last_seq", "stop_request", "result", "kind", "source_job",
+    "worker_pid", "log_path", "last_seq", "stop_request", "result", "kind", "source_job", "name", "notes",
 )
+# Every job read carries the id of the job that resumed it (at most one: a job resumes once).
+_JOB_SELECT = "SELECT *, (SELECT c.id FROM jobs c WHERE c.resumed_from = jobs.id LIMIT 1) AS resumed_by FROM jobs"
 JSON_COLUMNS = ("config", "final_metrics", "progress", "result")
 INT64_MAX = 2**63 - 1  # SQLite's largest integer
 
@@ -109,6 +111,8 @@ _ADDED_COLUMNS = (
     # Job kinds: "train", or "export" (source_job: the job whose result it exports).
     ("jobs", "kind", "TEXT NOT NULL DEFAULT 'train'"),
     ("jobs", "source_job", "TEXT"),
+    ("jobs", "name", "TEXT"),
+    ("jobs", "notes", "TEXT"),
 )
 
 
@@ -221,6 +225,7 @@ class Store:
                     if name not in _columns(writer, table):  # not another process (a server, a CLI) adding it first
                         raise
         writer.execute("CREATE INDEX IF NOT EXISTS metrics_job_seq ON metrics (job_id, seq)")
+        writer.execute("CREATE INDEX IF NOT EXISTS jobs_resumed_from ON jobs (resumed_from)")
         writer.commit()
 
     def _connect(self, busy_timeout: float = 10.0) -> sqlite3.Connection:
@@ -368,11 +373,11 @@ class Store:
         return self._writer.failure
 
     def get_job(self, job_id: str) -> dict[str, Any] | None:
-        row = self._reader().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = self._reader().execute(f"{_JOB_SELECT} WHERE id = ?", (job_id,)).fetchone()
         return self._row(row) if row else None
 
     def find_by_request_id(self, request_id: str) -> dict[str, Any] | None:
-        row = self._reader().execute("SELECT * FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
+        row = self._reader().execute(f"{_JOB_SELECT} WHERE request_id = ?", (request_id,)).fetchone()
         return self._row(row) if row else None
 
     def list_jobs(
@@ -385,7 +390,7 @@ class Store:
             args = wanted
         order = "ASC" if oldest_first else "DESC"
         rows = self._reader().execute(
-            f"SELECT * FROM jobs {where} ORDER BY created_at {order}, rowid {order} LIMIT ? OFFSET ?",
+            f"{_JOB_SELECT} {where} ORDER BY created_at {order}, rowid {order} LIMIT ? OFFSET ?",
             (*args, limit, offset),
         ).fetchall()
         return [self._row(r) for r in rows]

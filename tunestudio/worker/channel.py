@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -26,6 +27,12 @@ from tunestudio.events import (
     WarningEvent,
     parse_command,
 )
+
+
+def _to_log_file(level: str, message: str) -> None:
+    """Also on stderr, which a supervised worker writes to its job's log file: the file alone then tells the
+    job's story (the page shows it for any job, after a server restart too)."""
+    print(f"{time.strftime('%H:%M:%S')} [{level}] {message[:10_000]}", file=sys.stderr, flush=True)
 
 
 class Channel(ABC):
@@ -57,9 +64,11 @@ class Channel(ABC):
 
     def log(self, message: str, level: str = "info") -> None:
         self.emit(Log, message=message, level=level)
+        _to_log_file(level, message)
 
     def warn(self, message: str) -> None:
         self.emit(WarningEvent, message=message)
+        _to_log_file("warning", message)
 
     def completed(self, **fields: Any) -> None:
         self.emit(Completed, **fields)

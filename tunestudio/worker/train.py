@@ -3,6 +3,7 @@ and the callback that reports progress and obeys stop commands at step boundarie
 
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,3 +249,10 @@ def generate(model: torch.nn.Module, tokenizer: Any, prompt: str, max_new_tokens
     if was_training:
         model.train()
     return tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
+
+
+def _peak_memory_mb() -> float:
+    """The most memory this job has held: the GPU's allocator peak on CUDA, else the process's peak RSS."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB

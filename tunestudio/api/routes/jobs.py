@@ -16,6 +16,7 @@ from tunestudio.api.schemas import (
     JobOut,
     JobPage,
     MetricsOut,
+    RenameRequest,
     ResumeRequest,
     StopRequest,
 )
@@ -48,14 +49,32 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
 ) -> JobPage:
-    """Jobs, newest first."""
-    items = [JobOut.of(job, with_artefacts=False) for job in manager.list(status, limit, offset)]
+    """Jobs, newest first; a queued job says its place in the queue."""
+    jobs = manager.list(status, limit, offset)
+    places = _queue_places(manager) if any(j.status is JobStatus.queued for j in jobs) else {}
+    items = [JobOut.of(job, with_artefacts=False, queue_position=places.get(job.id)) for job in jobs]
     return JobPage(items=items, total=manager.count(status), limit=limit, offset=offset)
+
+
+def _queue_places(manager: ManagerDep) -> dict[str, int]:
+    """Queued jobs start oldest first (across processes on the data directory): 1 is the next to start."""
+    queued = manager.list([JobStatus.queued], limit=100_000)
+    return {job.id: place for place, job in enumerate(reversed(queued), start=1)}
 
 
 @router.get("/{job_id}", response_model=JobOut)
 def get_job(job_id: str, manager: ManagerDep) -> JobOut:
-    return JobOut.of(manager.get(job_id))
+    job = manager.get(job_id)
+    place = _queue_places(manager).get(job_id) if job.status is JobStatus.queued else None
+    return JobOut.of(job, queue_position=place)
+
+
+@router.patch("/{job_id}", response_model=JobOut)
+def rename_job(job_id: str, body: RenameRequest, manager: ManagerDep) -> JobOut:
+    """Set the job's name and notes (blank clears them)."""
+    name = (body.name or "").strip() or None
+    notes = (body.notes or "").strip() or None
+    return JobOut.of(manager.rename(job_id, name, notes))
 
 
 @router.post("/{job_id}/stop", response_model=JobOut)

@@ -58,6 +58,20 @@ export const api = {
   cancelJob: (id) => call(`${job(id)}/cancel`, {method: "POST"}),
   resumeJob: (id) => call(`${job(id)}/resume`, {method: "POST"}),
   exportJob: (id, body) => call(`${job(id)}/exports`, {method: "POST", body}),
+  renameJob: (id, name, notes) => call(job(id), {method: "PATCH", body: {name, notes}}),
+  deleteJob: (id, artefacts) => call(`${job(id)}?delete_artifacts=${artefacts ? "true" : "false"}`, {method: "DELETE"}),
+  listJobsByStatus: (statuses, limit = 100) =>
+    call(`/api/jobs?limit=${limit}${statuses.map((s) => `&status=${encodeURIComponent(s)}`).join("")}`),
+  log: (id, query) => logPart(id, query),
+  samples: (id) => call(`${job(id)}/samples`),
+  logUrl: (id, {download = false} = {}) => withToken(`${job(id)}/log${download ? "?download=true" : "?"}`),
+  uploads: () => call("/api/uploads"),
+  upload: (file) => uploadFile(file),
+  deleteUpload: (name) => call(`/api/uploads/${encodeURIComponent(name)}`, {method: "DELETE"}),
+  models: () => call("/api/models"),
+  hubModel: (id) => call(`/api/models/hub?id=${encodeURIComponent(id)}`),
+  estimate: (config) => call("/api/models/estimate", {method: "POST", body: config}),
+  hardware: () => call("/api/system/hardware"),
   metrics: (id, maxPoints) => call(`${job(id)}/metrics${maxPoints ? `?max_points=${maxPoints}` : ""}`),
   // EventSource cannot send headers, so a token travels in the query string.
   eventsUrl: (id, after) => {
@@ -98,4 +112,35 @@ export async function chatStream(body, signal, onDelta) {
     }
   }
   return finish;
+}
+
+function withToken(url) {
+  const token = localStorage.getItem("tunestudio.token");
+  return token ? `${url}${url.includes("?") ? "&" : "?"}access_token=${encodeURIComponent(token)}` : url;
+}
+
+async function failed(res) {
+  let detail = null;
+  try { detail = (await res.json()).detail; } catch { /* not JSON */ }
+  return new ApiError(res.status, detail);
+}
+
+/** Part of a job's log file: {text, start, end, size, exists}; `query` is {tail} or {offset}. */
+async function logPart(id, query) {
+  const params = new URLSearchParams(Object.entries(query).map(([k, v]) => [k, String(v)]));
+  const res = await fetch(`${job(id)}/log?${params}`, {headers: headers(false)});
+  if (!res.ok) throw await failed(res);
+  const number = (name) => Number(res.headers.get(name) || 0);
+  return {text: await res.text(), start: number("X-Log-Start"), end: number("X-Log-End"), size: number("X-Log-Size"),
+    exists: res.headers.get("X-Log-Exists") === "true"};
+}
+
+/** A dataset file, sent as multipart/form-data (the one kind of body besides JSON the API takes). */
+async function uploadFile(file) {
+  const form = new FormData();
+  form.append("file", file, file.name);
+  const hdrs = headers(false);
+  const res = await fetch("/api/uploads", {method: "POST", headers: hdrs, body: form});
+  if (!res.ok) throw await failed(res);
+  return res.json();
 }

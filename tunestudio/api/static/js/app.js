@@ -6,6 +6,7 @@
 import {rebuildAll} from "./charts.js";
 import {showCompare} from "./compare.js";
 import {showForm} from "./form.js";
+import {mountHardware} from "./hardware.js";
 import {showJob} from "./job.js";
 import {JobList} from "./list.js";
 import {el} from "./util.js";
@@ -35,6 +36,8 @@ async function route() {
     if (view === "jobs" && arg) {
       list.setActive(arg);
       cleanup = await showJob(main, decodeURIComponent(arg), {onChange: () => list.refresh(), navigate});
+      // On a narrow screen the list sits above the view: bring the chosen job into sight.
+      if (mine === renderCount && matchMedia("(max-width: 900px)").matches) main.scrollIntoView({block: "start"});
     } else if (view === "compare" && arg) {
       const ids = arg.split(",").filter(Boolean);
       list.setActive(null);
@@ -57,6 +60,14 @@ document.getElementById("theme-toggle").addEventListener("click", () => {
   localStorage.setItem("tunestudio.theme", next);
   rebuildAll();
 });
+
+// The skip link focuses the view without touching the hash (the router owns it).
+document.querySelector(".skip-link").addEventListener("click", (event) => {
+  event.preventDefault();
+  main.focus();
+});
+document.getElementById("status-filter").addEventListener("change", (event) => list.setFilter(event.target.value));
+mountHardware(document.getElementById("hardware"));
 
 window.addEventListener("hashchange", route);
 list.start();

@@ -12,6 +12,21 @@ function css(name) {
 export const PALETTE = ["--c1", "--c2", "--c3", "--c4", "--c5", "--c6", "--c7", "--c8"];
 export const colour = (i) => css(PALETTE[i % PALETTE.length]);
 
+// Steps are whole numbers: ticks at 1, 2, 5 × 10^k only (never 2.5).
+const STEP_INCRS = Array.from({length: 10}, (_, k) => [1, 2, 5].map((m) => m * 10 ** k)).flat();
+
+/** Tick labels with as many decimals as the tick spacing needs, so no two ticks read the same. */
+export function tickLabels(splits, incr) {
+  if (!incr || !Number.isFinite(incr)) return splits.map((v) => fmtNumber(v, 3));
+  const big = splits.some((v) => v !== 0 && (Math.abs(v) >= 1e5 || Math.abs(v) < 1e-3));
+  if (big) {
+    const digits = Math.max(1, Math.ceil(Math.log10(Math.max(...splits.map(Math.abs)) / incr)) + 1);
+    return splits.map((v) => (v === 0 ? "0" : v.toExponential(Math.min(6, digits - 1))));
+  }
+  const decimals = Math.max(0, Math.min(10, -Math.floor(Math.log10(incr) + 1e-9)));
+  return splits.map((v) => v.toFixed(decimals));
+}
+
 function axis(extra = {}) {
   return {
     stroke: css("--muted"), grid: {stroke: css("--grid"), width: 1}, ticks: {stroke: css("--grid"), width: 1},
@@ -49,10 +64,13 @@ export class Chart {
     return {
       width, height: this.height, pxAlign: false,
       scales: {x: {time: false}, ...(spec.scales || {})},
-      axes: [axis({label: spec.xLabel || "step", labelSize: 18, labelFont: `11px ${css("--font")}`}),
-        ...(spec.axes || [axis({size: 60, values: (u, splits) => splits.map((v) => fmtNumber(v, 3))})])],
+      axes: [axis({label: spec.xLabel || "step", labelSize: 18, labelFont: `11px ${css("--font")}`,
+        incrs: STEP_INCRS, values: (u, splits) => splits.map((v) => String(Math.round(v)))}),
+      ...(spec.axes || [axis({size: 60, values: (u, splits, ax, space, incr) => tickLabels(splits, incr)})])],
       legend: {live: true},
-      cursor: {drag: {x: true, y: false}},
+      // The legend shows each series' value at the hovered step, or nothing: uPlot's default would
+      // show the nearest non-null value of a series with a gap there (another step's value).
+      cursor: {drag: {x: true, y: false}, dataIdx: (u, seriesIdx, hoveredIdx) => hoveredIdx},
       series: [{label: "step"}, ...spec.series],
     };
   }
@@ -95,9 +113,12 @@ export function rebuildAll() {
 }
 
 // --- the job view's charts -------------------------------------------------------
-export function lossChart(container) {
+export function lossChart(container, {parent = false} = {}) {
   return new Chart(container, () => ({
     series: [
+      // The job this one resumed, before it, faded (see parent.js).
+      ...(parent ? [{label: "before resume", stroke: css("--muted"), width: 1, dash: [4, 3], spanGaps: true,
+        alpha: 0.6, points: {show: false}}] : []),
       {label: "loss", stroke: css("--c1-soft"), width: 1, points: {show: true, size: 4, fill: css("--c1-soft")}},
       {label: "moving avg", stroke: css("--c1"), width: 2, points: {show: false}},
       {label: "eval loss", stroke: css("--c3"), width: 2, spanGaps: true, points: {show: true, size: 6}},

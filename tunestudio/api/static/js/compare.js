@@ -2,6 +2,7 @@
 
 import {api} from "./api.js";
 import {colour, overlayChart, overlayData} from "./charts.js";
+import {configDiff} from "./configdiff.js";
 import {basename, el, fmtNumber, statusBadge, TERMINAL} from "./util.js";
 
 export async function showCompare(main, ids) {
@@ -15,6 +16,8 @@ export async function showCompare(main, ids) {
   const jobs = await Promise.all(ids.map((id) => api.getJob(id)));
   const labels = jobs.map((j) => `${j.id} · ${basename(j.config.model_name)}`);
   const chart = overlayChart(box, labels);
+  main.querySelector(".compare").append(el("section", {class: "chart-card wide"},
+    el("h3", {}, "Config differences"), configDiff(jobs, labels)));
   let timer = null;
 
   const load = async () => {

@@ -2,8 +2,15 @@
 // (GET /api/web/defaults); only values the user changed are sent, so JobConfig keeps
 // owning every default. Field errors from the API are shown next to their field.
 
+import {GROUPS, describe} from "./advanced.js";
 import {api, ApiError} from "./api.js";
+import {mountEstimate} from "./estimate.js";
+import {mountModelPicker} from "./models.js";
+import {mountUpload} from "./upload.js";
 import {el} from "./util.js";
+
+// A config to start from (Clone to form, see config.js): left in sessionStorage, taken once.
+export const CLONE_KEY = "tunestudio.clone";
 
 // The fields most jobs touch; every other JobConfig field is under "Advanced".
 const COMMON = ["num_epochs", "max_steps", "learning_rate", "batch_size", "gradient_accumulation_steps",
@@ -24,7 +31,7 @@ const LABELS = {
   format_type: "Format", hf_token: "Hub token", wandb_token: "W&B token", optim: "Optimizer", lr_scheduler_type: "LR schedule",
 };
 const METHODS = [["lora", "LoRA", "small adapters on a frozen model"],
-  ["qlora", "QLoRA", "LoRA on 4-bit weights (needs a CUDA GPU)"], ["full", "Full", "every weight is trained"]];
+  ["qlora", "QLoRA", "LoRA on 4-bit weights (bitsandbytes; CPU or GPU)"], ["full", "Full", "every weight is trained"]];
 // The training methods (JobConfig.method); a field whose schema lists `methods` shows only for those.
 const TRAINING_METHODS = [["sft", "SFT", "supervised fine-tuning on examples"],
   ["dpo", "DPO", "preference pairs: chosen over rejected"], ["orpo", "ORPO", "preference pairs, no reference model"],
@@ -33,7 +40,12 @@ const TRAINING_METHODS = [["sft", "SFT", "supervised fine-tuning on examples"],
 // Defaults that depend on the method (JobConfig._method_defaults): pretrain packs unless told not to.
 const METHOD_DEFAULTS = {pretrain: {packing: true}};
 
-function label(field) { return LABELS[field.name] || field.title; }
+function label(field) { return LABELS[field.name] || describe(field)[1]; }
+
+/** A value the browser could not read (e.g. "1e" in a number field: its value is then ""). */
+class BadInput extends Error {
+  constructor(field, message) { super(message); this.field = field; }
+}
 
 function rangeHint(f) {
   const parts = [];
@@ -47,25 +59,28 @@ function rangeHint(f) {
 /** A form control for one schema field, with get() returning its JSON value (undefined: leave unset). */
 function control(f) {
   const id = `f-${f.name}`;
-  let input, get;
+  let input, get, set = (v) => { input.value = v === null || v === undefined ? "" : String(v); };
   const fallback = () => (f.nullable ? null : undefined);
   switch (f.kind) {
     case "boolean":
       input = el("input", {type: "checkbox", id, name: f.name});
       input.checked = Boolean(f.default);
       get = () => input.checked;
+      set = (v) => { input.checked = Boolean(v); };
       break;
     case "choice":
       input = el("select", {id, name: f.name},
         f.choices.map((c) => el("option", {value: JSON.stringify(c)}, String(c))));
       input.value = JSON.stringify(f.default);
       get = () => JSON.parse(input.value);
+      set = (v) => { input.value = JSON.stringify(v); };
       break;
     case "integer": case "number":
       input = el("input", {type: "number", id, name: f.name, step: f.kind === "integer" ? "1" : "any",
         placeholder: f.nullable ? "unset" : ""});
       input.value = f.default === null || f.default === undefined ? "" : String(f.default);
       get = () => {
+        if (input.validity.badInput) throw new BadInput(f.name, "this is not a number (e.g. 3, 0.5 or 2e-4)");
         const raw = input.value.trim();
         if (raw === "") return fallback();
         const n = Number(raw);
@@ -79,6 +94,7 @@ function control(f) {
         const items = input.value.split("\n").map((s) => s.trim()).filter(Boolean);
         return items.length ? items : (f.nullable ? null : []);
       };
+      set = (v) => { input.value = (v || []).join("\n"); };
       break;
     case "mapping":
       input = el("textarea", {id, name: f.name, rows: "2", placeholder: '{"question": "user", "answer": "assistant"}'});
@@ -88,6 +104,7 @@ function control(f) {
         if (!raw) return fallback();
         try { return JSON.parse(raw); } catch { return raw; }
       };
+      set = (v) => { input.value = v ? JSON.stringify(v) : ""; };
       break;
     default:  // string, secret
       input = el("input", {type: f.kind === "secret" ? "password" : "text", id, name: f.name,
@@ -98,7 +115,7 @@ function control(f) {
         return raw === "" ? fallback() : raw;
       };
   }
-  return {input, get};
+  return {input, get, set};
 }
 
 function fieldBox(name, labelText, input, help) {
@@ -139,7 +156,7 @@ export async function showForm(main, {onCreated}) {
     const f = fields[name];
     const c = control(f);
     controls[name] = {...c, field: f};
-    const help = [f.description, rangeHint(f)].filter(Boolean).join(" ");
+    const help = [describe(f)[2], rangeHint(f)].filter(Boolean).join(" ");
     return fieldBox(name, label(f), c.input, help);
   };
 
@@ -198,10 +215,15 @@ export async function showForm(main, {onCreated}) {
     && !f.methods);
   const advanced = el("details", {class: "advanced", id: "advanced"},
     el("summary", {}, `Advanced (${rest.length} more settings)`),
-    el("div", {class: "grid"}, rest.map((f) => make(f.name))));
+    GROUPS.map(([key, title]) => {
+      const members = rest.filter((f) => describe(f)[0] === key);
+      return members.length ? el("fieldset", {class: "group", "data-group": key},
+        el("legend", {}, title), el("div", {class: "grid"}, members.map((f) => make(f.name)))) : null;
+    }));
 
   const formError = el("div", {class: "form-error", id: "form-error", role: "alert", hidden: true});
   const submit = el("button", {type: "submit", class: "button primary big", id: "start"}, "Start training");
+  const estimateBox = el("div", {class: "estimate", id: "estimate", "aria-live": "polite"});
   const form = el("form", {id: "new-job", novalidate: true},
     el("h1", {}, "New job"),
     el("section", {}, el("h2", {}, "Model"), modelBox),
@@ -209,7 +231,7 @@ export async function showForm(main, {onCreated}) {
     el("section", {}, el("h2", {}, "Training method"), training, methodOptions),
     el("section", {}, el("h2", {}, "Method"), method),
     el("section", {}, el("h2", {}, "Hyperparameters"), common, advanced),
-    formError, el("div", {class: "actions"}, submit));
+    formError, el("div", {class: "actions"}, submit, estimateBox));
   main.replaceChildren(form);
 
   const showLora = () => {
@@ -287,7 +309,9 @@ export async function showForm(main, {onCreated}) {
   const showErrors = (errors, summary) => {
     const loose = [];
     for (const {field, message} of errors) {
-      const name = (field || "").split(".")[0];
+      let name = (field || "").split(".")[0];
+      // "give local_datasets or hf_dataset" belongs next to the dataset control the user sees.
+      if (name === "local_datasets" && sourceMode() === "hub") name = "hf_dataset";
       const slot = name && form.querySelector(`[data-error-for="${name}"]`);
       if (slot && !slot.closest("[hidden]")) {
         slot.textContent = slot.textContent ? `${slot.textContent}; ${message}` : message;
@@ -303,35 +327,80 @@ export async function showForm(main, {onCreated}) {
       formError.hidden = false;
     }
     const first = form.querySelector(".invalid, .form-error:not([hidden])");
-    if (first) first.scrollIntoView({block: "center", behavior: "smooth"});
+    if (first) {
+      first.scrollIntoView({block: "center", behavior: "smooth"});
+      // Keyboard and screen-reader users land on what needs fixing.
+      (first.querySelector("input, select, textarea") || first).focus({preventScroll: true});
+    }
   };
 
+  /** The config to send, and the errors found before sending it ([{field, message}]). */
   const collect = () => {
-    const config = {model_name: model.value.trim()};
+    const config = {model_name: model.value.trim()}, errors = [];
     if (sourceMode() === "local") {
       config.local_datasets = local.value.split("\n").map((s) => s.trim()).filter(Boolean);
     } else {
       config.hf_dataset = hub.value.trim();
+      if (!config.hf_dataset) errors.push({field: "hf_dataset", message: "give a hub dataset id, e.g. tatsu-lab/alpaca"});
     }
     if (methodValue() !== fields.training_type.default) config.training_type = methodValue();
     if (trainingValue() !== fields.method.default) config.method = trainingValue();
     for (const [name, c] of Object.entries(controls)) {
       if (LORA_ONLY.has(name) && methodValue() === "full") continue;
       if (!applies(name)) continue;  // another method's option: hidden, and an error if sent
-      const value = c.get();
+      let value;
+      try { value = c.get(); } catch (err) {
+        if (!(err instanceof BadInput)) throw err;
+        errors.push({field: err.field, message: err.message});
+        continue;
+      }
       if (value === undefined) continue;
       if (JSON.stringify(value) === JSON.stringify(defaultFor(name))) continue;
       config[name] = value;
     }
-    return config;
+    return {config, errors};
   };
+
+  // --- clone: a config to start from ------------------------------------------------------
+  const fill = (config) => {
+    model.value = config.model_name || model.value;
+    const hubMode = Boolean(config.hf_dataset);
+    source.querySelector(`input[value="${hubMode ? "hub" : "local"}"]`).checked = true;
+    localBox.hidden = hubMode;
+    hubBox.hidden = !hubMode;
+    local.value = (config.local_datasets || []).join("\n");
+    hub.value = config.hf_dataset || "";
+    const methodInput = method.querySelector(`input[value="${config.training_type}"]`);
+    if (methodInput) methodInput.checked = true;
+    showLora();
+    for (const [name, c] of Object.entries(controls)) {
+      if (name in config && fields[name].kind !== "secret") c.set(config[name]);
+    }
+  };
+  const cloned = sessionStorage.getItem(CLONE_KEY);
+  if (cloned) {
+    sessionStorage.removeItem(CLONE_KEY);
+    fill(JSON.parse(cloned));
+    runPreview();
+  }
+  mountUpload(localBox, {local, onChosen: () => { source.querySelector('input[value="local"]').checked = true;
+    runPreview(); }});
+  mountModelPicker(modelBox, model);
+  const estimate = mountEstimate(estimateBox, () => collect().config);
+  form.addEventListener("change", estimate.schedule);
+  form.addEventListener("input", estimate.schedule);
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clearErrors();
+    const {config, errors} = collect();
+    if (errors.length) {
+      showErrors(errors, "fix the fields marked in red");
+      return;
+    }
     submit.disabled = true;
     try {
-      const created = await api.createJob(collect());
+      const created = await api.createJob(config);
       onCreated(created.id);
     } catch (err) {
       if (err instanceof ApiError) showErrors(err.fieldErrors, err.message);
@@ -340,5 +409,5 @@ export async function showForm(main, {onCreated}) {
       submit.disabled = false;
     }
   });
-  return () => clearTimeout(previewTimer);
+  return () => { clearTimeout(previewTimer); estimate.dispose(); };
 }

@@ -10,10 +10,13 @@ import {api, ApiError} from "./api.js";
 import {lossChart, methodChart, singleChart} from "./charts.js";
 import {CHAT_STATUSES, chatPanel} from "./chat.js";
 import {exportPanel} from "./export.js";
+import {mountJobInfo} from "./jobinfo.js";
+import {mountLog} from "./log.js";
 import {MetricSeries} from "./metrics.js";
+import {loadParent, withParent} from "./parent.js";
 import {
   basename, confirmAction, datasetLabel, el, fmtBytes, fmtDuration, fmtNumber, fmtWhen, ranFor,
-  statusBadge, STOPPABLE, TERMINAL,
+  statusBadge, TERMINAL,
 } from "./util.js";
 
 const MAX_POINTS = 100000;
@@ -51,7 +54,9 @@ export async function showJob(main, id, {onChange, navigate}) {
   const judged = el("div", {class: "judged", id: "judged", hidden: true});
   const chatSlot = el("div", {id: "chat-slot"});
   let chat = null;
-  const logBox = el("div", {class: "log", id: "log"});
+  const logBox = el("div", {class: "log", id: "events-log"});
+  const fileLogBox = el("div", {class: "log-file", id: "log-file"});
+  const infoBox = el("div", {class: "job-info", id: "job-info"});
   const lossBox = el("div", {class: "chart", id: "loss-chart"});
   const lrBox = el("div", {class: "chart", id: "lr-chart"});
   const gradBox = el("div", {class: "chart", id: "grad-chart"});
@@ -65,7 +70,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   main.replaceChildren(el("article", {class: "job-view", "data-job-id": id},
     el("div", {class: "job-head"},
       el("div", {},
-        el("h1", {}, "Job ", el("code", {}, id), " ", live),
+        el("h1", {}, el("span", {id: "job-title"}, job.name || "Job"), " ", el("code", {}, id), " ", live),
         isExport
           ? el("p", {class: "muted"}, `export as ${cfg.target}${cfg.quantization ? ` ${cfg.quantization}` : ""} of job `,
             el("a", {href: `#/jobs/${job.source_job}`}, job.source_job), ` · created ${fmtWhen(job.created_at)}`)
@@ -73,23 +78,29 @@ export async function showJob(main, id, {onChange, navigate}) {
             + ` · ${cfg.training_type}`
             + ` · created ${fmtWhen(job.created_at)}`,
             job.resumed_from ? el("span", {}, " · resumed from ",
-              el("a", {href: `#/jobs/${job.resumed_from}`}, job.resumed_from)) : null)),
+              el("a", {href: `#/jobs/${job.resumed_from}`}, job.resumed_from)) : null,
+            job.resumed_by ? el("span", {id: "resumed-by"}, " · resumed as ",
+              el("a", {href: `#/jobs/${job.resumed_by}`}, job.resumed_by)) : null)),
       el("div", {class: "actions"}, stopBtn, cancelBtn, resumeBtn)),
     el("div", {class: "status-line"}, status, phase, message),
     el("div", {class: "bar-head"}, el("span", {class: "muted"}, "progress"), barText),
-    el("div", {class: "bar", role: "progressbar", id: "progress", "aria-valuemin": "0", "aria-valuemax": "100"}, bar),
+    el("div", {class: "bar", role: "progressbar", id: "progress", "aria-label": "training progress",
+      "aria-valuemin": "0", "aria-valuemax": "100"}, bar),
     el("div", {class: "stats"}, stat("eta", "ETA"), stat("tps", "tokens/s"), stat("loss", "loss"),
       methodSpec ? stat("method", methodSpec[3]) : null,
-      stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed")),
-    errorBox, results, judged, chatSlot, exportBox,
+      stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
+      stat("peak", "peak memory")),
+    errorBox, results, judged, chatSlot, exportBox, infoBox,
     el("section", {class: "chart-card wide", hidden: isExport}, el("h3", {}, "Loss"), lossBox),
     methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h3", {}, methodSpec[1]), methodBox) : null,
     el("div", {class: "chart-row", hidden: isExport},
       el("section", {class: "chart-card"}, el("h3", {}, "Learning rate"), lrBox),
       el("section", {class: "chart-card"}, el("h3", {}, "Gradient norm"), gradBox)),
-    el("details", {class: "log-card"}, el("summary", {}, "Log"), logBox)));
+    el("details", {class: "log-card", id: "log-card"}, el("summary", {}, "Worker log"), fileLogBox),
+    el("details", {class: "log-card"}, el("summary", {}, "Events"), logBox)));
 
-  const charts = {loss: lossChart(lossBox), lr: singleChart(lrBox, "learning rate", "--c2"),
+  const parent = job.resumed_from ? await loadParent(job.resumed_from) : null;
+  const charts = {loss: lossChart(lossBox, {parent: Boolean(parent)}), lr: singleChart(lrBox, "learning rate", "--c2"),
     grad: singleChart(gradBox, "grad norm", "--c4")};
 
   // --- rendering ----------------------------------------------------------------
@@ -109,7 +120,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     methodBox.dataset.series = methodKeys.join(",");
   };
   const drawCharts = () => {
-    charts.loss.setData(series.lossData());
+    charts.loss.setData(parent ? withParent(series.lossData(), parent) : series.lossData());
     drawMethodChart();
     charts.lr.setData(series.seriesData("learning_rate"));
     charts.grad.setData(series.seriesData("grad_norm"));
@@ -118,30 +129,39 @@ export async function showJob(main, id, {onChange, navigate}) {
   const drawProgress = () => {
     const p = series.latest || job.progress || {};
     const last = series.lastTrain || {};
-    const total = p.total_steps || 0, step = p.step || 0;
+    // Every metric record carries total_steps; the job's own progress covers a view opened between events.
+    const total = p.total_steps || job.progress?.total_steps || 0, step = p.step || job.progress?.step || 0;
     const pct = total ? Math.min(100, (100 * step) / total) : (job.status === "completed" ? 100 : 0);
     bar.style.width = `${pct}%`;
-    bar.parentElement.classList.toggle("indeterminate", !total && !TERMINAL.has(job.status));
-    barText.textContent = total ? (isExport ? `${step}%` : `step ${step} / ${total}`)
-      : (TERMINAL.has(job.status) ? "" : "waiting for the first step");
+    bar.parentElement.classList.toggle("indeterminate", !total && !TERMINAL.has(job.status) && job.status !== "queued");
+    barText.textContent = total ? (isExport ? `${step}%` : `step ${step} / ${total}`) : TERMINAL.has(job.status) ? ""
+      : job.status === "queued" ? `queued${job.queue_position ? `, #${job.queue_position} in line` : ""}`
+        : "waiting for the first step";
     bar.parentElement.setAttribute("aria-valuenow", String(Math.round(pct)));
     setStat("eta", TERMINAL.has(job.status) ? "–" : fmtDuration(p.eta_seconds));
-    setStat("tps", p.tokens_per_second ? fmtNumber(p.tokens_per_second, 3) : "–");
+    // An eval-only record (the last one of a job with evals) has no throughput: take the last that has.
+    const tps = [p, last].find((r) => r.tokens_per_second)?.tokens_per_second;
+    setStat("tps", tps ? fmtNumber(tps, 3) : "–");
     setStat("loss", fmtNumber(last.loss));
     if (methodSpec) setStat("method", fmtNumber((last.extra || {})[methodSpec[0]]));
     setStat("lr", fmtNumber(last.learning_rate, 3));
     setStat("grad", fmtNumber(last.grad_norm, 3));
     setStat("epoch", p.epoch !== undefined && p.epoch !== null ? fmtNumber(p.epoch, 3) : "–");
     setStat("elapsed", fmtDuration(p.elapsed_seconds ?? ranFor(job)));
+    const peak = last.peak_memory_mb ?? p.peak_memory_mb;
+    setStat("peak", peak ? fmtBytes(peak * 2 ** 20) : "–");
   };
   const drawStatus = () => {
     status.replaceChildren(statusBadge(job.status));
     phase.textContent = job.phase && job.phase !== job.status && !TERMINAL.has(job.status)
       ? `phase: ${job.phase.replace("_", " ")}` : "";
     message.textContent = job.message && job.message !== job.status && job.message !== job.phase ? job.message : "";
-    stopBtn.hidden = isExport || !STOPPABLE.has(job.status);  // an export keeps nothing: it is only cancelled
-    cancelBtn.hidden = TERMINAL.has(job.status) || job.status === "cancelling";
+    // What the job allows comes from the API (stoppable, cancellable, resumable): no status sets here.
+    // An export keeps nothing when stopped: it is only cancelled.
+    stopBtn.hidden = isExport || !job.stoppable || job.status === "queued";
+    cancelBtn.hidden = !job.cancellable;
     resumeBtn.hidden = !job.resumable;
+    info.update(job);
     live.hidden = !source;
     errorBox.hidden = !job.error;
     errorBox.replaceChildren(el("b", {}, "Error: "), job.error || "");
@@ -153,12 +173,15 @@ export async function showJob(main, id, {onChange, navigate}) {
     }
   };
   const drawResults = () => {
-    const finished = TERMINAL.has(job.status) && (job.output_dir || job.artefacts.length);
+    // Only what exists on disk: a failed or cancelled job has no output folder to point at.
+    const finished = TERMINAL.has(job.status) && job.artefacts.length > 0;
     results.hidden = !finished;
     if (!finished) return;
+    const complete = job.status === "completed" || job.status === "stopped";
+    results.classList.toggle("partial", !complete);
     const metrics = Object.entries(job.final_metrics || {});
     results.replaceChildren(...[
-      el("h3", {}, "Output"),
+      el("h3", {}, complete ? "Output" : "Left on disk"),
       el("p", {}, el("code", {id: "output-dir", class: "path"}, job.output_dir || "–")),
       job.checkpoint ? el("p", {class: "muted"}, "checkpoint: ", el("code", {class: "path"}, job.checkpoint)) : null,
       job.artefacts.length ? el("table", {class: "artefacts", id: "artefacts"},
@@ -215,8 +238,8 @@ export async function showJob(main, id, {onChange, navigate}) {
         // The server ends the stream here; without close() EventSource would reconnect for ever.
         source.close();
         source = null;
-        refreshJob();
       }
+      refreshJob();  // what the job allows now (stoppable, resumable...) comes with the job
       drawStatus();
       drawProgress();
       onChange();
@@ -239,6 +262,10 @@ export async function showJob(main, id, {onChange, navigate}) {
     drawStatus();
   };
 
+  const info = mountJobInfo(infoBox, job, {navigate, onChange, onTitle: (t) => {
+    document.getElementById("job-title").textContent = t || "Job";
+  }});
+  const fileLog = mountLog(fileLogBox, id, () => TERMINAL.has(job.status));
   const snapshot = await api.metrics(id, MAX_POINTS);
   series.addAll(snapshot.records);
   drawCharts();
@@ -286,6 +313,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   return () => {
     closed = true;
     clearInterval(ticker);
+    fileLog.dispose();
     if (source) source.close();
     if (chat) chat.dispose();
     if (panel) panel.dispose();

@@ -6,6 +6,7 @@ import {sparkline} from "./charts.js";
 import {basename, datasetLabel, el, fmtDuration, fmtNumber, fmtWhen, ranFor, statusBadge, TERMINAL} from "./util.js";
 
 const POLL_MS = 2500;
+const LIVE = ["queued", "starting", "loading_model", "loading_dataset", "training", "saving", "stopping", "cancelling"];
 const SPARK_POINTS = 80;
 
 export class JobList {
@@ -16,6 +17,7 @@ export class JobList {
     this.selected = new Set();
     this.activeId = null;
     this.timer = null;
+    this.statuses = [];         // the status filter; empty: every job
     this.table = el("div", {class: "jobs", id: "job-rows"});
     this.empty = el("p", {class: "muted empty"}, "No jobs yet. Start one with the form.");
     container.replaceChildren(this.empty, this.table);
@@ -26,13 +28,20 @@ export class JobList {
   async refresh() {
     clearTimeout(this.timer);
     try {
-      const page = await api.listJobs();
+      const page = this.statuses.length ? await api.listJobsByStatus(this.statuses) : await api.listJobs();
       this.render(page.items);
     } catch (err) {
       this.empty.textContent = `Cannot list the jobs: ${err.message}`;
       this.empty.hidden = false;
     }
     this.timer = setTimeout(() => this.refresh(), POLL_MS);
+  }
+
+  /** "live", a comma-separated list of statuses, or "" for every job. */
+  setFilter(value) {
+    this.statuses = value === "live" ? LIVE : value ? value.split(",") : [];
+    this.empty.textContent = this.statuses.length ? "No jobs with this status." : "No jobs yet. Start one with the form.";
+    this.refresh();
   }
 
   setActive(id) {
@@ -88,16 +97,17 @@ export class JobList {
   update(r, job) {
     r.cells.status.replaceChildren(statusBadge(job.status));
     if (job.kind === "export") {
-      r.cells.model.textContent = `export → ${job.config.target}`;
+      r.cells.model.textContent = job.name || `export → ${job.config.target}`;
       r.cells.model.title = job.output_dir || "";
       r.cells.dataset.textContent = `of ${job.source_job}`;
     } else {
-      r.cells.model.textContent = basename(job.config.model_name);
-      r.cells.model.title = job.config.model_name;
+      r.cells.model.textContent = job.name || basename(job.config.model_name);
+      r.cells.model.title = job.name ? `${job.name} · ${job.config.model_name}` : job.config.model_name;
       r.cells.dataset.textContent = datasetLabel(job.config);
     }
     r.cells.when.textContent = fmtWhen(job.created_at);
-    r.cells.ran.textContent = job.started_at ? `ran ${fmtDuration(ranFor(job))}` : "";
+    r.cells.ran.textContent = job.started_at ? `ran ${fmtDuration(ranFor(job))}`
+      : job.queue_position ? `#${job.queue_position} in queue` : "";
     r.check.checked = this.selected.has(job.id);
     r.row.classList.toggle("active", job.id === this.activeId);
     // The sparkline (and the last loss it ends on) is fetched while a job lives, and once after it ends.

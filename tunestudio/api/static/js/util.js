@@ -74,8 +74,9 @@ export function statusBadge(status) {
 }
 
 /** A confirmation in the page's own dialog; resolves true when the user says yes. */
-export function confirmAction(title, text, yesLabel) {
+export function confirmAction(title, text, yesLabel, noLabel = "Keep it running") {
   const dialog = document.getElementById("confirm");
+  dialog.querySelector("#confirm-no").textContent = noLabel;
   dialog.querySelector("#confirm-title").textContent = title;
   dialog.querySelector("#confirm-text").textContent = text;
   dialog.querySelector("#confirm-yes").textContent = yesLabel;

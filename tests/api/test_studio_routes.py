@@ -1,0 +1,174 @@
+"""The studio's routes without a browser: a job's log, uploads, name and notes, what a job allows, the estimate."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tunestudio.api import create_app
+from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.status import CANCELLABLE, STOPPABLE, JobStatus
+from tunestudio.settings import Settings
+
+from ..helpers import fake_workers
+from ..helpers.jobs import DATA
+from ..helpers.wait import wait_until
+
+S = JobStatus
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(home=tmp_path / "home", dataset_roots=[DATA], model_roots=[tmp_path], prewarm=False,
+                    max_upload_bytes=4096)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    manager = JobManager(settings, worker_target=fake_workers.instant)
+    with TestClient(create_app(settings, manager)) as client:
+        yield client
+    manager.close()
+
+
+def _finished_job(client: TestClient) -> dict:
+    created = client.post("/api/jobs", json={"model_name": "org/model", "local_datasets": [str(DATA / "alpaca.jsonl")]})
+    assert created.status_code == 201, created.text
+    job_id = created.json()["id"]
+    wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["status"] == "completed", 60, "the job to end")
+    return client.get(f"/api/jobs/{job_id}").json()
+
+
+def test_the_status_table_says_what_a_job_allows() -> None:
+    # The page once kept its own copy of these and could not stop a saving job.
+    assert S.saving in STOPPABLE and S.saving in CANCELLABLE and S.queued in STOPPABLE
+    assert S.stopping not in STOPPABLE and S.stopping in CANCELLABLE
+    assert not ({s for s in S if s.is_terminal} & (STOPPABLE | CANCELLABLE))
+
+
+def test_a_finished_job_says_what_it_allows_and_takes_a_name(client: TestClient) -> None:
+    job = _finished_job(client)
+    assert (job["stoppable"], job["cancellable"], job["resumable"], job["deletable"]) == (False, False, False, True)
+    renamed = client.patch(f"/api/jobs/{job['id']}", json={"name": "  baseline ", "notes": "lr 3e-3"}).json()
+    assert (renamed["name"], renamed["notes"]) == ("baseline", "lr 3e-3")
+    listed = client.get("/api/jobs").json()["items"][0]
+    assert listed["name"] == "baseline"
+    cleared = client.patch(f"/api/jobs/{job['id']}", json={"name": ""}).json()
+    assert cleared["name"] is None and cleared["notes"] is None
+    assert client.patch(f"/api/jobs/{job['id']}", json={"colour": "red"}).status_code == 422
+    assert client.patch("/api/jobs/nope", json={"name": "x"}).status_code == 404
+
+
+def test_the_log_route_reads_tails_and_ranges_whole_characters(client: TestClient, settings: Settings) -> None:
+    job = _finished_job(client)
+    log = settings.jobs_dir() / job["id"] / "worker.log"  # where the worker writes its output
+    assert client.get(f"/api/jobs/{job['id']}/log").headers["x-log-exists"] == "false"
+    text = "line one\nnaïve € line\n" + "x" * 50 + "\nlast line\n"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(text)
+    size = len(text.encode())
+
+    whole = client.get(f"/api/jobs/{job['id']}/log")
+    assert whole.status_code == 200 and whole.text == text and whole.headers["x-log-size"] == str(size)
+    tail = client.get(f"/api/jobs/{job['id']}/log", params={"tail": 10})
+    assert tail.text == "last line\n" and int(tail.headers["x-log-end"]) == size
+    # A part that would end inside "€" (3 bytes) stops before it; the next read from X-Log-End gets it whole.
+    euro = text.encode().index("€".encode())
+    part = client.get(f"/api/jobs/{job['id']}/log", params={"offset": 0, "length": euro + 1})
+    assert part.text.endswith("naïve ") and int(part.headers["x-log-end"]) == euro
+    rest = client.get(f"/api/jobs/{job['id']}/log", params={"offset": part.headers["x-log-end"]})
+    assert part.text + rest.text == text
+    ranged = client.get(f"/api/jobs/{job['id']}/log", headers={"Range": "bytes=0-3"})
+    assert (ranged.status_code, ranged.text) == (206, "line")
+    assert ranged.headers["content-range"] == f"bytes 0-3/{size}"
+    assert client.get(f"/api/jobs/{job['id']}/log", headers={"Range": "lines=1"}).status_code == 416
+    download = client.get(f"/api/jobs/{job['id']}/log", params={"download": True})
+    assert download.text == text and "attachment" in download.headers["content-disposition"]
+    assert client.get("/api/jobs/nope/log").status_code == 404
+
+
+def test_uploads_are_stored_listed_used_and_deleted(client: TestClient, settings: Settings) -> None:
+    row = json.dumps({"instruction": "say hi", "output": "hi"}) + "\n"
+    stored = client.post("/api/uploads", files={"file": ("../my data.jsonl", row.encode(), "application/x-ndjson")})
+    assert stored.status_code == 201, stored.text
+    path = Path(stored.json()["path"])
+    assert path == settings.data_dir() / "data" / "uploads" / "my_data.jsonl" and path.read_text() == row
+    again = client.post("/api/uploads", files={"file": ("my data.jsonl", row.encode())}).json()
+    assert again["name"] == "my_data-2.jsonl"  # never replaces the first
+    assert [u["name"] for u in client.get("/api/uploads").json()["items"]] == ["my_data-2.jsonl", "my_data.jsonl"]
+
+    bad = client.post("/api/uploads", files={"file": ("notes.txt", b"hello")})
+    assert bad.status_code == 422 and bad.json()["detail"]["field"] == "file"
+    assert client.post("/api/uploads", files={"file": ("big.jsonl", row.encode() * 200)}).status_code == 413
+
+    # A job reads an upload like any local file (data/uploads is a dataset root whatever the settings say).
+    created = client.post("/api/jobs", json={"model_name": "org/model", "local_datasets": [str(path)]})
+    assert created.status_code == 201, created.text
+    assert client.delete("/api/uploads/my_data-2.jsonl").status_code == 204
+    assert client.delete("/api/uploads/my_data-2.jsonl").status_code == 404
+    assert client.delete("/api/uploads/..%2F..%2Ftunestudio.db").status_code in (404, 405)
+    assert (settings.data_dir() / "tunestudio.db").is_file()
+    assert [u["name"] for u in client.get("/api/uploads").json()["items"]] == ["my_data.jsonl"]
+
+
+def _fake_model(folder: Path, config: dict, shapes: dict[str, list[int]]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    header = json.dumps({name: {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}
+                         for name, shape in shapes.items()}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+
+
+def test_models_and_the_estimate_from_config_json(client: TestClient, tmp_path: Path) -> None:
+    # A Llama shape: h 64, 2 layers, 4 heads (2 kv, head_dim 16), mlp 128, vocab 100, tied embeddings.
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+              "vocab_size": 100, "tie_word_embeddings": True}
+    _fake_model(tmp_path / "models" / "small", config, {"embed": [100, 64]})
+    listed = client.get("/api/models").json()
+    assert [(m["name"], m["architecture"], m["parameters"]) for m in listed["local"]] == [
+        ("small", "LlamaForCausalLM", 6400)]
+    assert client.get("/api/models/hub", params={"id": "org/absent"}).json()["cached"] is False
+
+    got = client.post("/api/models/estimate", json={"model_name": str(tmp_path / "models" / "small"),
+                                                    "batch_size": 4, "max_seq_length": 32, "lora_r": 8,
+                                                    "precision": "fp32", "anything_else": 1}).json()
+    per_layer = 64 * 64 + 64 * 32 * 2 + 64 * 64 + 3 * 64 * 128  # q, k, v, o, gate/up/down
+    lora = 8 * ((64 + 64) + (64 + 32) * 2 + (64 + 64) + (64 + 128) * 3)
+    assert got["parameters"] == 6400  # the safetensors header's exact count wins over arithmetic
+    assert got["trainable"] == 2 * lora
+    assert got["adapter_bytes"] == 2 * lora * 4 and got["optimizer_bytes"] == 2 * lora * 8
+    assert got["weights_bytes"] == 6400 * 4 and got["fits"] is True and got["tokens_per_step"] == 4 * 32 * 4
+    full = client.post("/api/models/estimate", json={"model_name": str(tmp_path / "models" / "small"),
+                                                     "training_type": "full", "precision": "fp32"}).json()
+    assert full["trainable"] == 6400 and full["gradients_bytes"] == 6400 * 4
+    assert per_layer * 2 + 100 * 64 + 5 * 64 > 6400  # (the arithmetic itself would have said more)
+
+    huge = client.post("/api/models/estimate", json={"model_name": str(tmp_path / "models" / "small"),
+                                                     "batch_size": 65536, "max_seq_length": 1048576}).json()
+    assert huge["fits"] is False  # said plainly; nothing is refused
+    bad = client.post("/api/models/estimate", json={"model_name": str(tmp_path / "models" / "small"), "batch_size": 0})
+    assert bad.status_code == 422 and bad.json()["detail"]["errors"][0]["field"] == "batch_size"
+    outside = client.post("/api/models/estimate", json={"model_name": "/etc"})
+    assert outside.status_code == 422 and outside.json()["detail"]["field"] == "model_name"
+
+
+def test_a_resumed_job_links_to_its_child_and_offers_no_second_resume(settings: Settings) -> None:
+    manager = JobManager(settings, worker_target=fake_workers.checkpoints_then_fails)
+    with TestClient(create_app(settings, manager)) as client:
+        created = client.post("/api/jobs", json={"model_name": "org/model",
+                                                 "local_datasets": [str(DATA / "alpaca.jsonl")]}).json()
+        job_id = created["id"]
+        wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["status"] == "failed", 60, "the job to fail")
+        failed = client.get(f"/api/jobs/{job_id}").json()
+        assert failed["resumable"] and failed["deletable"] and failed["resumed_by"] is None
+        child = client.post(f"/api/jobs/{job_id}/resume").json()["id"]
+        parent = client.get(f"/api/jobs/{job_id}").json()
+        assert parent["resumed_by"] == child and not parent["resumable"] and not parent["deletable"]
+        assert client.post(f"/api/jobs/{job_id}/resume").status_code == 409  # what the flags said
+    manager.close()

@@ -1,0 +1,127 @@
+"""/api/models: the model picker (local folders, recent jobs' models, the hub cache) and the estimate before Start.
+
+Everything is read from files (config.json, safetensors headers): the parent never imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tunestudio import paths
+from tunestudio.api import modelinfo
+from tunestudio.api.deps import ManagerDep, SettingsDep
+from tunestudio.api.errors import ApiError
+from tunestudio.api.estimate import EstimateUnavailable, estimate
+from tunestudio.api.hardware import hardware
+from tunestudio.api.schemas import ERRORS
+from tunestudio.config import JobConfig, format_validation_error
+from tunestudio.settings import Settings
+
+router = APIRouter(prefix="/api/models", tags=["models"], responses=ERRORS)
+
+# The JobConfig fields the estimate reads; their defaults are JobConfig's own.
+ESTIMATE_FIELDS = ("training_type", "batch_size", "max_seq_length", "gradient_accumulation_steps", "lora_r",
+                   "target_modules", "finetune_attention_modules", "finetune_mlp_modules", "gradient_checkpointing",
+                   "precision", "optim")
+
+
+class LocalModel(BaseModel):
+    path: str
+    name: str
+    bytes: int
+    architecture: str | None
+    model_type: str | None
+    parameters: int | None
+
+
+class ModelList(BaseModel):
+    local: list[LocalModel]
+    recent: list[str] = Field(description="Models of the most recent jobs, newest first.")
+    cached: list[str] = Field(description="Hub ids with a snapshot in the local hub cache.")
+    roots: list[str]
+
+
+class HubModel(BaseModel):
+    id: str
+    cached: bool
+    path: str | None
+    architecture: str | None = None
+    parameters: int | None = None
+
+
+class EstimateRequest(BaseModel):
+    """The form's config as it stands; fields the estimate does not read are ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model_name: str = Field(min_length=1)
+
+
+@router.get("", response_model=ModelList)
+def list_models(settings: SettingsDep, manager: ManagerDep) -> ModelList:
+    """Model folders (config.json and weights) under the model roots, recent jobs' models, cached hub ids."""
+    roots = settings.allowed_model_roots()
+    local = [LocalModel(**modelinfo.describe(folder)) for folder in modelinfo.local_models(roots)]
+    recent: list[str] = []
+    for job in manager.list(limit=50):
+        name = job.config.get("model_name")
+        if name and name not in recent:
+            recent.append(name)
+    return ModelList(local=local, recent=recent[:10], cached=modelinfo.cached_hub_models(),
+                     roots=[str(r) for r in roots])
+
+
+@router.get("/hub", response_model=HubModel)
+def hub_model(id: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[\w.-]+(/[\w.-]+)?$")]) -> HubModel:
+    """Whether a hub model id is in the local hub cache (a job can then start without the network)."""
+    folder = modelinfo.cached_snapshot(id)
+    if folder is None:
+        return HubModel(id=id, cached=False, path=None)
+    info = modelinfo.describe(folder)
+    return HubModel(id=id, cached=True, path=str(folder), architecture=info["architecture"],
+                    parameters=info["parameters"])
+
+
+def _model_folder(name: str, settings: Settings) -> Path:
+    """The folder whose config.json describes the model: a local folder inside the model roots, or the hub cache."""
+    if paths.looks_like_path(name) or Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser().resolve()
+        if not any(folder.is_relative_to(root) for root in settings.allowed_model_roots()):
+            raise ApiError(422, "path_not_allowed", f"model_name: {name!r} is outside the model folders "
+                           "(TUNESTUDIO_MODEL_ROOTS)", field="model_name")
+        if not (folder / "config.json").is_file():
+            raise ApiError(422, "unavailable", f"model_name: no config.json in {name!r}", field="model_name")
+        return folder
+    folder = modelinfo.cached_snapshot(name)
+    if folder is None:
+        raise ApiError(422, "unavailable", f"model_name: {name!r} is not in the local hub cache; the estimate "
+                       "needs its config.json", field="model_name")
+    return folder
+
+
+@router.post("/estimate")
+def estimate_job(body: EstimateRequest, settings: SettingsDep) -> dict[str, Any]:
+    """Parameters, trainable parameters, memory (model, adapter, gradients, optimizer, activations), whether it fits
+    this machine, a rough time per step. Refuses nothing: it says when a job will not fit."""
+    folder = _model_folder(body.model_name, settings)
+    job = {name: JobConfig.model_fields[name].get_default(call_default_factory=True) for name in ESTIMATE_FIELDS}
+    job.update({k: v for k, v in (body.model_extra or {}).items() if k in ESTIMATE_FIELDS and v is not None})
+    try:
+        # The form's numbers, checked as JobConfig checks them (a bad one is a 422 naming it).
+        checked = JobConfig.model_validate({"model_name": body.model_name, "hf_dataset": "x/y", **job})
+    except ValidationError as exc:
+        errors = format_validation_error(exc)
+        raise ApiError(422, "invalid_request", "; ".join(f"{e['field']}: {e['message']}" for e in errors),
+                       errors=errors) from None
+    job = {name: getattr(checked, name) for name in ESTIMATE_FIELDS}
+    job["training_type"] = checked.training_type.value
+    config = modelinfo.read_config(folder) or {}
+    try:
+        result = estimate(config, job, hardware(), modelinfo.safetensors_parameters(folder))
+    except EstimateUnavailable as exc:
+        raise ApiError(422, "unavailable", f"model_name: {exc}", field="model_name") from None
+    return {"model": str(folder), **result.as_dict()}

@@ -1,0 +1,50 @@
+// The form's Advanced section: every JobConfig field the main form does not show, in groups, each with a
+// human label and one line of help. A field missing here still appears (under "Other", with its schema
+// title), so a new JobConfig field is never hidden from the page.
+
+export const GROUPS = [
+  ["data", "Data"], ["lora", "LoRA"], ["optimisation", "Optimisation"], ["evaluation", "Evaluation"],
+  ["logging", "Logging and outputs"], ["other", "Other"],
+];
+
+// name: [group, label, help]
+export const ADVANCED = {
+  subset: ["data", "Hub subset", "The configuration of a hub dataset that has several (e.g. 'main')."],
+  train_split: ["data", "Training split", "Which split of the dataset to train on."],
+  dataset_slice_start: ["data", "First row", "Keep rows from this one (0-based, inclusive)."],
+  dataset_slice_end: ["data", "Last row", "Keep rows up to this one (inclusive)."],
+  custom_format_mapping: ["data", "Column roles (JSON)",
+    'Which column plays which role, e.g. {"question": "user", "answer": "assistant"}.'],
+  packing: ["data", "Pack short rows", "Join short rows into full-length sequences: faster, same tokens."],
+  train_on_completions: ["data", "Train on answers only", "Compute the loss on the completion, not the prompt."],
+  target_modules: ["lora", "Target modules", "Module names to adapt, one a line; empty: every linear layer."],
+  use_rslora: ["lora", "Rank-stabilised LoRA", "Scale adapters by alpha/√r instead of alpha/r."],
+  use_loftq: ["lora", "LoftQ initialisation", "Start the adapters from a quantisation-aware estimate."],
+  finetune_attention_modules: ["lora", "Adapt attention layers", "Put adapters on the attention projections."],
+  finetune_mlp_modules: ["lora", "Adapt MLP layers", "Put adapters on the feed-forward layers."],
+  precision: ["optimisation", "Precision", "auto: bf16 where it pays, else fp32."],
+  warmup_steps: ["optimisation", "Warm-up steps", "Steps of rising learning rate at the start."],
+  warmup_ratio: ["optimisation", "Warm-up ratio", "Or: the fraction of all steps spent warming up."],
+  weight_decay: ["optimisation", "Weight decay", "L2-style shrinkage of the weights each step."],
+  optim: ["optimisation", "Optimizer", "The update rule; adamw_torch is the safe default."],
+  lr_scheduler_type: ["optimisation", "Learning-rate schedule", "How the learning rate changes over the run."],
+  gradient_checkpointing: ["optimisation", "Activation checkpointing",
+    "Recompute activations to save memory; slower (3.5× on CPU when memory is plentiful)."],
+  random_seed: ["optimisation", "Random seed", "The same seed and data give the same run."],
+  eval_split: ["evaluation", "Evaluation split or file", "A split name (test) or a file (data/val.jsonl)."],
+  save_steps: ["logging", "Checkpoint every", "Steps between checkpoints; 0: only at a stop and the end."],
+  sample_prompts: ["logging", "Sample prompts", "Prompts answered before and after training, one a line."],
+  output_dir: ["logging", "Output folder", "Where the result goes; empty: the job's own folder."],
+  resume_from_checkpoint: ["logging", "Resume from checkpoint", "A checkpoint folder, or 'latest' in the output folder."],
+  enable_tensorboard: ["logging", "TensorBoard", "Write TensorBoard event files."],
+  tensorboard_dir: ["logging", "TensorBoard folder", "Relative: inside the output folder."],
+  enable_wandb: ["logging", "Weights & Biases", "Send metrics to W&B (needs its token)."],
+  wandb_project: ["logging", "W&B project", "The W&B project the run goes to."],
+  wandb_token: ["logging", "W&B token", "Used for this job only; never stored."],
+  hf_token: ["data", "Hub token", "For gated models and datasets; used for this job only, never stored."],
+};
+
+/** [group, label, help] of a field; fields not listed fall under "Other". */
+export function describe(field) {
+  return ADVANCED[field.name] || ["other", field.title, field.description || ""];
+}

@@ -1,0 +1,103 @@
+// About one job, beyond its progress: its name and notes (editable), its config (every field, the
+// defaults greyed) with Clone to form, and Delete (with its artefacts or not) behind a confirmation.
+
+import {api, ApiError} from "./api.js";
+import {CLONE_KEY} from "./form.js";
+import {confirmAction, el} from "./util.js";
+
+let defaultsCache = null;
+const fieldDefaults = async () => {
+  defaultsCache ||= api.defaults().then((d) => Object.fromEntries(d.fields.map((f) => [f.name, f.default])));
+  return defaultsCache;
+};
+
+const show = (v) => (v === null || v === undefined ? "unset" : typeof v === "object" ? JSON.stringify(v) : String(v));
+
+export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
+  const name = el("input", {type: "text", id: "job-name", maxlength: "200", placeholder: "a name for this job",
+    "aria-label": "job name"});
+  const notes = el("textarea", {id: "job-notes", rows: "2", maxlength: "10000", placeholder: "notes",
+    "aria-label": "job notes"});
+  const saved = el("span", {class: "muted small", id: "job-saved", role: "status"});
+  const save = el("button", {type: "button", class: "button", id: "job-save"}, "Save");
+  const clone = el("button", {type: "button", class: "button", id: "clone"}, "Clone to form");
+  const del = el("button", {type: "button", class: "button danger", id: "delete"}, "Delete…");
+  const config = el("table", {class: "config", id: "job-config"});
+  const samples = el("section", {class: "samples", id: "samples", hidden: true});
+  name.value = job.name || "";
+  notes.value = job.notes || "";
+  box.replaceChildren(
+    el("div", {class: "job-meta"}, el("div", {class: "grow"}, name, notes), el("div", {class: "actions"}, save, saved)),
+    el("details", {class: "config-card", id: "config-card"},
+      el("summary", {}, "Config"), el("div", {class: "actions"}, clone), config),
+    samples, el("div", {class: "actions end"}, del));
+  let samplesLoaded = false;
+  const loadSamples = async () => {
+    samplesLoaded = true;
+    const {samples: rows} = await api.samples(job.id);
+    samples.hidden = rows.length === 0;
+    samples.replaceChildren(el("h3", {}, "Samples: before and after training"),
+      el("table", {class: "preview-rows"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
+        el("th", {}, "base model"), el("th", {}, "after training"))),
+      el("tbody", {}, rows.map((r) => el("tr", {}, el("td", {}, r.prompt), el("td", {}, el("pre", {}, r.before)),
+        el("td", {}, el("pre", {}, r.after)))))));
+  };
+
+  fieldDefaults().then((defaults) => {
+    const rows = Object.entries(job.config).sort(([a], [b]) => a.localeCompare(b));
+    config.replaceChildren(el("tbody", {}, rows.map(([key, value]) => {
+      const isDefault = key in defaults && JSON.stringify(defaults[key]) === JSON.stringify(value);
+      return el("tr", {class: isDefault ? "default" : "set", "data-key": key},
+        el("th", {scope: "row"}, key), el("td", {}, el("code", {}, show(value))),
+        el("td", {class: "muted small"}, isDefault ? "default" : ""));
+    })));
+  });
+
+  save.addEventListener("click", async () => {
+    save.disabled = true;
+    try {
+      const updated = await api.renameJob(job.id, name.value, notes.value);
+      saved.textContent = "saved";
+      onTitle(updated.name);
+      onChange();
+    } catch (err) {
+      saved.textContent = err instanceof ApiError ? err.message : String(err);
+    } finally {
+      save.disabled = false;
+    }
+  });
+  clone.addEventListener("click", () => {
+    // The worker's own choices (resume point, the output folder it was given) are not the user's.
+    const {resume_from_checkpoint: _r, output_dir: _o, ...rest} = job.config;
+    sessionStorage.setItem(CLONE_KEY, JSON.stringify(rest));
+    navigate("#/new");
+  });
+  del.addEventListener("click", async () => {
+    const withArtefacts = el("input", {type: "checkbox", id: "delete-artefacts"});
+    const dialog = document.getElementById("confirm");
+    const extra = el("label", {class: "check confirm-extra"}, withArtefacts, " also delete its output folder and log");
+    const text = dialog.querySelector("#confirm-text");
+    const ok = confirmAction(`Delete job ${job.id}?`, "The job leaves the list, with its metrics and events. "
+      + "This cannot be undone.", "Delete", "Keep it");
+    text.after(extra);
+    const yes = await ok;
+    extra.remove();
+    if (!yes) return;
+    try {
+      await api.deleteJob(job.id, withArtefacts.checked);
+      onChange();
+      navigate("#/new");
+    } catch (err) {
+      saved.textContent = err instanceof ApiError ? err.message : String(err);
+    }
+  });
+
+  return {
+    update(next) {
+      job = next;
+      del.hidden = !job.deletable;
+      if (!samplesLoaded && job.status === "completed" && (job.config.sample_prompts || []).length) loadSamples();
+      if (!job.deletable && job.resumed_by) del.title = `job ${job.resumed_by} was resumed from this one`;
+    },
+  };
+}
