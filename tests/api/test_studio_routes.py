@@ -20,6 +20,7 @@ from ..helpers.jobs import DATA
 from ..helpers.wait import wait_until
 
 S = JobStatus
+BASE = "http://127.0.0.1:8765"  # the server's own origin: the guard answers only to it
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
     manager = JobManager(settings, worker_target=fake_workers.instant)
-    with TestClient(create_app(settings, manager)) as client:
+    with TestClient(create_app(settings, manager), base_url=BASE, headers={"Origin": BASE}) as client:
         yield client
     manager.close()
 
@@ -109,9 +110,9 @@ def test_uploads_are_stored_listed_used_and_deleted(client: TestClient, settings
     # A job reads an upload like any local file (data/uploads is a dataset root whatever the settings say).
     created = client.post("/api/jobs", json={"model_name": "org/model", "local_datasets": [str(path)]})
     assert created.status_code == 201, created.text
-    assert client.delete("/api/uploads/my_data-2.jsonl").status_code == 204
-    assert client.delete("/api/uploads/my_data-2.jsonl").status_code == 404
-    assert client.delete("/api/uploads/..%2F..%2Ftunestudio.db").status_code in (404, 405)
+    assert client.request("DELETE", "/api/uploads/my_data-2.jsonl", json={}).status_code == 204
+    assert client.request("DELETE", "/api/uploads/my_data-2.jsonl", json={}).status_code == 404
+    assert client.request("DELETE", "/api/uploads/..%2F..%2Ftunestudio.db", json={}).status_code in (404, 405)
     assert (settings.data_dir() / "tunestudio.db").is_file()
     assert [u["name"] for u in client.get("/api/uploads").json()["items"]] == ["my_data.jsonl"]
 
@@ -160,15 +161,15 @@ def test_models_and_the_estimate_from_config_json(client: TestClient, tmp_path: 
 
 def test_a_resumed_job_links_to_its_child_and_offers_no_second_resume(settings: Settings) -> None:
     manager = JobManager(settings, worker_target=fake_workers.checkpoints_then_fails)
-    with TestClient(create_app(settings, manager)) as client:
+    with TestClient(create_app(settings, manager), base_url=BASE, headers={"Origin": BASE}) as client:
         created = client.post("/api/jobs", json={"model_name": "org/model",
                                                  "local_datasets": [str(DATA / "alpaca.jsonl")]}).json()
         job_id = created["id"]
         wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["status"] == "failed", 60, "the job to fail")
         failed = client.get(f"/api/jobs/{job_id}").json()
         assert failed["resumable"] and failed["deletable"] and failed["resumed_by"] is None
-        child = client.post(f"/api/jobs/{job_id}/resume").json()["id"]
+        child = client.post(f"/api/jobs/{job_id}/resume", json={}).json()["id"]
         parent = client.get(f"/api/jobs/{job_id}").json()
         assert parent["resumed_by"] == child and not parent["resumable"] and not parent["deletable"]
-        assert client.post(f"/api/jobs/{job_id}/resume").status_code == 409  # what the flags said
+        assert client.post(f"/api/jobs/{job_id}/resume", json={}).status_code == 409  # what the flags said
     manager.close()

@@ -177,7 +177,9 @@ class RequestGuard:
         media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media == "application/json":
             return None
-        if media == "multipart/form-data" and scope["path"].startswith(MULTIPART_ROUTES):
+        if media == "multipart/form-data" and scope["path"].startswith(MULTIPART_ROUTES) and origin is not None:
+            # A form on another site can post multipart without a preflight: only with this server's own
+            # Origin (or Referer), which the page's fetch always sends, is it taken.
             return None
         return 403, "json_required", ("a request that changes state must send 'Content-Type: application/json' "
                                       "(a body of {} where there is nothing to say)")
