@@ -19,6 +19,7 @@ from tunestudio.process import pid_alive
 from tunestudio.settings import Settings
 
 from ..helpers.chat import PROMPT, train_chat_job
+from ..helpers.checkpoints import write_checkpoint
 from ..helpers.wait import wait_until
 
 MESSAGES = [{"role": "user", "content": PROMPT}]
@@ -157,8 +158,7 @@ def _job(tmp_path: Path, status: str, **fields: object) -> Job:
 
 def test_which_folder_answers_for_each_status(tmp_path: Path) -> None:
     out, checkpoint = tmp_path / "out", tmp_path / "out" / "checkpoint-5"
-    checkpoint.mkdir(parents=True)
-    (checkpoint / "trainer_state.json").write_text("{}")
+    write_checkpoint(out, 5)  # a complete one: state, weights, optimizer (tunestudio.checkpoints)
     (checkpoint / "adapter_config.json").write_text("{}")
     # Interrupted: its newest checkpoint, found in the output folder when the record has none.
     assert weights_folder(_job(tmp_path, "interrupted", output_dir=str(out))) == checkpoint

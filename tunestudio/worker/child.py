@@ -94,7 +94,7 @@ def die_with_parent(manager_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _redirect_output(log_path: str | None) -> None:
+def redirect_output(log_path: str | None) -> None:
     """Library chatter (warnings, progress bars) goes to the job's log file, not the parent's terminal."""
     if not log_path:
         return
@@ -110,7 +110,7 @@ def become_worker(args: WorkerArgs) -> None:
     """The first steps of every worker: its own process group, death with its parent, output to its log."""
     os.setpgid(0, 0)
     die_with_parent(args.parent_pid)
-    _redirect_output(args.log_path)
+    redirect_output(args.log_path)
 
 
 def main(args: WorkerArgs) -> None:
@@ -128,7 +128,10 @@ def main(args: WorkerArgs) -> None:
     channel = QueueChannel(args.events, args.commands)
     code = 1
     try:
-        code = run(args.public_config, channel, args.secrets, cache_dir=args.cache_dir)
+        if args.kind == "export":
+            code = run(args.public_config, channel, args.secrets)
+        else:
+            code = run(args.public_config, channel, args.secrets, cache_dir=args.cache_dir)
     finally:
         channel.close()
         sys.stdout.flush()

@@ -123,8 +123,8 @@ class Server:
 def main(requests: Any, replies_conn: Any, parent_pid: int, log_path: str | None) -> None:
     """The worker's life. requests: a queue of commands from the parent; replies_conn: the write end of a pipe."""
     os.setpgid(0, 0)
-    child._die_with_parent(parent_pid)
-    child._redirect_output(log_path)
+    child.die_with_parent(parent_pid)
+    child.redirect_output(log_path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
