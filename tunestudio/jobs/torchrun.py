@@ -34,6 +34,7 @@ from typing import Any
 
 from tunestudio.events import Stop
 from tunestudio.process import kill_group
+from tunestudio.worker.child import WorkerKind
 
 PR_SET_PDEATHSIG = 1
 ACCEPT_LINE_TIMEOUT_S = 5.0
@@ -90,7 +91,11 @@ class LauncherExecutor:
         self._ranks: set[int] = set()
 
     # --- start -------------------------------------------------------------------
-    def start(self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None) -> None:
+    def start(
+        self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train"
+    ) -> None:
+        if kind != "train":  # exports run as one local process (executor_for)
+            raise ValueError(f"a {type(self).__name__} runs training jobs only, not {kind}")
         self._dir = tempfile.mkdtemp(prefix="tunestudio-ddp-")  # 0700: only this user reaches the link
         link_path = os.path.join(self._dir, "link")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
