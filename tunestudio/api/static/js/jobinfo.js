@@ -23,25 +23,14 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
   const clone = el("button", {type: "button", class: "button", id: "clone"}, "Clone to form");
   const del = el("button", {type: "button", class: "button danger", id: "delete"}, "Delete…");
   const config = el("table", {class: "config", id: "job-config"});
-  const samples = el("section", {class: "samples", id: "samples", hidden: true});
   name.value = job.name || "";
   notes.value = job.notes || "";
   box.replaceChildren(
     el("div", {class: "job-meta"}, el("div", {class: "grow"}, name, notes), el("div", {class: "actions"}, save, saved)),
     el("details", {class: "config-card", id: "config-card"},
       el("summary", {}, "Config"), el("div", {class: "actions"}, clone), config),
-    samples, el("div", {class: "actions end"}, del));
-  let samplesLoaded = false;
-  const loadSamples = async () => {
-    samplesLoaded = true;
-    const {samples: rows} = await api.samples(job.id);
-    samples.hidden = rows.length === 0;
-    samples.replaceChildren(el("h3", {}, "Samples: before and after training"),
-      el("table", {class: "preview-rows"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
-        el("th", {}, "base model"), el("th", {}, "after training"))),
-      el("tbody", {}, rows.map((r) => el("tr", {}, el("td", {}, r.prompt), el("td", {}, el("pre", {}, r.before)),
-        el("td", {}, el("pre", {}, r.after)))))));
-  };
+    el("div", {class: "actions end"}, del));
+  // The samples (before/after) are the job view's (job.js), from the job's own `samples`.
 
   fieldDefaults().then((defaults) => {
     const rows = Object.entries(job.config).sort(([a], [b]) => a.localeCompare(b));
@@ -96,7 +85,6 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
     update(next) {
       job = next;
       del.hidden = !job.deletable;
-      if (!samplesLoaded && job.status === "completed" && (job.config.sample_prompts || []).length) loadSamples();
       if (!job.deletable && job.resumed_by) del.title = `job ${job.resumed_by} was resumed from this one`;
     },
   };
