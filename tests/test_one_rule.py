@@ -38,7 +38,7 @@ from tunestudio.settings import Settings
 
 if __name__ == "__main__":
     settings = Settings(home={str(tmp_path / "home")!r})
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
         assert client.get("/v1/models").json()["data"] == []
         chat = {{"model": "x", "messages": [{{"role": "user", "content": "hi"}}]}}
         assert client.post("/v1/chat/completions", json=chat).status_code == 404

@@ -16,7 +16,7 @@ def test_decide_measures_caches_and_leaves_weights_and_rng_alone(tiny_model: Pat
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
-    ids = torch.randint(3, 700, (4, 64))
+    ids = torch.randint(3, model.config.vocab_size, (4, 64))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()

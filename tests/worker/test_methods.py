@@ -16,6 +16,7 @@ import pytest
 
 from tunestudio.events import Progress
 from tunestudio.jobs.supervisor import Supervisor
+from tunestudio.worker.tiny import SOUNDS
 
 from ..helpers.jobs import Run, job_config, run_job
 
@@ -78,11 +79,11 @@ def other_runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> di
 @pytest.fixture(scope="module")
 def grpo_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
     tmp = tmp_path_factory.mktemp("grpo")
-    # The tiny model's favourite sum is 53: it answers 53 to many additions, so on these sums, which are 53,
-    # it is right now and then (at temperature 0.5, about one sample in five): a task it can partly do.
-    # Its tokenizer adds no BOS token, and it was pre-trained on text that starts with one: the prompts carry it.
-    rows = [{"prompt": f"<|bos|>Add the two numbers.\n\n{a} + {53 - a}\n", "answer": "53", "topic": f"sum-{a}"}
-            for a in (24, 13, 39, 42, 15, 22, 23, 48)]
+    # In its pre-training text form, the tiny base model names an animal's sound about half the time at
+    # temperature 0.5 (measured: 30 of 64 samples): a task it can partly do. Its tokenizer adds no BOS
+    # token, and it was pre-trained on text that starts with one: the prompts carry it.
+    rows = [{"prompt": f"<|bos|>What sound does this animal make?\n\n{animal}\n", "answer": sound,
+             "topic": f"sound-{animal}"} for animal, sound in SOUNDS[:8]]
     calls = tmp / "calls.jsonl"
     source = tmp / "my_rewards.py"
     source.write_text(f"""
@@ -152,11 +153,13 @@ def test_grpo_with_exact_match_reports_each_reward_calls_the_user_function_and_s
     seen = [json.loads(line) for line in calls.read_text().splitlines()]
     assert len(seen) == stopped_at  # once per batch of completions
     for call in seen:
-        assert call["answer"] == ["53"] * 8 and len(call["completions"]) == 8
+        assert len(call["answer"]) == 8 and len(call["completions"]) == 8
         assert all(isinstance(c, str) for c in call["completions"])
         # Each completion comes with its own row's columns.
-        for prompt, topic in zip(call["prompts"], call["topic"], strict=True):
-            assert prompt.endswith(f"{topic.removeprefix('sum-')} + {53 - int(topic.removeprefix('sum-'))}\n")
+        sounds = dict(SOUNDS)
+        for prompt, topic, answer in zip(call["prompts"], call["topic"], call["answer"], strict=True):
+            animal = topic.removeprefix("sound-")
+            assert prompt.endswith(f"\n\n{animal}\n") and answer == sounds[animal]
 
 
 def test_every_method_saves_an_adapter_plain_peft_loads(
