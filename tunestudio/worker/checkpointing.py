@@ -55,7 +55,14 @@ def publish(staged: Path, final: Path) -> None:
 
 
 def save_checkpoints_atomically(trainer: Any) -> None:
-    """Make this trainer write every checkpoint into a staging folder and rename it when it is complete."""
+    """Make this trainer write every checkpoint into a staging folder and rename it when it is complete.
+
+    One process only: under torchrun every rank writes its own RNG state into the checkpoint while rank 0
+    writes the rest, and a rename by rank 0 would race the others; data-parallel jobs keep the Trainer's
+    own in-place writes (the newest complete checkpoint is still what resume takes: tunestudio.checkpoints).
+    """
+    if trainer.args.world_size > 1:
+        return
     save = trainer._save_checkpoint  # bound: TRL's override, then the Trainer's
 
     def _save_checkpoint(model: Any, trial: Any) -> None:
