@@ -40,3 +40,21 @@ def test_decide_measures_caches_and_leaves_weights_and_rng_alone(tiny_model: Pat
     assert all(p.grad is None for p in model.parameters())
     assert torch.equal(torch.get_rng_state(), rng)
     assert "precision auto → " in decision.describe()
+
+
+def test_a_calibrated_job_trains_exactly_as_a_fixed_one(tiny_model: Path, tmp_path: Path) -> None:
+    """Deciding draws no random number the job would have drawn: the same first batch, so the same first loss.
+
+    (Later steps are not bitwise repeatable on a CPU even between two fp32 runs: threaded reductions
+    drift, and a learning rate of 3e-3 amplifies it, so only the first step is compared exactly.)"""
+    from tunestudio.events import Log
+
+    from ..helpers.jobs import job_config, run_job
+
+    runs = {p: run_job(job_config(tiny_model, tmp_path / p, precision=p, max_steps=6), cache_dir=str(tmp_path / "c"))
+            for p in ("auto", "fp32")}
+    assert all(r.outcome.kind == "completed" for r in runs.values())
+    assert any(e.message.startswith("precision auto → fp32") for e in runs["auto"].of(Log))
+    first_auto, first_fp32 = runs["auto"].losses[0], runs["fp32"].losses[0]
+    assert first_auto[0] == first_fp32[0] == 1 and abs(first_auto[1] - first_fp32[1]) < 1e-5
+    assert len(runs["auto"].losses) == len(runs["fp32"].losses) == 6

@@ -30,6 +30,7 @@ from tunestudio.worker import performance
 
 BUDGET_S = 6.0  # at most this long measuring, all candidates together
 MIN_JOB_S = 30.0  # a job whose fp32 estimate is shorter than this is not measured
+SLOW_FLOPS = 2e10  # a slow machine's training FLOP/s: below MIN_JOB_S at this rate, a job is surely short
 LOSS_AGREEMENT = 0.02  # relative difference to fp32's loss allowed for a candidate
 
 
@@ -71,11 +72,19 @@ def cache_key(model_name: str, method: str, training_type: str, batch_shape: tup
 
 @contextlib.contextmanager
 def _rng_kept() -> Iterator[None]:
+    """Every random state the trainer draws from (torch, Python, NumPy), as it was before."""
+    import random
+
+    import numpy as np
+
     cpu = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    py, npy = random.getstate(), np.random.get_state()
     try:
         yield
     finally:
+        random.setstate(py)
+        np.random.set_state(npy)
         torch.set_rng_state(cpu)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
@@ -175,10 +184,16 @@ def for_job(cfg: Any, trainer: Any, cache_dir: Path | None) -> Decision | None:
     if str(getattr(cfg, "method", "sft")) not in ("sft", "pretrain"):
         # Preference and RL batches are not one forward pass with labels; those methods stay in fp32 on a CPU.
         return Decision("fp32", f"not measured for method {cfg.method}")
-    loader = trainer.get_train_dataloader()
-    batch = next(iter(loader))
-    steps_per_epoch = max(1, len(loader) // cfg.gradient_accumulation_steps)
+    rows = len(trainer.train_dataset)
+    steps_per_epoch = max(1, rows // (cfg.batch_size * cfg.gradient_accumulation_steps))
     total = cfg.max_steps if cfg.max_steps > 0 else int(steps_per_epoch * cfg.num_epochs)
+    # A job that would be short even on a slow machine is not worth a measurement, nor touching its data.
+    params = sum(p.numel() for p in trainer.model.parameters())
+    flops = 6 * params * cfg.batch_size * cfg.max_seq_length * cfg.gradient_accumulation_steps * total
+    if flops / SLOW_FLOPS < MIN_JOB_S:
+        return Decision("fp32", f"a job of at most about {flops / SLOW_FLOPS:.0f} s does not repay measuring")
+    with _rng_kept():  # a shuffling sampler draws its seed from torch's RNG: the job's data order stays its own
+        batch = next(iter(trainer.get_train_dataloader()))
     method = getattr(cfg, "method", "sft")
     key = cache_key(cfg.model_name, str(method), cfg.training_type.value,
                     (cfg.batch_size, cfg.max_seq_length, int(cfg.packing), cfg.lora_r))
