@@ -46,6 +46,7 @@ OTHER_VALUES = {
     "beta": 0.5, "dpo_loss_type": "ipo", "desirable_weight": 2.0, "undesirable_weight": 2.0, "num_generations": 2,
     "max_completion_length": 64, "generation_temperature": 0.7, "kl_beta": 0.01, "reward_functions": ["exact_match"],
     "reward_weights": [1.0], "reward_format_pattern": "x", "packing": True, "train_on_completions": True,
+    "padding_free": True,
 }
 
 

@@ -138,6 +138,7 @@ METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
     "reward_weights": ("grpo",),
     "reward_format_pattern": ("grpo",),
     "packing": ("sft", "pretrain"),
+    "padding_free": ("sft", "pretrain"),
     "train_on_completions": ("sft",),
 }
 # Built-in GRPO reward functions (tunestudio/worker/rewards.py); the first three compare with a row's `answer`.
@@ -222,6 +223,11 @@ class JobConfig(BaseModel):
     weight_decay: float = Field(default=0.01, ge=0, le=10)
     random_seed: int = Field(default=3407, ge=0, le=2**32 - 1)
     packing: bool = False
+    padding_free: bool | Literal["auto"] = Field(
+        default="auto",
+        description="Batches as one flattened row with position ids instead of padded rows (the loss is the same). "
+        "auto: per batch, whichever costs less for this model (always with flash attention).",
+    )
     optim: Optimizer = "adamw_torch"
     lr_scheduler_type: LrScheduler = "linear"
 
@@ -241,7 +247,11 @@ class JobConfig(BaseModel):
     target_modules: list[str] | None = Field(
         default=None, max_length=1024, description="Module names to adapt; unset means every linear layer."
     )
-    gradient_checkpointing: bool | Literal["unsloth"] = False
+    gradient_checkpointing: bool | Literal["auto", "unsloth"] = Field(
+        default="auto",
+        description="Recompute activations in backward to save memory (slower). auto: on only when the job's "
+        "estimated memory would not fit in what the machine has free.",
+    )
     use_rslora: bool = False
     use_loftq: bool = False
     train_on_completions: bool = False
@@ -457,7 +467,7 @@ class JobConfig(BaseModel):
     def _lower(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @field_validator("gradient_checkpointing", mode="before")
+    @field_validator("gradient_checkpointing", "padding_free", mode="before")
     @classmethod
     def _checkpointing_words(cls, value: Any) -> Any:
         if isinstance(value, str):

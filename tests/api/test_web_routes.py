@@ -33,7 +33,9 @@ def test_defaults_offer_the_tiny_model_the_bundled_dataset_and_jobconfig_fields(
         "integer", 2, 1)
     assert fields["training_type"]["choices"] == ["lora", "qlora", "full"]
     assert fields["format_type"]["default"] == "auto"
-    assert fields["gradient_checkpointing"]["choices"] == [False, True, "unsloth"]
+    assert fields["gradient_checkpointing"]["choices"] == [False, True, "auto", "unsloth"]
+    assert fields["gradient_checkpointing"]["default"] == "auto"
+    assert fields["padding_free"]["choices"] == [False, True, "auto"]
     assert fields["hf_token"]["kind"] == "secret" and fields["hf_token"]["default"] is None
     assert fields["warmup_steps"]["nullable"] and fields["model_name"]["required"]
 

@@ -145,16 +145,10 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
     tokens = batch * length
     act_scale = 1.0 if half else 2.0  # the 34·h bytes figure is for 16-bit activations
     per_layer = 34 * shape.hidden * tokens * act_scale
-    if job.get("gradient_checkpointing"):
-        stored = shape.layers * 2 * shape.hidden * tokens * act_scale + per_layer  # layer inputs, one layer live
-        notes.append("activation checkpointing: less memory, slower steps")
-    else:
-        stored = shape.layers * per_layer
+    checkpointed = shape.layers * 2 * shape.hidden * tokens * act_scale + per_layer  # layer inputs, one layer live
     logits = 2 * tokens * shape.vocab * 4  # fp32 logits and their gradient
-    activations = int(stored + logits)
-
     overhead = int(0.5 * GIB)  # the runtime itself: CUDA context or the CPU process's libraries
-    total = weights + adapter + gradients + optimizer + activations + overhead
+    before_activations = weights + adapter + gradients + optimizer + logits + overhead
     if on_gpu:
         gpu = max(gpus, key=lambda g: g.get("memory_total_mb") or 0)
         available = int((gpu.get("memory_total_mb") or 0) * 2**20) or None
@@ -163,6 +157,16 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
         memory = machine.get("memory") or {}
         available = int((memory.get("available_mb") or 0) * 2**20) or None
         device = "CPU (available memory)"
+    checkpointing = job.get("gradient_checkpointing")
+    if checkpointing == "auto":  # the rule of worker/memory.py on these figures: on only if it would not fit without
+        checkpointing = available is not None and before_activations + shape.layers * per_layer > 0.9 * available
+        notes.append("activation checkpointing auto: " + ("on, the job would not fit without it" if checkpointing
+                                                          else "off, the job fits without it"))
+    elif checkpointing:
+        notes.append("activation checkpointing: less memory, slower steps")
+    stored = checkpointed if checkpointing else shape.layers * per_layer
+    activations = int(stored + logits)
+    total = before_activations + int(stored)
     fits = None if available is None else total <= available
     if method == "qlora" and not on_gpu:
         notes.append("QLoRA trains on a CPU here (bitsandbytes), slowly")

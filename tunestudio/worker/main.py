@@ -5,7 +5,8 @@ load and format the dataset → build the trainer → sample the base model →
 train → save → sample the result → report.
 
 Every way out ends in exactly one terminal event: `Completed` (possibly
-stopped) or `Failed`. A `UserError` is reported by its message alone; anything
+stopped) or `Failed`. A `UserError` is reported by its message alone; running
+out of memory by what to change in the config (`_out_of_memory`); anything
 else is a bug and carries the traceback for the logs.
 """
 
@@ -16,6 +17,8 @@ import errno
 import json
 import logging
 import os
+import re
+import sys
 import traceback
 import warnings
 from pathlib import Path
@@ -38,6 +41,7 @@ def run(
 
     cache_dir: where measured decisions (the precision of `auto`) are kept between jobs.
     """
+    cfg: JobConfig | None = None
     try:
         cfg = _validate(config, secrets)
         _quiet_libraries()
@@ -45,8 +49,12 @@ def run(
     except UserError as exc:
         channel.failed(str(exc), traceback.format_exc())
     except Exception as exc:
-        prefix = "disk full: " if _disk_full(exc) else ""
-        channel.failed(f"{prefix}{type(exc).__name__}: {exc}", traceback.format_exc())
+        oom = _out_of_memory(exc, cfg, _peak_memory_mb()) if cfg is not None else None
+        if oom is not None:
+            channel.failed(oom, traceback.format_exc())
+        else:
+            prefix = "disk full: " if _disk_full(exc) else ""
+            channel.failed(f"{prefix}{type(exc).__name__}: {exc}", traceback.format_exc())
     return 1
 
 
@@ -58,6 +66,75 @@ def _disk_full(exc: BaseException | None) -> bool:
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def _out_of_memory(exc: BaseException | None, cfg: JobConfig, peak_mb: float | None = None) -> str | None:
+    """What to change when an error (or what caused it) is running out of memory, else None.
+
+    GPU: torch's OutOfMemoryError, or a message from the device allocator ("CUDA out of memory",
+    "CUDA error: out of memory") or a CUDA library's (cuBLAS's "CUBLAS_STATUS_ALLOC_FAILED").
+    CPU: MemoryError, or torch's "DefaultCPUAllocator: can't allocate memory".
+    Pure: torch is consulted only if this process already imported it (no error of torch's otherwise).
+    """
+    torch = sys.modules.get("torch")
+    gpu_error = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    where = None
+    seen = 0
+    while exc is not None and seen < 5:
+        text = str(exc)
+        if isinstance(exc, MemoryError) or "can't allocate memory" in text:
+            where = "memory"
+        elif ((gpu_error is not None and isinstance(exc, gpu_error)) or "out of memory" in text.lower()
+              or "_STATUS_ALLOC_FAILED" in text):
+            where = "GPU memory"
+        if where is not None:
+            break
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    if where is None or exc is None:
+        return None
+    facts = []
+    asked = re.search(r"[Tt]ried to allocate (\d+(?:\.\d+)? ?[KMGT]i?B)", text)
+    if asked:
+        capacity = re.search(r"total capacity of (\d+(?:\.\d+)? ?[KMGT]i?B)", text)
+        facts.append(f"an allocation of {asked.group(1)} failed" + (f" on a GPU of {capacity.group(1)}"
+                                                                    if capacity else ""))
+    if peak_mb:
+        facts.append(f"the job's peak was {peak_mb:,.0f} MiB")
+    advice = _memory_advice(cfg)
+    remedy = ("To fit, try: " + "; ".join(advice) if advice else
+              "The job already has the settings that save the most memory: it needs a smaller model or more memory")
+    return f"out of {where}: " + (f"{'; '.join(facts)}. " if facts else "") + remedy + "."
+
+
+def _memory_advice(cfg: JobConfig) -> list[str]:
+    """The config changes that need less memory, for this job (none it already has)."""
+    advice = []
+    batch, accumulation = cfg.batch_size, cfg.gradient_accumulation_steps
+    if batch > 1:
+        smaller = max(d for d in range(1, batch // 2 + 1) if batch % d == 0)  # keeps the global batch exact
+        advice.append(f"a smaller batch_size ({smaller}) with gradient_accumulation_steps "
+                      f"{accumulation * batch // smaller}, which keeps the global batch of {batch * accumulation}")
+    if cfg.max_seq_length >= 16:
+        advice.append(f"a shorter max_seq_length ({cfg.max_seq_length // 2})")
+    if cfg.gradient_checkpointing not in (True, "unsloth"):
+        advice.append("gradient_checkpointing: true (activations recomputed: slower, far less memory)")
+    if cfg.training_type.value == "full":
+        advice.append("training_type: qlora (4-bit base weights and small adapters; or lora, full-size weights)")
+    elif cfg.training_type.value == "lora":
+        advice.append("training_type: qlora (4-bit base weights)")
+    return advice
+
+
+def _peak_memory_mb() -> float | None:
+    """The process's peak memory, when torch is loaded already (not worth importing it for a message)."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        from tunestudio.worker.performance import peak_memory_mb
+
+        return peak_memory_mb()
+    except Exception:  # a CUDA context broken by the failure itself: the message goes without the figure
+        return None
 
 
 def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None) -> JobConfig:
@@ -73,7 +150,7 @@ def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None
 
 
 def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
-    from tunestudio.worker import calibrate, integrations, performance
+    from tunestudio.worker import batching, calibrate, integrations, performance
     from tunestudio.worker import data as data_mod
     from tunestudio.worker import evaluation as evaluation_mod
     from tunestudio.worker import model as model_mod
@@ -88,9 +165,9 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     channel.phase("loading_model", f"loading {cfg.model_name}")
     threads = performance.configure_threads()
     precision = train_mod.resolve_precision(cfg, model_mod.hidden_size(cfg))
-    gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel)
     tokenizer = model_mod.load_tokenizer(cfg)
     model = model_mod.load_model(cfg, precision.compute_dtype)
+    gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel, model, precision)
     model = model_mod.prepare_model(model, cfg, gradient_checkpointing)
     trainable, total = model_mod.count_parameters(model)
     four_bit = model_mod.count_4bit_layers(model)
@@ -127,6 +204,9 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
             trainer, reporter = train_mod.build_trainer(
                 cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
             )
+    batches = batching.describe(trainer, cfg.padding_free)
+    if batches:
+        channel.log(batches)
     if trainer.args.world_size > 1:
         channel.log(
             f"data parallel: {trainer.args.world_size} ranks ({'nccl' if trainer.args.n_gpu else 'gloo'}), "
@@ -153,6 +233,9 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     # 5. train
     channel.phase("training")
     result = trainer.train(resume_from_checkpoint=checkpoint)
+    batches = batching.describe(trainer, cfg.padding_free)
+    if batches and "flattened" in batches:
+        channel.log(batches)
     stop = reporter.stop
     if stop is not None and not stop.save:
         channel.completed(output_dir=None, stopped=True, saved=False, global_step=trainer.state.global_step)

@@ -3,7 +3,6 @@ and the callback that reports progress and obeys stop commands at step boundarie
 
 from __future__ import annotations
 
-import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from trl import SFTConfig, SFTTrainer
 from tunestudio.checkpoints import is_complete, latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import Progress, Stop
-from tunestudio.worker import methods, performance
+from tunestudio.worker import batching, memory, methods, performance
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.checkpointing import save_checkpoints_atomically
 from tunestudio.worker.data import PreparedData
@@ -68,12 +67,19 @@ def resolve_optimizer(cfg: JobConfig, channel: Channel) -> str:
     return cfg.optim
 
 
-def resolve_gradient_checkpointing(cfg: JobConfig, channel: Channel) -> bool:
+def resolve_gradient_checkpointing(
+    cfg: JobConfig, channel: Channel, model: torch.nn.Module, precision: Precision
+) -> bool:
+    """The job's activation checkpointing; `auto` decides from the estimated memory (worker/memory.py)."""
     if cfg.gradient_checkpointing == "unsloth":
         channel.warn(
             'gradient_checkpointing "unsloth" is Unsloth\'s own variant; using standard gradient checkpointing'
         )
         return True
+    if cfg.gradient_checkpointing == "auto":
+        choice = memory.decide(cfg, model.config.to_dict(), precision.name, memory.available_bytes())
+        channel.log(choice.note)
+        return choice.on
     return bool(cfg.gradient_checkpointing)
 
 
@@ -221,6 +227,10 @@ def build_trainer(
         processing_class=tokenizer,
         callbacks=[callback],
     )
+    try:
+        batching.install(trainer, cfg.padding_free)  # after TRL has tokenised and cut the rows to max_length
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     save_checkpoints_atomically(trainer)  # a worker killed while saving leaves the previous checkpoint usable
     return trainer, callback
 
@@ -250,9 +260,3 @@ def generate(model: torch.nn.Module, tokenizer: Any, prompt: str, max_new_tokens
         model.train()
     return tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
 
-
-def _peak_memory_mb() -> float:
-    """The most memory this job has held: the GPU's allocator peak on CUDA, else the process's peak RSS."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
