@@ -1,18 +1,28 @@
-"""`precision: auto` on a model shaped like a real one, against the fixed precisions and plain TRL.
+"""Models shaped like real ones: tunestudio's defaults and `precision: auto` against the fixed precisions and plain TRL.
 
-A locally built Llama with a large vocabulary (random weights: the shapes, not
-the values, decide the speed), LoRA on every linear layer, short chat-like
-rows. In one run, in alternating rounds, the same job:
-  tunestudio auto, tunestudio fp32, tunestudio bf16 (the worker, each in its own process),
-  plain TRL fp32 and plain TRL bf16 (an SFTTrainer script in a child process).
-tokens/s is TRL's num_tokens (real, non-pad tokens) over the time since the
-trainer began, at the last logged step; each figure is the best of its rounds.
-The first auto job measures and caches its decision; the later ones read it.
+A locally built Llama of a real shape (SmolLM-135M-like: hidden 576, 12 layers,
+9 heads, 3 KV heads, a 128k vocabulary, tied head; random weights: the shapes,
+not the values, decide the speed), trained on the CPU in one run, alternating
+rounds, for each shape asked:
+  lora-128  LoRA r16 on every linear layer, batch 4, max_length 128, short prompt/completion rows
+  lora-512  the same at max_length 512 on texts of 60-900 tokens (cut at 512), batch 2
+  full-128  a full fine-tune, batch 4, max_length 128
+  full-512  a full fine-tune, batch 2, max_length 512
+and for each shape five jobs:
+  tunestudio auto, tunestudio fp32, tunestudio bf16 (the worker, each in its own process, every other setting
+  at its default: padding-free batches auto, activation checkpointing auto),
+  plain TRL fp32 and plain TRL bf16 (an SFTTrainer script in a spawned child, TRL's defaults: padded batches).
+The tunestudio jobs are declared long (10,000 steps) and stopped after --steps, as a user's job would be: a
+job the worker judges too short is not measured (calibrate.MIN_JOB_S). The first auto job of a shape measures
+and caches its decision (its log line is printed); the later ones read the cache.
+tokens/s is TRL's num_tokens (real, non-pad tokens) over the time since the trainer began, at the last logged
+step; each figure is the best of its rounds. MFU = 6·N·tokens/s over the bf16 or fp32 matmul peak measured
+here in the same run (N: parameters, the head included; attention is left out).
 
-    .venv/bin/python bench/precision.py [--steps 40] [--rounds 2] [--vocab 128256]
+    .venv/bin/python bench/precision.py [--steps 8] [--rounds 2] [--shapes lora-128,lora-512,full-128,full-512]
 
-Targets (issue 18): auto ≥ 0.95 × the faster fixed precision; tunestudio's
-best ≥ 0.97 × best plain. Ends with one JSON line.
+Targets (issue 18): auto ≥ 0.95 × the faster fixed precision; tunestudio's defaults ≥ 0.97 × best plain TRL.
+Ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -20,15 +30,32 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
+import random
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SEQ, BATCH, LR = 128, 4, 2e-4
+LR = 2e-4
+DECLARED_STEPS = 10_000
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    training_type: str
+    seq: int
+    batch: int
+
+
+SHAPES = {s.name: s for s in (Shape("lora-128", "lora", 128, 4), Shape("lora-512", "lora", 512, 2),
+                              Shape("full-128", "full", 128, 4), Shape("full-512", "full", 512, 2))}
 
 
 def build_model(work: Path, vocab: int) -> Path:
@@ -51,31 +78,67 @@ def build_model(work: Path, vocab: int) -> Path:
     return out
 
 
-def tunestudio_job(model_dir: Path, data: Path, steps: int, precision: str, out: Path, cache: Path) -> dict:
+def write_long_texts(work: Path) -> Path:
+    """Texts of very different lengths (4 to 60 bundled rows joined), as real documents are."""
+    from tunestudio.worker.tiny import alpaca_user_text, make_rows
+
+    rng = random.Random(3)
+    rows = make_rows(4000, seed=5)
+    texts, i = [], 0
+    while i < len(rows) - 60:
+        k = rng.randint(2, 40)
+        texts.append(" ".join(f"{alpaca_user_text(r)}\n{r['output']}" for r in rows[i : i + k]))
+        i += k
+    path = work / "texts.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return path
+
+
+def matmul_peak(dtype: Any) -> float:
+    import torch
+
+    a, b = torch.randn(2048, 2048).to(dtype), torch.randn(2048, 2048).to(dtype)
+    for _ in range(3):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    return 2 * 2048**3 * 10 / (time.perf_counter() - start)
+
+
+def tunestudio_job(model_dir: Path, data: Path, shape: Shape, steps: int, precision: str, out: Path,
+                   cache: Path) -> dict:
     from tunestudio.config import JobConfig
     from tunestudio.events import Log, Progress
     from tunestudio.jobs.supervisor import Supervisor
 
-    cfg = JobConfig.model_validate({
+    fields: dict[str, Any] = {
         "model_name": str(model_dir), "local_datasets": [str(data)], "output_dir": str(out),
-        "training_type": "lora", "precision": precision, "max_steps": steps, "batch_size": BATCH,
-        "gradient_accumulation_steps": 1, "learning_rate": LR, "max_seq_length": SEQ, "random_seed": 7,
-        "lora_r": 16, "lora_alpha": 32, "logging_steps": 1,
-    })
+        "training_type": shape.training_type, "precision": precision, "max_steps": DECLARED_STEPS,
+        "batch_size": shape.batch, "gradient_accumulation_steps": 1, "learning_rate": LR,
+        "max_seq_length": shape.seq, "random_seed": 7, "logging_steps": 1, "save_steps": 0,
+    }
+    if shape.training_type == "lora":
+        fields |= {"lora_r": 16, "lora_alpha": 32}
     events: list[Any] = []
-    sup = Supervisor(cfg, events.extend, cache_dir=str(cache))
+    sup = Supervisor(JobConfig.model_validate(fields), events.extend, cache_dir=str(cache))
     sup.start()
-    outcome = sup.wait(3600)
-    assert outcome is not None and outcome.kind == "completed", outcome
-    progress = [e for e in events if isinstance(e, Progress) and e.loss is not None]
-    chosen = next((m.message for m in events if isinstance(m, Log) and m.message.startswith("precision auto")), "")
+    deadline = time.monotonic() + 3600
+    while time.monotonic() < deadline and sup.wait(0.2) is None:
+        if sum(isinstance(e, Progress) and e.loss is not None for e in list(events)) >= steps:
+            sup.stop(save=False)
+            break
+    outcome = sup.wait(600)
+    assert outcome is not None and outcome.completed is not None, outcome  # stopped without saving: "cancelled"
+    progress = [e for e in events if isinstance(e, Progress) and e.loss is not None][:steps]
+    logs = [m.message for m in events if isinstance(m, Log)]
+    chosen = next((m for m in logs if m.startswith("precision auto")), "")
     return {"tokens_per_s": progress[-1].tokens_per_second, "first_loss": progress[0].loss,
-            "last_loss": progress[-1].loss, "peak_memory_mb": progress[-1].peak_memory_mb, "decision": chosen}
+            "last_loss": progress[-1].loss, "peak_memory_mb": progress[-1].peak_memory_mb, "decision": chosen,
+            "notes": [m for m in logs if m.startswith(("padding-free", "activation checkpointing"))]}
 
 
-def _plain(model_dir: str, data: str, steps: int, bf16: bool, out: str, queue: Any) -> None:
-    import time
-
+def _plain(model_dir: str, data: str, shape: Shape, steps: int, bf16: bool, out: str, queue: Any) -> None:
     import torch
     from datasets import load_dataset
     from peft import LoraConfig
@@ -95,71 +158,97 @@ def _plain(model_dir: str, data: str, steps: int, bf16: bool, out: str, queue: A
 
     torch.manual_seed(7)
     clock = Clock()
+    lora = shape.training_type == "lora"
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
-        args=SFTConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=LR,
-                       max_length=SEQ, logging_steps=1, save_strategy="no", report_to=[], bf16=bf16, fp16=False,
-                       use_cpu=True, seed=7, disable_tqdm=True),
+        args=SFTConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=shape.batch, learning_rate=LR,
+                       max_length=shape.seq, logging_steps=1, save_strategy="no", report_to=[], bf16=bf16,
+                       fp16=False, use_cpu=True, seed=7, disable_tqdm=True),
         train_dataset=load_dataset("json", data_files=data, split="train"),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
-        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"),
+        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM") if lora
+        else None,
         callbacks=[clock],
     )
     trainer.train()
     queue.put(clock.last)
 
 
-def plain_job(model_dir: Path, data: Path, steps: int, bf16: bool, out: Path) -> dict:
+def plain_job(model_dir: Path, data: Path, shape: Shape, steps: int, bf16: bool, out: Path) -> dict:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_plain, args=(str(model_dir), str(data), steps, bf16, str(out), queue))
+    proc = ctx.Process(target=_plain, args=(str(model_dir), str(data), shape, steps, bf16, str(out), queue))
     proc.start()
     tps = queue.get(timeout=3600)
     proc.join(60)
     return {"tokens_per_s": tps}
 
 
+JOBS = ("auto", "fp32", "bf16", "plain_fp32", "plain_bf16")
+
+
+def run_shape(shape: Shape, model_dir: Path, data: Path, work: Path, steps: int, rounds: int,
+              peaks: dict[str, float], params: int) -> dict[str, Any]:
+    runs: dict[str, list[dict]] = {k: [] for k in JOBS}
+    cache = work / f"cache-{shape.name}"
+    for round_ in range(rounds):
+        order = JOBS if round_ % 2 == 0 else tuple(reversed(JOBS))  # alternate who goes first
+        for name in order:
+            out = work / f"{shape.name}-{name}-{round_}"
+            if name.startswith("plain_"):
+                runs[name].append(plain_job(model_dir, data, shape, steps, name == "plain_bf16", out))
+            else:
+                runs[name].append(tunestudio_job(model_dir, data, shape, steps, name, out, cache))
+            print(f"{shape.name} round {round_ + 1} {name:>10}: {runs[name][-1]['tokens_per_s']:8.1f} tok/s "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    best = {k: max(r["tokens_per_s"] for r in v) for k, v in runs.items()}
+    faster_fixed = "fp32" if best["fp32"] >= best["bf16"] else "bf16"
+    decision = runs["auto"][0]["decision"]
+    auto_precision = decision.split("→ ")[1].split()[0] if "→ " in decision else "fp32"
+    plain = max(best["plain_fp32"], best["plain_bf16"])
+    mfu = {k: 6 * params * v / peaks["bf16" if k.endswith("bf16") or (k == "auto" and auto_precision == "bf16")
+                                        else "fp32"] for k, v in best.items()}
+    result = {
+        "shape": shape.name, "tokens_per_s": {k: round(v, 1) for k, v in best.items()},
+        "auto_chose": auto_precision, "decision": decision, "faster_fixed": faster_fixed,
+        "auto_over_faster_fixed": round(best["auto"] / best[faster_fixed], 3),
+        "defaults_over_best_plain": round(best["auto"] / plain, 3),
+        "mfu": {k: round(v, 4) for k, v in mfu.items()},
+        "loss": [runs["auto"][0]["first_loss"], runs["auto"][0]["last_loss"]],
+        "peak_memory_mb": runs["auto"][-1]["peak_memory_mb"], "notes": runs["auto"][0]["notes"],
+    }
+    result["met"] = result["auto_over_faster_fixed"] >= 0.95 and result["defaults_over_best_plain"] >= 0.97
+    print(f"{shape.name}: auto chose {auto_precision} ({decision})")
+    print(f"{shape.name}: auto / faster fixed ({faster_fixed}) {result['auto_over_faster_fixed']:.3f} (>= 0.95); "
+          f"defaults / best plain {result['defaults_over_best_plain']:.3f} (>= 0.97); MFU "
+          + ", ".join(f"{k} {v:.1%}" for k, v in mfu.items()), flush=True)
+    return result
+
+
 def main() -> None:
+    import torch
+
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=128_256)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-precision-"))
     model_dir = build_model(work, args.vocab)
-    data = REPO / "examples" / "data" / "prompt_completion.jsonl"
-    cache = work / "cache"
-    runs: dict[str, list[dict]] = {k: [] for k in ("auto", "fp32", "bf16", "plain_fp32", "plain_bf16")}
-    for round_ in range(args.rounds):
-        for name in runs:
-            out = work / f"{name}-{round_}"
-            if name.startswith("plain_"):
-                runs[name].append(plain_job(model_dir, data, args.steps, name == "plain_bf16", out))
-            else:
-                runs[name].append(tunestudio_job(model_dir, data, args.steps, name, out, cache))
-            print(f"round {round_ + 1} {name:>10}: {runs[name][-1]['tokens_per_s']:8.1f} tok/s", flush=True)
-    best = {k: max(r["tokens_per_s"] for r in v) for k, v in runs.items()}
-    fixed = max(best["fp32"], best["bf16"])
-    plain = max(best["plain_fp32"], best["plain_bf16"])
-    ours = max(best["auto"], best["fp32"], best["bf16"])
-    cfg = json.loads((model_dir / "config.json").read_text())
+    short = REPO / "examples" / "data" / "prompt_completion.jsonl"
+    long = write_long_texts(work)
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     from tunestudio.estimate import estimate
 
-    params = estimate(cfg).parameters
-    print(f"model: {params / 1e6:.0f}M parameters, vocab {args.vocab}, LoRA r16, seq {SEQ}, batch {BATCH}, "
-          f"{args.steps} steps, {args.rounds} rounds")
-    print("auto decided:", runs["auto"][0]["decision"])
-    print(f"auto / faster fixed ({'fp32' if best['fp32'] >= best['bf16'] else 'bf16'}): {best['auto'] / fixed:.3f} "
-          "(target >= 0.95)")
-    print(f"tunestudio defaults (auto) / best plain TRL: {best['auto'] / plain:.3f} (target >= 0.97)")
-    print(json.dumps({"bench": "precision", "params": params, "vocab": args.vocab, "seq": SEQ, "steps": args.steps,
-                      "tokens_per_s": {k: round(v, 1) for k, v in best.items()},
-                      "auto_over_fixed": round(best["auto"] / fixed, 3),
-                      "auto_over_best_plain": round(best["auto"] / plain, 3),
-                      "best_ours_over_best_plain": round(ours / plain, 3),
-                      "peak_memory_mb": runs["auto"][-1]["peak_memory_mb"],
-                      "decision": runs["auto"][0]["decision"],
-                      "met": best["auto"] >= 0.95 * fixed and best["auto"] >= 0.97 * plain}))
+    params = estimate(json.loads((model_dir / "config.json").read_text())).parameters
+    print(f"model: {params / 1e6:.0f}M parameters, vocab {args.vocab}; {args.steps} steps, {args.rounds} rounds; "
+          f"matmul peak fp32 {peaks['fp32'] / 1e9:.0f}, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s", flush=True)
+    results = [run_shape(SHAPES[name], model_dir, short if SHAPES[name].seq <= 128 else long, work, args.steps,
+                         args.rounds, peaks, params) for name in args.shapes.split(",")]
+    print(json.dumps({"bench": "precision", "params": params, "vocab": args.vocab, "steps": args.steps,
+                      "rounds": args.rounds, "peak_gflops": {k: round(v / 1e9) for k, v in peaks.items()},
+                      "shapes": results, "met": all(r["met"] for r in results)}))
 
 
 if __name__ == "__main__":

@@ -4,10 +4,13 @@ No fixed rule held (FACTS.md): bf16 autocast was 2.9x faster than fp32 for a
 full fine-tune of a random 30M Llama, 25% slower for LoRA on a real 270M model
 with a 262k vocabulary, and 40% slower on the tiny model. So, before training,
 on the job's model and one real batch of its data at its length and batch
-size, a few forward+backward passes are timed in each precision the hardware
-supports; the fastest whose loss agrees with fp32 wins. The decision is cached
+size, forward+backward passes are timed in each precision the hardware
+supports (a warm-up each, then up to 3 rounds with the precisions alternating,
+so a change in the machine's load falls on all alike; the fastest time of each
+counts); the fastest whose loss agrees with fp32 wins. The decision is cached
 per (model, method, training type, shape, hardware) so a repeated job does not
-pay again, and a job too short to repay the measurement skips it (fp32).
+pay again, and a job too short to repay the measurement (under MIN_JOB_S, or
+under MEASURE_SHARE times the measuring) skips it: fp32.
 Weights are never changed (no optimizer step; gradients are cleared) and the
 RNG state is restored, so a calibrated job trains exactly as a fixed one would.
 """
@@ -28,10 +31,11 @@ import torch
 
 from tunestudio.worker import performance
 
-BUDGET_S = 6.0  # at most this long measuring, all candidates together
+BUDGET_S = 6.0  # measuring rounds after the first stop once they would pass this (warm-ups and one round: always)
 MIN_JOB_S = 30.0  # a job whose fp32 estimate is shorter than this is not measured
 SLOW_FLOPS = 2e10  # a slow machine's training FLOP/s: below MIN_JOB_S at this rate, a job is surely short
 LOSS_AGREEMENT = 0.02  # relative difference to fp32's loss allowed for a candidate
+MEASURE_SHARE = 20  # a measured job is at least this many times longer than its measurement
 
 
 @dataclass
@@ -107,16 +111,21 @@ def _step(model: torch.nn.Module, batch: dict[str, torch.Tensor], precision: str
     return float(loss.detach())
 
 
-def _time(model: torch.nn.Module, batch: dict[str, torch.Tensor], precision: str, budget: float) -> tuple[float, float]:
-    """(seconds per step, loss): one warm-up step, then steps until `budget` seconds or 3 steps."""
-    loss = _step(model, batch, precision)
-    times: list[float] = []
+def _rounds(model: torch.nn.Module, batch: dict[str, torch.Tensor], options: list[str], budget: float,
+            first: dict[str, float]) -> dict[str, float]:
+    """Seconds per step of each option: the fastest of up to 3 rounds, the options alternating within a round
+    so that a change in the machine's load falls on all of them alike. At least one round; more while the
+    budget lasts. `first`: the warm-up step's time of each option, which stands in if no round fits the budget."""
+    best = dict(first)
     started = time.perf_counter()
-    while len(times) < 3 and (not times or time.perf_counter() - started < budget):
-        t0 = time.perf_counter()
-        _step(model, batch, precision)
-        times.append(time.perf_counter() - t0)
-    return min(times), loss
+    for round_ in range(3):
+        if round_ and time.perf_counter() - started + sum(best.values()) > budget:
+            break
+        for option in options if round_ % 2 == 0 else list(reversed(options)):
+            t0 = time.perf_counter()
+            _step(model, batch, option)
+            best[option] = min(best[option], time.perf_counter() - t0) if round_ else time.perf_counter() - t0
+    return best
 
 
 def decide(
@@ -136,19 +145,25 @@ def decide(
     was_training = model.training
     model.train()
     with _rng_kept():
-        fp32_s, fp32_loss = _time(model, batch, "fp32", BUDGET_S / len(options) / 2)
-        decision = Decision("fp32", "", {"fp32": fp32_s}, {"fp32": fp32_loss})
-        if fp32_s * accumulation * total_steps < MIN_JOB_S:
-            decision.reason = f"a job of about {fp32_s * accumulation * total_steps:.0f} s does not repay measuring"
+        # One warm-up step each (the first step pays for allocations and autocast's weight casts), the loss
+        # of each, and a first time to judge whether the job repays a measurement at all.
+        first, losses = {}, {}
+        for option in options:
+            t0 = time.perf_counter()
+            losses[option] = _step(model, batch, option)
+            first[option] = time.perf_counter() - t0
+        job_s = first["fp32"] * accumulation * total_steps
+        measuring_s = 2 * sum(first.values())
+        if job_s < max(MIN_JOB_S, MEASURE_SHARE * measuring_s):
             model.train(was_training)
-            return decision
-        for option in options[1:]:
-            seconds, loss = _time(model, batch, option, BUDGET_S / len(options) / 2)
-            decision.seconds_per_step[option], decision.losses[option] = seconds, loss
+            return Decision("fp32", f"a job of about {job_s:.0f} s does not repay measuring",
+                            {"fp32": first["fp32"]}, {"fp32": losses["fp32"]})
+        seconds = _rounds(model, batch, options, BUDGET_S, first)
     model.train(was_training)
-    agreeing = [o for o in options if abs(decision.losses[o] - fp32_loss) <= LOSS_AGREEMENT * max(abs(fp32_loss), 1e-6)]
-    decision.precision = min(agreeing, key=decision.seconds_per_step.__getitem__)
-    decision.reason = "fastest measured whose loss agrees with fp32"
+    fp32_loss = losses["fp32"]
+    decision = Decision("fp32", "fastest measured whose loss agrees with fp32", seconds, losses)
+    agreeing = [o for o in options if abs(losses[o] - fp32_loss) <= LOSS_AGREEMENT * max(abs(fp32_loss), 1e-6)]
+    decision.precision = min(agreeing, key=seconds.__getitem__)
     _write(cache, {**known, key: {k: v for k, v in asdict(decision).items() if k != "cached"}})
     return decision
 
