@@ -42,3 +42,11 @@ def test_large_vocabularies_make_the_logits_dominate_and_checkpointing_shrinks_a
     assert big.activations_bytes - layers_only.activations_bytes > layers_only.activations_bytes / 2
     assert estimate(SHAPES["1B-like"], seq_len=2048, gradient_checkpointing=True).activations_bytes < \
         estimate(SHAPES["1B-like"], seq_len=2048).activations_bytes / 2
+
+
+def test_a_fused_head_never_holds_the_full_logits() -> None:
+    """TRL's SFTTrainer scores tokens through tiles of the head: 16k tokens x 128k entries do not exist at once."""
+    plain = estimate(SHAPES["1B-like"], batch_size=8, seq_len=2048)
+    fused = estimate(SHAPES["1B-like"], batch_size=8, seq_len=2048, fused_head=True)
+    logits_plain = 8 * 2048 * 128_256 * 12
+    assert plain.activations_bytes - fused.activations_bytes > 0.9 * logits_plain

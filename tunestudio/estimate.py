@@ -6,7 +6,8 @@ an untied or tied head). Memory is the weights, gradients and AdamW state of
 what trains, and the activations of one micro-batch: the per-layer tensors
 kept for backward (about 16 hidden-sized values per token and layer plus the
 MLP's 3 intermediate-sized ones, and the attention scores) and the logits of
-the head and loss, which dominate for large vocabularies. It is an estimate to
+the head and loss, which dominate for large vocabularies unless the loss is
+computed in tiles (TRL's fused head for SFT: `fused_head`). It is an estimate to
 decide on, not a measurement: the worker reports the real peak in its progress
 events.
 """
@@ -82,8 +83,13 @@ def estimate(
     seq_len: int = 512,
     precision: str = "fp32",
     gradient_checkpointing: bool = False,
+    fused_head: bool = False,
 ) -> Estimate:
-    """The memory a job needs (see the module's note). precision: the weights' and activations' dtype."""
+    """The memory a job needs (see the module's note). precision: the weights' and activations' dtype.
+
+    fused_head: the loss is computed through TRL's fused LM head (SFTTrainer, TRL 1.16): tiles of at most
+    4096 tokens x 32768 vocabulary entries and a few floats per token, never the full logits.
+    """
     s = model_shape(config)
     linears = _layer_linears(s)
     per_layer = sum(i * o for i, o in linears.values()) + 2 * s.hidden  # two norms
@@ -99,7 +105,10 @@ def estimate(
     tokens = batch_size * seq_len
     kept = 16 * s.hidden + 3 * s.intermediate + 2 * s.heads * seq_len  # per token and layer
     layer_acts = tokens * s.layers * (2 * s.hidden if gradient_checkpointing else kept) * width
-    logits = tokens * s.vocab * (width + 4 + 4)  # the logits, their fp32 copy for the loss, its gradient
+    if fused_head:
+        logits = min(tokens, 4096) * min(s.vocab, 32768) * 4 * 2 + tokens * 16  # a tile forward and backward
+    else:
+        logits = tokens * s.vocab * (width + 4 + 4)  # the logits, their fp32 copy for the loss, its gradient
     return Estimate(
         parameters=params,
         trainable_parameters=trainable,

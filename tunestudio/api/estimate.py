@@ -146,7 +146,11 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
     act_scale = 1.0 if half else 2.0  # the 34·h bytes figure is for 16-bit activations
     per_layer = 34 * shape.hidden * tokens * act_scale
     checkpointed = shape.layers * 2 * shape.hidden * tokens * act_scale + per_layer  # layer inputs, one layer live
-    logits = 2 * tokens * shape.vocab * 4  # fp32 logits and their gradient
+    if str(job.get("method", "sft")) in ("sft", "pretrain"):
+        # TRL's fused LM head (SFTTrainer): the loss in tiles of 4096 tokens x 32768 entries, never full logits
+        logits = min(tokens, 4096) * min(shape.vocab, 32768) * 4 * 2 + tokens * 16
+    else:
+        logits = 2 * tokens * shape.vocab * 4  # fp32 logits and their gradient
     overhead = int(0.5 * GIB)  # the runtime itself: CUDA context or the CPU process's libraries
     before_activations = weights + adapter + gradients + optimizer + logits + overhead
     if on_gpu:

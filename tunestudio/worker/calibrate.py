@@ -100,10 +100,19 @@ def _autocast(precision: str, device: torch.device) -> Any:
     return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
 
+def fused_head(model: torch.nn.Module) -> bool:
+    """Whether TRL has patched the model with its fused LM head (SFTTrainer does): the loss is computed in tiles
+    over the labelled positions only, never as full logits. Calibration then times that path, as training runs it."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    code = getattr(getattr(base.forward, "__func__", None), "__code__", None)  # functools.wraps keeps the old name
+    return code is not None and code.co_name == "_fused_forward"
+
+
 def _step(model: torch.nn.Module, batch: dict[str, torch.Tensor], precision: str) -> float:
     device = next(model.parameters()).device
+    extra = {"fused_lm_head": True} if fused_head(model) else {}
     with _autocast(precision, device):
-        loss = model(**batch).loss
+        loss = model(**batch, **extra).loss
     loss.backward()
     model.zero_grad(set_to_none=True)
     if device.type == "cuda":

@@ -22,6 +22,8 @@ HEADROOM = 0.9  # the share of free memory a job may plan to fill
 GIB = 2**30
 # Preference methods run the chosen and the rejected answer of each row together: twice the rows.
 _ROWS_PER_EXAMPLE = {"dpo": 2, "orpo": 2}
+# SFTTrainer (sft and pretrain) computes its loss through TRL's fused LM head: no full logits.
+_FUSED_HEAD_METHODS = ("sft", "pretrain")
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ def needed_bytes(cfg: Any, model_config: dict[str, Any], precision: str, checkpo
     rows = cfg.batch_size * _ROWS_PER_EXAMPLE.get(str(cfg.method), 1)
     job = estimate(model_config, training_type=cfg.training_type.value, lora_r=cfg.lora_r,
                    target_modules=cfg.target_modules, batch_size=rows, seq_len=cfg.max_seq_length,
-                   precision=precision, gradient_checkpointing=checkpointing)
+                   precision=precision, gradient_checkpointing=checkpointing,
+                   fused_head=str(cfg.method) in _FUSED_HEAD_METHODS)
     return job.total_bytes - job.weights_bytes
 
 

@@ -26,7 +26,7 @@ router = APIRouter(prefix="/api/models", tags=["models"], responses=ERRORS)
 # The JobConfig fields the estimate reads; their defaults are JobConfig's own.
 ESTIMATE_FIELDS = ("training_type", "batch_size", "max_seq_length", "gradient_accumulation_steps", "lora_r",
                    "target_modules", "finetune_attention_modules", "finetune_mlp_modules", "gradient_checkpointing",
-                   "precision", "optim")
+                   "precision", "optim", "method")
 
 
 class LocalModel(BaseModel):
