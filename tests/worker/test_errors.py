@@ -145,3 +145,13 @@ def test_a_job_whose_training_runs_out_of_gpu_memory_fails_with_advice(
     assert failed.message.endswith(
         f" MiB. To fit, try: {BATCH_ADVICE}; {SEQ_ADVICE}; {CHECKPOINTING_ADVICE}; {QLORA_ADVICE}.")
     assert "Traceback" not in failed.message and "OutOfMemoryError" in failed.traceback
+
+
+def test_checkpointing_that_auto_turned_on_is_not_advised_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunestudio.worker import main
+
+    job = cfg(training_type="qlora", batch_size=1, max_seq_length=8)
+    assert job.gradient_checkpointing == "auto"
+    assert CHECKPOINTING_ADVICE in (_out_of_memory(MemoryError(), job) or "")
+    monkeypatch.setitem(main._decided, "gradient_checkpointing", True)
+    assert CHECKPOINTING_ADVICE not in (_out_of_memory(MemoryError(), job) or "")

@@ -106,6 +106,10 @@ def _out_of_memory(exc: BaseException | None, cfg: JobConfig, peak_mb: float | N
     return f"out of {where}: " + (f"{'; '.join(facts)}. " if facts else "") + remedy + "."
 
 
+# What this worker decided for settings left to it ("auto"), for the advice of an out-of-memory failure.
+_decided: dict[str, Any] = {}
+
+
 def _memory_advice(cfg: JobConfig) -> list[str]:
     """The config changes that need less memory, for this job (none it already has)."""
     advice = []
@@ -116,7 +120,7 @@ def _memory_advice(cfg: JobConfig) -> list[str]:
                       f"{accumulation * batch // smaller}, which keeps the global batch of {batch * accumulation}")
     if cfg.max_seq_length >= 16:
         advice.append(f"a shorter max_seq_length ({cfg.max_seq_length // 2})")
-    if cfg.gradient_checkpointing not in (True, "unsloth"):
+    if cfg.gradient_checkpointing not in (True, "unsloth") and not _decided.get("gradient_checkpointing"):
         advice.append("gradient_checkpointing: true (activations recomputed: slower, far less memory)")
     if cfg.training_type.value == "full":
         advice.append("training_type: qlora (4-bit base weights and small adapters; or lora, full-size weights)")
@@ -168,6 +172,7 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     tokenizer = model_mod.load_tokenizer(cfg)
     model = model_mod.load_model(cfg, precision.compute_dtype)
     gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel, model, precision)
+    _decided["gradient_checkpointing"] = gradient_checkpointing
     model = model_mod.prepare_model(model, cfg, gradient_checkpointing)
     trainable, total = model_mod.count_parameters(model)
     four_bit = model_mod.count_4bit_layers(model)
