@@ -39,6 +39,14 @@ def test_resolve_makes_paths_absolute_and_checks_they_exist(tmp_path: Path, monk
     assert resolve(cfg(eval_split="test")).eval_split == "test"  # a split name, not a path
 
 
+def test_names_no_filesystem_takes_are_refused_or_left_to_the_hub_never_raised() -> None:
+    """Path.exists() raises for a 300-byte name (ENAMETOOLONG): such a path does not exist, it is not an error."""
+    long = "x" * 300
+    assert refused(lambda: resolve(cfg(local_datasets=[long + ".jsonl"]))).field == "local_datasets"
+    assert refused(lambda: resolve(cfg(model_name="./" + long))).field == "model_name"
+    assert resolve(cfg(model_name=long)).model_name == long  # not a path: a hub id the worker will look up
+
+
 def test_looks_like_path() -> None:
     assert looks_like_path("./m") and looks_like_path("/abs/m") and looks_like_path("~/m") and looks_like_path("a/b/c")
     assert not looks_like_path("org/name") and not looks_like_path("gpt2")

@@ -77,14 +77,22 @@ def _eval_path(cfg: JobConfig) -> str | None:
     return None
 
 
+def _on_disk(raw: str, test: str) -> bool:
+    """Path(raw).expanduser().<test>(), False for a name no filesystem takes (too long, a NUL byte)."""
+    try:
+        return bool(getattr(Path(raw).expanduser(), test)())
+    except (OSError, ValueError):
+        return False
+
+
 def _local_model(cfg: JobConfig) -> str | None:
     raw = cfg.model_name
-    return raw if looks_like_path(raw) or Path(raw).expanduser().is_dir() else None
+    return raw if looks_like_path(raw) or _on_disk(raw, "is_dir") else None
 
 
 def _local_hub_dataset(cfg: JobConfig) -> str | None:
     raw = cfg.hf_dataset
-    return raw if raw and (looks_like_path(raw) or Path(raw).expanduser().exists()) else None
+    return raw if raw and (looks_like_path(raw) or _on_disk(raw, "exists")) else None
 
 
 def tensorboard_path(cfg: JobConfig) -> Path:
@@ -99,24 +107,24 @@ def resolve(cfg: JobConfig) -> JobConfig:
     datasets = []
     for raw in cfg.local_datasets:
         path = _abs(raw)
-        if not path.exists():
+        if not _on_disk(str(path), "exists"):
             raise PathRefused("local_datasets", f"dataset path {raw!r} does not exist", code="not_found")
         datasets.append(str(path))
     update["local_datasets"] = datasets
     if (model := _local_model(cfg)) is not None:
         path = _abs(model)
-        if not path.is_dir():
+        if not _on_disk(str(path), "is_dir"):
             raise PathRefused("model_name", f"local model folder {model!r} does not exist (a hub id reads "
                                             "'org/name')", code="not_found")
         update["model_name"] = str(path)
     if (dataset := _local_hub_dataset(cfg)) is not None:
         path = _abs(dataset)
-        if not path.exists():
+        if not _on_disk(str(path), "exists"):
             raise PathRefused("hf_dataset", f"local dataset {dataset!r} does not exist", code="not_found")
         update["hf_dataset"] = str(path)
     if (eval_file := _eval_path(cfg)) is not None:
         path = _abs(eval_file)
-        if not path.exists():
+        if not _on_disk(str(path), "exists"):
             raise PathRefused("eval_split", f"eval file {eval_file!r} does not exist", code="not_found")
         update["eval_split"] = str(path)
     for name in ("output_dir", "resume_from_checkpoint"):
@@ -128,7 +136,7 @@ def resolve(cfg: JobConfig) -> JobConfig:
         source = reward_source(entry)
         if source is not None:
             path = _abs(source)
-            if not path.is_file():
+            if not _on_disk(str(path), "is_file"):
                 raise PathRefused("reward_functions", f"reward function file {source!r} does not exist",
                                   code="not_found")
             entry = f"{path}:{entry.rpartition(':')[2]}"

@@ -157,6 +157,9 @@ def test_models_and_the_estimate_from_config_json(client: TestClient, tmp_path: 
     assert bad.status_code == 422 and bad.json()["detail"]["errors"][0]["field"] == "batch_size"
     outside = client.post("/api/models/estimate", json={"model_name": "/etc"})
     assert outside.status_code == 422 and outside.json()["detail"]["field"] == "model_name"
+    too_long = client.post("/api/models/estimate", json={"model_name": "x" * 300})  # a name no filesystem takes
+    assert too_long.status_code == 422 and too_long.json()["detail"]["field"] == "model_name"
+    assert "File name too long" not in too_long.text and "Traceback" not in too_long.text
 
 
 def test_a_resumed_job_links_to_its_child_and_offers_no_second_resume(settings: Settings) -> None:

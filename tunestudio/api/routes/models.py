@@ -88,6 +88,14 @@ def hub_model(id: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^
 
 def _model_folder(name: str, settings: Settings) -> Path:
     """The folder whose config.json describes the model: a local folder inside the model roots, or the hub cache."""
+    try:
+        return _find_model_folder(name, settings)
+    except (OSError, ValueError) as exc:  # a name no filesystem takes: too long, a NUL byte
+        raise ApiError(422, "invalid_request", f"model_name: not a usable folder name or hub id ({type(exc).__name__})",
+                       field="model_name") from None
+
+
+def _find_model_folder(name: str, settings: Settings) -> Path:
     if paths.looks_like_path(name) or Path(name).expanduser().is_dir():
         folder = Path(name).expanduser().resolve()
         if not any(folder.is_relative_to(root) for root in settings.allowed_model_roots()):
