@@ -85,6 +85,10 @@ class ChoosingCollator:
         self.batches = 0
         self.flattened = 0
 
+    def reset(self) -> None:
+        """Forget the batches formed so far (calibration's, drawn before training)."""
+        self.batches = self.flattened = 0
+
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         lengths = [len(e["input_ids"]) for e in examples]
         use_flat = len(lengths) > 1 and (self.always or self.costs.flat_pays(lengths))

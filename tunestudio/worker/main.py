@@ -209,6 +209,8 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
             trainer, reporter = train_mod.build_trainer(
                 cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
             )
+    if isinstance(trainer.data_collator, batching.ChoosingCollator):
+        trainer.data_collator.reset()  # the batches calibration drew are not the job's
     batches = batching.describe(trainer, cfg.padding_free)
     if batches:
         channel.log(batches)
