@@ -65,7 +65,10 @@ def build_model(work: Path, vocab: int) -> Path:
 
     from tunestudio.worker.tiny import build_tiny_model
 
-    tiny = build_tiny_model(work / "tiny")  # its tokenizer: ids stay below its size, the head is the full vocab
+    # the embedded tiny model's tokenizer (ids stay below its size; the head is the full vocabulary)
+    tiny = REPO / "models" / "tiny-llama"
+    if not (tiny / "tokenizer.json").is_file():
+        tiny = build_tiny_model(work / "tiny")
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     config = LlamaConfig(vocab_size=vocab, hidden_size=576, intermediate_size=1536, num_hidden_layers=12,
                          num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=1024,
