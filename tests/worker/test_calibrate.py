@@ -28,6 +28,7 @@ def test_decide_measures_caches_and_leaves_weights_and_rng_alone(tiny_model: Pat
         assert "does not repay" in short.reason  # 2 tiny steps: not worth measuring
     monkeypatch.setattr(calibrate, "MIN_JOB_S", 0.0)
     monkeypatch.setattr(calibrate, "BUDGET_S", 1.0)
+    monkeypatch.setattr(calibrate, "BUSY_SHARE", 0.0)  # however busy this machine is, the decision is kept
     decision = calibrate.decide(model, batch, total_steps=10_000, accumulation=1, key="k2", cache_dir=tmp_path)
     assert decision.precision in options and not decision.cached
     if len(options) > 1:
@@ -58,3 +59,23 @@ def test_a_calibrated_job_trains_exactly_as_a_fixed_one(tiny_model: Path, tmp_pa
     first_auto, first_fp32 = runs["auto"].losses[0], runs["fp32"].losses[0]
     assert first_auto[0] == first_fp32[0] == 1 and abs(first_auto[1] - first_fp32[1]) < 1e-5
     assert len(runs["auto"].losses) == len(runs["fp32"].losses) == 6
+
+
+def test_a_decision_measured_on_a_busy_machine_is_used_but_not_kept(tiny_model: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tunestudio.worker import calibrate
+
+    if len(calibrate.candidates()) < 2:
+        pytest.skip("one precision on this hardware: nothing is measured")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    ids = torch.randint(3, model.config.vocab_size, (4, 64))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    monkeypatch.setattr(calibrate, "MIN_JOB_S", 0.0)
+    monkeypatch.setattr(calibrate, "MEASURE_SHARE", 0)
+    monkeypatch.setattr(calibrate, "BUSY_SHARE", 1.01)  # more than a process can have: always "busy"
+    busy = calibrate.decide(model, batch, total_steps=10_000, accumulation=1, key="k", cache_dir=tmp_path)
+    assert busy.precision in calibrate.candidates() and "measured on a busy machine" in busy.reason
+    assert "not cached" in busy.describe() and not (tmp_path / "precision.json").exists()

@@ -36,6 +36,7 @@ MIN_JOB_S = 30.0  # a job whose fp32 estimate is shorter than this is not measur
 SLOW_FLOPS = 2e10  # a slow machine's training FLOP/s: below MIN_JOB_S at this rate, a job is surely short
 LOSS_AGREEMENT = 0.02  # relative difference to fp32's loss allowed for a candidate
 MEASURE_SHARE = 20  # a measured job is at least this many times longer than its measurement
+BUSY_SHARE = 0.6  # below this share of its cores while measuring, a decision is not cached
 
 
 @dataclass
@@ -167,14 +168,30 @@ def decide(
             model.train(was_training)
             return Decision("fp32", f"a job of about {job_s:.0f} s does not repay measuring",
                             {"fp32": first["fp32"]}, {"fp32": losses["fp32"]})
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         seconds = _rounds(model, batch, options, BUDGET_S, first)
+        share = _share_of_cores(cpu0, wall0, device)
     model.train(was_training)
     fp32_loss = losses["fp32"]
     decision = Decision("fp32", "fastest measured whose loss agrees with fp32", seconds, losses)
     agreeing = [o for o in options if abs(losses[o] - fp32_loss) <= LOSS_AGREEMENT * max(abs(fp32_loss), 1e-6)]
     decision.precision = min(agreeing, key=seconds.__getitem__)
+    if share is not None and share < BUSY_SHARE:
+        # Other work had the cores: timings taken so were off by up to 20x in bench/precision.py. The job
+        # uses them, but they are not kept: the next job measures again.
+        decision.reason += f"; measured on a busy machine ({share:.0%} of its cores): not cached"
+        return decision
     _write(cache, {**known, key: {k: v for k, v in asdict(decision).items() if k != "cached"}})
     return decision
+
+
+def _share_of_cores(cpu0: float, wall0: float, device: torch.device) -> float | None:
+    """The share of its threads' cores this process had while measuring (CPU time over threads x wall time);
+    None on a GPU, whose work the CPU clock does not see."""
+    if device.type != "cpu":
+        return None
+    wall = time.perf_counter() - wall0
+    return (time.process_time() - cpu0) / (torch.get_num_threads() * wall) if wall > 0 else None
 
 
 def _read(path: Path | None) -> dict[str, Any]:
