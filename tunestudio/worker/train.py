@@ -62,8 +62,9 @@ def precision_named(choice: str) -> Precision:
 
 def resolve_optimizer(cfg: JobConfig, channel: Channel) -> str:
     if cfg.optim in _BNB_OPTIMIZERS and not torch.cuda.is_available():
-        channel.warn(f"optim {cfg.optim!r} needs bitsandbytes GPU kernels; using torch AdamW ('adamw_torch') on CPU")
-        return "adamw_torch"
+        channel.warn(f"optim {cfg.optim!r} needs bitsandbytes GPU kernels; using torch's fused AdamW "
+                     "('adamw_torch_fused') on CPU")
+        return "adamw_torch_fused"
     return cfg.optim
 
 

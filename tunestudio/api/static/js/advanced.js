@@ -28,7 +28,7 @@ export const ADVANCED = {
   warmup_steps: ["optimisation", "Warm-up steps", "Steps of rising learning rate at the start."],
   warmup_ratio: ["optimisation", "Warm-up ratio", "Or: the fraction of all steps spent warming up."],
   weight_decay: ["optimisation", "Weight decay", "L2-style shrinkage of the weights each step."],
-  optim: ["optimisation", "Optimizer", "The update rule; adamw_torch is the safe default."],
+  optim: ["optimisation", "Optimizer", "The update rule; adamw_torch_fused (the default) is AdamW in one kernel."],
   lr_scheduler_type: ["optimisation", "Learning-rate schedule", "How the learning rate changes over the run."],
   gradient_checkpointing: ["optimisation", "Activation checkpointing",
     "Recompute activations to save memory; slower (3.5× on CPU). auto: on only if the job would not fit."],
