@@ -154,7 +154,9 @@ def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None
 
 
 def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
-    from tunestudio.worker import batching, calibrate, integrations, performance
+    import torch
+
+    from tunestudio.worker import batching, calibrate, integrations, lmhead, performance
     from tunestudio.worker import data as data_mod
     from tunestudio.worker import evaluation as evaluation_mod
     from tunestudio.worker import model as model_mod
@@ -195,6 +197,9 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     report_to, integration_notes = integrations.setup(cfg)
     for note in integration_notes:
         channel.log(note)
+    if lmhead.install() and not torch.cuda.is_available():
+        channel.log("LM head: TRL's fused log-probabilities computed by worker/lmhead.py on the CPU "
+                    "(the same values, in a few passes per chunk of tokens)")
     trainer, reporter = train_mod.build_trainer(
         cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
     )

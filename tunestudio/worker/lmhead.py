@@ -1,0 +1,231 @@
+"""The fused LM head's log-probabilities on a CPU, at the cost of plain full logits.
+
+TRL 1.16 computes every trainer's per-token log-probabilities (SFT, DPO, KTO, GRPO, RLOO) through
+`add_fused_lm_head`, which calls `ChunkedLogProbFunction` (trl/kernels/chunked_logprob.py) on tiles of
+4096 tokens × 32768 vocabulary entries without ever holding the full logits. On CUDA a Triton kernel folds
+each tile; on a CPU a torch fallback of that kernel does it in about twenty elementwise passes per tile, the
+backward projects every tile a second time, and every position is scored, prompt and padding included. A
+whole training step then took 1.34–2.63× the time of the same step with full logits (bench/realistic.py,
+bench/RESULTS.md).
+
+`CpuLogProb` returns the same outputs from the same arguments on a CPU: chunks of tokens whose fp32 logits
+take at most `CHUNK_ELEMENTS`, a handful of passes per chunk, and the gradients of the log-probabilities
+made in the forward while the chunk is at hand, so the backward only scales them (it projects again only
+when the entropy needs a gradient, or a trained head's rows are weighted unequally). `install()` routes
+TRL's calls on CPU tensors to it and lets the fused forward pass only the labelled positions; CUDA and
+other devices keep TRL's kernel. tests/worker/test_lmhead.py holds it to TRL's own function, outputs and
+gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+CHUNK_ELEMENTS = 1 << 25  # one chunk's fp32 logits: 128 MiB (256 tokens at a 128k vocabulary)
+
+
+def _chunk_rows(vocab: int) -> int:
+    return max(1, CHUNK_ELEMENTS // max(vocab, 1))
+
+
+class _Head:
+    """The projection and the logit transform TRL applies (logit scale, final soft-capping, temperature)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype, temperature: float,
+                 softcap: float | None, logit_scale: float) -> None:
+        self.weight = weight.to(dtype)
+        self.bias = None if bias is None else bias.to(dtype)
+        self.dtype = dtype
+        self.acc = torch.float64 if dtype == torch.float64 else torch.float32
+        self.softcap = softcap
+        self.pre = logit_scale / softcap if softcap else 1.0
+        self.post = softcap / temperature if softcap else logit_scale / temperature
+        self.slope = logit_scale / temperature  # dz/dy without soft-capping
+
+    def logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """z = transform(hidden @ weightᵀ + bias) in the accumulation dtype, and tanh's output when soft-capped."""
+        y = hidden.to(self.dtype) @ self.weight.t()
+        if self.bias is not None:
+            y += self.bias
+        z = y.to(self.acc)  # a copy under bf16; y itself in fp32 (no longer needed)
+        if self.softcap:
+            t = z.mul_(self.pre).tanh_()
+            return t * self.post, t
+        if self.post != 1.0:
+            z.mul_(self.post)
+        return z, None
+
+    def chain(self, grad: torch.Tensor, tanh: torch.Tensor | None) -> torch.Tensor:
+        """d/dz → d/dy, in place."""
+        if tanh is not None:
+            return grad.mul_(1 - tanh * tanh).mul_(self.post * self.pre)
+        return grad.mul_(self.slope) if self.slope != 1.0 else grad
+
+
+def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Σ_v a[n, v]·b[n, v] for each row, without an [n, vocab] temporary."""
+    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
+
+
+class CpuLogProb(torch.autograd.Function):
+    """`ChunkedLogProbFunction.apply`'s arguments and outputs, with `grad_enabled` first (the forward of an
+    autograd Function always runs without grad, so the caller says whether gradients will be wanted)."""
+
+    @staticmethod
+    def forward(ctx: Any, grad_enabled: bool, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                targets: torch.Tensor, temperature: float, chunk_size: int,
+                final_logit_softcapping: float | None = None, logit_scale: float = 1.0,
+                outputs: tuple[str, ...] = ("log_probs",)) -> tuple[Any, ...]:
+        del chunk_size  # TRL's tile width; the chunks here are of tokens
+        ctx.set_materialize_grads(False)
+        device = hidden.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        need = [grad_enabled and flag for flag in ctx.needs_input_grad[1:4]]
+        need[2] = need[2] and bias is not None
+        n, vocab = hidden.shape[0], weight.shape[0]
+        with torch.autocast(device, enabled=False):
+            head = _Head(weight, bias, dtype, temperature, final_logit_softcapping, logit_scale)
+            acc = head.acc
+            lse = torch.empty(n, dtype=acc, device=hidden.device)
+            log_probs = torch.empty(n, dtype=acc, device=hidden.device)
+            extra = {name: torch.empty(n, dtype=acc, device=hidden.device) for name in outputs
+                     if name in ("entropy", "log_sum_sq_probs", "mean_logits")}
+            is_top1 = torch.empty(n, dtype=torch.bool, device=hidden.device) if "is_top1" in outputs else None
+            grad_h = torch.empty(hidden.shape, dtype=acc, device=hidden.device) if need[0] else None
+            grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need[1] else None
+            grad_b = torch.zeros(vocab, dtype=acc, device=weight.device) if need[2] else None
+            rows = _chunk_rows(vocab)
+            for start in range(0, n, rows):
+                part = slice(start, start + rows)
+                h, index = hidden[part], targets[part].unsqueeze(1)
+                z, tanh = head.logits(h)
+                target = z.gather(1, index).squeeze(1)
+                if is_top1 is not None:
+                    top, arg = z.max(1)  # the first maximum, as TRL's "ties with an earlier token do not count"
+                    is_top1[part] = arg == targets[part]
+                else:
+                    top = z.amax(1)
+                if "mean_logits" in extra:
+                    extra["mean_logits"][part] = z.sum(1) / vocab
+                shifted = z.sub_(top.unsqueeze(1))
+                e = shifted.exp() if "entropy" in extra else shifted.exp_()
+                total = e.sum(1)
+                log_total = total.log()
+                lse[part] = top + log_total
+                log_probs[part] = target - lse[part]
+                if "entropy" in extra:  # −Σ p·log p = log Σe − Σ e·(z − max) / Σe
+                    extra["entropy"][part] = log_total - _rowdot(e, shifted) / total
+                if "log_sum_sq_probs" in extra:
+                    extra["log_sum_sq_probs"][part] = _rowdot(e, e).log() - 2 * log_total
+                if any(need):  # d log p_target / dz = one-hot − softmax
+                    grad = e.div_(total.unsqueeze(1)).neg_()
+                    grad.scatter_add_(1, index, torch.ones_like(index, dtype=grad.dtype))
+                    grad = head.chain(grad, tanh)
+                    if need[2]:
+                        grad_b += grad.sum(0)
+                    grad = grad.to(dtype)
+                    if need[0]:
+                        grad_h[part] = grad @ head.weight
+                    if need[1]:
+                        grad_w += (grad.t() @ h.to(dtype)).to(acc)
+        entropy = extra.get("entropy")
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, grad_h, grad_w, grad_b)
+        ctx.head = (dtype, temperature, final_logit_softcapping, logit_scale)
+        ctx.need = need
+        frozen = [extra.get("log_sum_sq_probs"), extra.get("mean_logits"), is_top1]
+        ctx.mark_non_differentiable(*(x for x in frozen if x is not None))
+        return (log_probs, entropy, *frozen)
+
+    @staticmethod
+    def backward(ctx: Any, grad_log_probs: torch.Tensor | None, grad_entropy: torch.Tensor | None,
+                 *_: Any) -> tuple[Any, ...]:
+        hidden, weight, bias, targets, lse, entropy, grad_h, grad_w, grad_b = ctx.saved_tensors
+        scale = grad_log_probs
+        uniform = scale is None or scale.numel() == 0 or bool((scale == scale[0]).all())
+        if grad_entropy is not None or (not uniform and (ctx.need[1] or ctx.need[2])):
+            grads = _recompute(ctx, hidden, weight, bias, targets, lse, entropy, grad_log_probs, grad_entropy)
+        elif scale is None:
+            grads = (None, None, None)
+        else:
+            step = scale[0] if scale.numel() else 0.0
+            grads = (None if grad_h is None else grad_h * scale.to(grad_h.dtype).unsqueeze(1),
+                     None if grad_w is None else grad_w * step,
+                     None if grad_b is None else grad_b * step)
+        hidden_grad, weight_grad, bias_grad = (
+            None if g is None else g.to(t.dtype) for g, t in zip(grads, (hidden, weight, bias), strict=True))
+        return None, hidden_grad, weight_grad, bias_grad, None, None, None, None, None, None
+
+
+def _recompute(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor | None,
+               grad_log_probs: torch.Tensor | None, grad_entropy: torch.Tensor | None) -> tuple[Any, ...]:
+    """The general backward: project each chunk again and weight every row by its own upstream gradients."""
+    dtype, temperature, softcap, logit_scale = ctx.head
+    need = ctx.need
+    device = hidden.device.type
+    with torch.autocast(device, enabled=False):
+        head = _Head(weight, bias, dtype, temperature, softcap, logit_scale)
+        grad_h = torch.empty(hidden.shape, dtype=head.acc, device=hidden.device) if need[0] else None
+        grad_w = torch.zeros(weight.shape, dtype=head.acc, device=weight.device) if need[1] else None
+        grad_b = torch.zeros(weight.shape[0], dtype=head.acc, device=weight.device) if need[2] else None
+        rows = _chunk_rows(weight.shape[0])
+        for start in range(0, hidden.shape[0], rows):
+            part = slice(start, start + rows)
+            h, index = hidden[part], targets[part].unsqueeze(1)
+            z, tanh = head.logits(h)
+            log_p = z.sub_(lse[part].unsqueeze(1))
+            p = log_p.exp()
+            grad = torch.zeros_like(p)
+            if grad_entropy is not None:  # d entropy / dz = −p·(log p + entropy)
+                ge = grad_entropy[part].to(head.acc).unsqueeze(1)
+                grad -= ge * p * (log_p + entropy[part].unsqueeze(1))
+            if grad_log_probs is not None:  # d log p_target / dz = one-hot − p
+                gl = grad_log_probs[part].to(head.acc).unsqueeze(1)
+                grad -= gl * p
+                grad.scatter_add_(1, index, gl)
+            grad = head.chain(grad, tanh)
+            if grad_b is not None:
+                grad_b += grad.sum(0)
+            grad = grad.to(dtype)
+            if grad_h is not None:
+                grad_h[part] = grad @ head.weight
+            if grad_w is not None:
+                grad_w += (grad.t() @ h.to(dtype)).to(head.acc)
+    return grad_h, grad_w, grad_b
+
+
+class _Dispatch:
+    """Stands where `trl.trainer.utils` looks up `_ChunkedLogProbFunction`: CPU tensors go to `CpuLogProb`,
+    the rest to TRL's kernel."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def apply(self, hidden: torch.Tensor, *args: Any) -> Any:
+        if hidden.device.type == "cpu":
+            return CpuLogProb.apply(torch.is_grad_enabled(), hidden, *args)
+        return self.original.apply(hidden, *args)
+
+
+def install() -> bool:
+    """Route TRL's fused LM head to `CpuLogProb` on CPU tensors, in this process; False when this TRL has
+    none of the names patched (the fused head then runs as TRL ships it)."""
+    try:
+        from trl.trainer import utils as trl_utils
+    except ImportError:
+        return False
+    original = getattr(trl_utils, "_ChunkedLogProbFunction", None)
+    use_triton = getattr(trl_utils, "_use_triton", None)
+    if original is None or use_triton is None:
+        return False
+    if isinstance(original, _Dispatch):
+        return True
+    trl_utils._ChunkedLogProbFunction = _Dispatch(original)
+
+    def compact(device: torch.device) -> bool:  # score only the labelled positions on a CPU too
+        return device.type == "cpu" or use_triton(device)
+
+    trl_utils._use_triton = compact
+    return True
