@@ -18,6 +18,8 @@ round; the figures are medians of the rounds and the ratios are taken round by r
           trl_lp   the same with the log-probabilities only (not by default: --variants ...,trl_lp)
           chunked  chunked_lm_loss below: tokens in chunks of --chunk, the head fused in, the gradients made
                    in the forward (one pass, no recompute), never more than chunk × vocab logits
+          tunestudio  worker/lmhead.py's CpuLogProb, what tunestudio's worker runs in place of `trl` on a
+                   CPU (the same outputs, chunks of 2^25 logits, gradients made in the forward)
           torch    torch 2.13's F.linear_cross_entropy with LinearCrossEntropyOptions(batch_chunk_size=chunk)
                    (not by default either)
         Reported: time of one forward+backward, the peak RSS rise during it (VmHWM after a reset, heap
@@ -32,7 +34,7 @@ Every timed call also records the share of the machine that other processes took
 
     .venv/bin/python bench/realistic.py [--vocabs 49152,262144] [--seqs 128] [--modes lora]
         [--precisions fp32,bf16] [--parts head,step] [--rounds 2] [--steps 1] [--chunk 256]
-        [--variants full,trl,chunked] [--max-others 0.25 --retries 0] [--threads 1]
+        [--variants full,trl,tunestudio,chunked] [--max-others 0.25 --retries 0] [--threads 1]
 
 The default (LoRA, two vocabularies, seq 128, one torch thread) took 6 minutes on 2 cores with
 another job holding one of them; full fine-tuning (--modes full), seq 512, the 128,256 vocabulary
@@ -50,6 +52,7 @@ import ctypes
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -58,10 +61,11 @@ import torch
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tunestudio.worker.lmhead, from a checkout
 
 HIDDEN, BATCH, IGNORE = 576, 4, -100
 LOSS_TOLERANCE = 1e-5  # relative, fp32: "without changing the loss"
-HEAD_VARIANTS = ("full", "trl", "trl_lp", "chunked", "torch")
+HEAD_VARIANTS = ("full", "trl", "trl_lp", "tunestudio", "chunked", "torch")
 STEP_VARIANTS = ("full", "trl", "chunked", "trivial")
 
 
@@ -144,6 +148,18 @@ def trl_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor
     mask = labels != IGNORE
     log_probs, *_ = ChunkedLogProbFunction.apply(hidden[mask], weight, None, labels[mask], 1.0,
                                                  _CHUNKED_LOGPROB_CHUNK_SIZE, None, 1.0, outputs)
+    return -log_probs.sum() / mask.sum().clamp(min=1)
+
+
+def tunestudio_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """worker/lmhead.py's CpuLogProb with SFTTrainer's outputs, reduced as TRL's fused forward does."""
+    from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
+
+    from tunestudio.worker.lmhead import CpuLogProb
+
+    mask = labels != IGNORE
+    log_probs, *_ = CpuLogProb.apply(torch.is_grad_enabled(), hidden[mask], weight, None, labels[mask], 1.0,
+                                     _CHUNKED_LOGPROB_CHUNK_SIZE, None, 1.0, ("log_probs", "entropy", "is_top1"))
     return -log_probs.sum() / mask.sum().clamp(min=1)
 
 
@@ -258,6 +274,8 @@ def head_part(vocab: int, seq: int, mode: str, precision: str, args: argparse.Na
                 loss = trl_lm_loss(hidden, weight, labels)
             elif variant == "trl_lp":
                 loss = trl_lm_loss(hidden, weight, labels, ("log_probs",))
+            elif variant == "tunestudio":
+                loss = tunestudio_lm_loss(hidden, weight, labels)
             elif variant == "chunked":
                 loss = chunked_lm_loss(hidden, weight, labels, args.chunk)
             else:
@@ -388,8 +406,8 @@ def main() -> None:
     parser.add_argument("--modes", default="lora")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--parts", default="head,step")
-    parser.add_argument("--variants", default="full,trl,chunked",
-                        help="of full,trl,trl_lp,chunked,torch; trivial always runs in the step part")
+    parser.add_argument("--variants", default="full,trl,tunestudio,chunked",
+                        help="of full,trl,trl_lp,tunestudio,chunked,torch; trivial always runs in the step part")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=1, help="timed calls per variant per round")
     parser.add_argument("--chunk", type=int, default=256, help="tokens per chunk (chunked and torch)")
