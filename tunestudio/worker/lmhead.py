@@ -64,6 +64,15 @@ class _Head:
         return grad.mul_(self.slope) if self.slope != 1.0 else grad
 
 
+def _add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """acc += a @ b: in place when the dtypes agree, else through one product in a's dtype (bf16 on a CPU has no
+    fp32-output matmul; each chunk's product is rounded once, as F.linear's weight gradient is under autocast)."""
+    if a.dtype == acc.dtype:
+        acc.addmm_(a, b)
+    else:
+        acc += a @ b
+
+
 def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Σ_v a[n, v]·b[n, v] for each row, without an [n, vocab] temporary."""
     return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
@@ -129,9 +138,10 @@ class CpuLogProb(torch.autograd.Function):
                     if need[0]:
                         grad_h[part] = grad @ head.weight
                     if need[1]:
-                        grad_w += (grad.t() @ h.to(dtype)).to(acc)
+                        _add_product(grad_w, grad.t(), h.to(dtype))
         entropy = extra.get("entropy")
-        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, grad_h, grad_w, grad_b)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.made = (grad_h, grad_w, grad_b)  # not inputs or outputs: plain attributes, scaled in place below
         ctx.head = (dtype, temperature, final_logit_softcapping, logit_scale)
         ctx.need = need
         frozen = [extra.get("log_sum_sq_probs"), extra.get("mean_logits"), is_top1]
@@ -141,7 +151,9 @@ class CpuLogProb(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_log_probs: torch.Tensor | None, grad_entropy: torch.Tensor | None,
                  *_: Any) -> tuple[Any, ...]:
-        hidden, weight, bias, targets, lse, entropy, grad_h, grad_w, grad_b = ctx.saved_tensors
+        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        grad_h, grad_w, grad_b = ctx.made
+        ctx.made = None
         scale = grad_log_probs
         uniform = scale is None or scale.numel() == 0 or bool((scale == scale[0]).all())
         if grad_entropy is not None or (not uniform and (ctx.need[1] or ctx.need[2])):
@@ -151,8 +163,8 @@ class CpuLogProb(torch.autograd.Function):
         else:
             step = scale[0] if scale.numel() else 0.0
             grads = (None if grad_h is None else grad_h * scale.to(grad_h.dtype).unsqueeze(1),
-                     None if grad_w is None else grad_w * step,
-                     None if grad_b is None else grad_b * step)
+                     None if grad_w is None else grad_w.mul_(step),
+                     None if grad_b is None else grad_b.mul_(step))
         hidden_grad, weight_grad, bias_grad = (
             None if g is None else g.to(t.dtype) for g, t in zip(grads, (hidden, weight, bias), strict=True))
         return None, hidden_grad, weight_grad, bias_grad, None, None, None, None, None, None
@@ -192,7 +204,7 @@ def _recompute(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch
             if grad_h is not None:
                 grad_h[part] = grad @ head.weight
             if grad_w is not None:
-                grad_w += (grad.t() @ h.to(dtype)).to(head.acc)
+                _add_product(grad_w, grad.t(), h.to(dtype))
     return grad_h, grad_w, grad_b
 
 
