@@ -125,7 +125,7 @@ def _fake_model(folder: Path, config: dict, shapes: dict[str, list[int]]) -> Non
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
 
 
-def test_models_and_the_estimate_from_config_json(client: TestClient, tmp_path: Path) -> None:
+def test_models_and_the_estimate_from_config_json(client: TestClient, settings: Settings, tmp_path: Path) -> None:
     # A Llama shape: h 64, 2 layers, 4 heads (2 kv, head_dim 16), mlp 128, vocab 100, tied embeddings.
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
@@ -149,6 +149,30 @@ def test_models_and_the_estimate_from_config_json(client: TestClient, tmp_path: 
                                                      "training_type": "full", "precision": "fp32"}).json()
     assert full["trainable"] == 6400 and full["gradients_bytes"] == 6400 * 4
     assert per_layer * 2 + 100 * 64 + 5 * 64 > 6400  # (the arithmetic itself would have said more)
+
+    assert got["seconds_source"] == "arithmetic" and got["seconds_per_step"] > 0
+
+    # A time per step measured by an earlier job's precision calibration (worker/calibrate.py's cache, as the
+    # worker writes it under the data directory) replaces the arithmetic for the same model, method and type.
+    name = str(tmp_path / "models" / "small")
+    cache = settings.data_dir() / "cache" / "precision.json"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    measured = {"precision": "bf16", "reason": "fastest", "seconds_per_step": {"fp32": 0.4, "bf16": 0.3},
+                "losses": {}, "job": {"model_name": name, "method": "sft", "training_type": "lora",
+                                      "batch_size": 4, "max_seq_length": 32, "tokens": 100}}
+    other = {**measured, "seconds_per_step": {"fp32": 9.0}, "job": {**measured["job"], "training_type": "full"}}
+    cache.write_text(json.dumps({"a": measured, "b": other, "c": "not an entry"}))
+    timed = client.post("/api/models/estimate", json={"model_name": name, "batch_size": 8, "max_seq_length": 32,
+                                                      "gradient_accumulation_steps": 2}).json()
+    assert timed["seconds_source"] == "calibration"
+    assert timed["seconds_per_step"] == pytest.approx(0.3 * 2 * 2)  # auto chose bf16; twice the batch; 2 micro-batches
+    assert any("measured by an earlier job" in n for n in timed["notes"])
+    fixed = client.post("/api/models/estimate", json={"model_name": name, "batch_size": 4, "max_seq_length": 32,
+                                                      "precision": "fp32", "gradient_accumulation_steps": 1}).json()
+    assert fixed["seconds_per_step"] == pytest.approx(0.4)  # a fixed precision that was measured: its own timing
+    cache.write_text("{broken")
+    again = client.post("/api/models/estimate", json={"model_name": name, "batch_size": 4}).json()
+    assert again["seconds_source"] == "arithmetic"
 
     huge = client.post("/api/models/estimate", json={"model_name": str(tmp_path / "models" / "small"),
                                                      "batch_size": 65536, "max_seq_length": 1048576}).json()

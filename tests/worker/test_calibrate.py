@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -29,14 +30,17 @@ def test_decide_measures_caches_and_leaves_weights_and_rng_alone(tiny_model: Pat
     monkeypatch.setattr(calibrate, "MIN_JOB_S", 0.0)
     monkeypatch.setattr(calibrate, "BUDGET_S", 1.0)
     monkeypatch.setattr(calibrate, "BUSY_SHARE", 0.0)  # however busy this machine is, the decision is kept
-    decision = calibrate.decide(model, batch, total_steps=10_000, accumulation=1, key="k2", cache_dir=tmp_path)
+    about = {"model_name": "m", "method": "sft", "training_type": "lora", "batch_size": 2, "max_seq_length": 16}
+    decision = calibrate.decide(model, batch, total_steps=10_000, accumulation=1, key="k2", cache_dir=tmp_path,
+                                job=about)
     assert decision.precision in options and not decision.cached
     if len(options) > 1:
         assert set(decision.seconds_per_step) == set(options) and all(v > 0 for v in decision.seconds_per_step.values())
         assert abs(decision.losses["bf16"] - decision.losses["fp32"]) < 0.05 * decision.losses["fp32"]
         again = calibrate.decide(model, batch, total_steps=10_000, accumulation=1, key="k2", cache_dir=tmp_path)
         assert again.cached and again.precision == decision.precision
-        assert "k2" in (tmp_path / "precision.json").read_text()
+        kept = json.loads((tmp_path / "precision.json").read_text())["k2"]
+        assert kept["job"] == about and again.job == about  # what api/estimate.py reads for a time per step
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
     assert torch.equal(torch.get_rng_state(), rng)

@@ -9,6 +9,7 @@ with sdpa attention keeping no seq² scores) and the logits. It is an estimate; 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -97,16 +98,18 @@ class Estimate:
     seconds_per_step: float | None
     tokens_per_step: int
     notes: list[str]
+    seconds_source: str = "arithmetic"  # or "calibration": measured by an earlier job on this machine
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any],
-             exact_parameters: int | None = None) -> Estimate:
+             exact_parameters: int | None = None, calibrations: dict[str, Any] | None = None) -> Estimate:
     """config: the model's config.json; job: JobConfig fields (training_type, batch_size, max_seq_length,
     gradient_accumulation_steps, lora_r, target_modules, finetune_*_modules, gradient_checkpointing, precision,
-    optim); machine: api.hardware.hardware()."""
+    optim, and model_name); machine: api.hardware.hardware(); calibrations: the worker's measured precision
+    decisions (`TUNESTUDIO_HOME/cache/precision.json`, see `measured_step`)."""
     from tunestudio.api.modelinfo import text_config
 
     shape = Shape.of(text_config(config))
@@ -181,13 +184,46 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
     flops = (6 if method == "full" else 4) * params * step_tokens
     cores = (machine.get("cpu") or {}).get("physical_cores") or (machine.get("cpu") or {}).get("logical_cores") or 1
     speed = GPU_FLOPS if on_gpu else CPU_FLOPS_PER_CORE * cores
-    seconds = flops / speed
+    seconds, source = flops / speed, "arithmetic"
+    measured = measured_step(calibrations or {}, job)
+    if measured is not None:
+        seconds, source = measured[0] * accumulation, "calibration"
+        notes.append(measured[1])
     return Estimate(
         parameters=params, parameters_source="safetensors headers" if exact_parameters else "config.json",
         trainable=trainable, weights_bytes=weights, adapter_bytes=adapter, gradients_bytes=gradients,
         optimizer_bytes=optimizer, activations_bytes=activations, total_bytes=total, available_bytes=available,
         device=device, fits=fits, seconds_per_step=seconds, tokens_per_step=step_tokens, notes=notes,
+        seconds_source=source,
     )
+
+
+def measured_step(calibrations: dict[str, Any], job: dict[str, Any]) -> tuple[float, str] | None:
+    """Seconds per micro-batch for this job from what `precision: auto` measured on this machine (forward and
+    backward of one batch, worker/calibrate.py) for the same model, method and training type: the timing of the
+    job's fixed precision if it was measured, else of the precision auto chose; from the measurement nearest in
+    batch × length, scaled to this job's. None when no job has measured one."""
+    wanted = job.get("batch_size", 0) * job.get("max_seq_length", 0)
+    best: tuple[float, float, str] | None = None
+    for entry in calibrations.values():
+        about = entry.get("job") if isinstance(entry, dict) else None
+        if not isinstance(about, dict) or not wanted or any(
+                str(about.get(k)) != str(job.get(k)) for k in ("model_name", "method", "training_type")):
+            continue
+        timings = entry.get("seconds_per_step") or {}
+        precision = job.get("precision") if job.get("precision") in timings else entry.get("precision")
+        seconds = timings.get(precision) if isinstance(timings, dict) else None
+        size = (about.get("batch_size") or 0) * (about.get("max_seq_length") or 0)
+        if not isinstance(seconds, (int, float)) or seconds <= 0 or not isinstance(size, int) or size <= 0:
+            continue
+        distance = abs(math.log(wanted / size))
+        if best is None or distance < best[0]:
+            scaled = seconds * wanted / size
+            note = (f"time per step measured by an earlier job on this machine: {seconds * 1000:.0f} ms for a batch of "
+                    f"{about['batch_size']} × {about['max_seq_length']} tokens in {precision}, forward and backward"
+                    + ("" if size == wanted else ", scaled to this batch"))
+            best = (distance, scaled, note)
+    return None if best is None else (best[1], best[2])
 
 
 def _targets(shape: Shape, job: dict[str, Any]) -> set[str]:

@@ -46,6 +46,9 @@ class Decision:
     seconds_per_step: dict[str, float] = field(default_factory=dict)
     losses: dict[str, float] = field(default_factory=dict)
     cached: bool = False
+    # What was measured, readable by the parent's estimate (api/estimate.py): model_name, method,
+    # training_type, batch_size, max_seq_length, tokens (the measured batch's real tokens)
+    job: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         timings = ", ".join(f"{k} {v * 1000:.0f} ms/step" for k, v in self.seconds_per_step.items())
@@ -140,7 +143,7 @@ def _rounds(model: torch.nn.Module, batch: dict[str, torch.Tensor], options: lis
 
 def decide(
     model: torch.nn.Module, batch: dict[str, Any], total_steps: int, accumulation: int, key: str,
-    cache_dir: Path | None,
+    cache_dir: Path | None, job: dict[str, Any] | None = None,
 ) -> Decision:
     """The precision for this job: measured, cached, or fp32 when there is nothing to choose or no time to."""
     options = candidates()
@@ -173,7 +176,7 @@ def decide(
         share = _share_of_cores(cpu0, wall0, device)
     model.train(was_training)
     fp32_loss = losses["fp32"]
-    decision = Decision("fp32", "fastest measured whose loss agrees with fp32", seconds, losses)
+    decision = Decision("fp32", "fastest measured whose loss agrees with fp32", seconds, losses, job=job or {})
     agreeing = [o for o in options if abs(losses[o] - fp32_loss) <= LOSS_AGREEMENT * max(abs(fp32_loss), 1e-6)]
     decision.precision = min(agreeing, key=seconds.__getitem__)
     if share is not None and share < BUSY_SHARE:
@@ -238,4 +241,8 @@ def for_job(cfg: Any, trainer: Any, cache_dir: Path | None) -> Decision | None:
     method = getattr(cfg, "method", "sft")
     key = cache_key(cfg.model_name, str(method), cfg.training_type.value,
                     (cfg.batch_size, cfg.max_seq_length, int(cfg.packing), cfg.lora_r))
-    return decide(trainer.model, batch, total, cfg.gradient_accumulation_steps, key, cache_dir)
+    mask = batch.get("attention_mask")
+    tokens = int(mask.sum()) if isinstance(mask, torch.Tensor) else int(batch["input_ids"].numel())
+    job = {"model_name": cfg.model_name, "method": str(method), "training_type": cfg.training_type.value,
+           "batch_size": cfg.batch_size, "max_seq_length": cfg.max_seq_length, "tokens": tokens}
+    return decide(trainer.model, batch, total, cfg.gradient_accumulation_steps, key, cache_dir, job)

@@ -5,6 +5,7 @@ Everything is read from files (config.json, safetensors headers): the parent nev
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -111,6 +112,15 @@ def _find_model_folder(name: str, settings: Settings) -> Path:
     return folder
 
 
+def _calibrations(settings: Settings) -> dict[str, Any]:
+    """The worker's measured precision decisions (worker/calibrate.py's cache), {} when none can be read."""
+    try:
+        data = json.loads((settings.data_dir() / "cache" / "precision.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 @router.post("/estimate")
 def estimate_job(body: EstimateRequest, settings: SettingsDep) -> dict[str, Any]:
     """Parameters, trainable parameters, memory (model, adapter, gradients, optimizer, activations), whether it fits
@@ -127,9 +137,11 @@ def estimate_job(body: EstimateRequest, settings: SettingsDep) -> dict[str, Any]
                        errors=errors) from None
     job = {name: getattr(checked, name) for name in ESTIMATE_FIELDS}
     job["training_type"] = checked.training_type.value
+    job["model_name"] = body.model_name
     config = modelinfo.read_config(folder) or {}
     try:
-        result = estimate(config, job, hardware(), modelinfo.safetensors_parameters(folder))
+        result = estimate(config, job, hardware(), modelinfo.safetensors_parameters(folder),
+                          _calibrations(settings))
     except EstimateUnavailable as exc:
         raise ApiError(422, "unavailable", f"model_name: {exc}", field="model_name") from None
     return {"model": str(folder), **result.as_dict()}

@@ -27,7 +27,7 @@ export function mountEstimate(box, config) {
           el("b", {id: "estimate-trainable"}, count(e.trainable)), " trained · ",
           el("b", {id: "estimate-total"}, fmtBytes(e.total_bytes)), " of memory",
           e.seconds_per_step ? ` · ~${e.seconds_per_step < 1 ? `${fmtNumber(e.seconds_per_step, 2)}s`
-            : fmtDuration(e.seconds_per_step)} a step` : ""),
+            : fmtDuration(e.seconds_per_step)} a step${e.seconds_source === "calibration" ? " (measured)" : ""}` : ""),
         el("p", {class: "muted small"}, parts.map(([k, v]) => `${k} ${fmtBytes(v)}`).join(" · ")),
         e.fits === false
           ? el("p", {class: "error-text", id: "estimate-fit"}, `Will not fit: ${e.device} has `
