@@ -21,6 +21,7 @@ import re
 import sys
 import traceback
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,17 @@ def run(
     return 1
 
 
+def _causes(exc: BaseException | None, depth: int = 5) -> Iterator[BaseException]:
+    """An error and what caused it, nearest first (torch and safetensors wrap the errors that tell)."""
+    while exc is not None and depth > 0:
+        yield exc
+        exc, depth = exc.__cause__ or exc.__context__, depth - 1
+
+
 def _disk_full(exc: BaseException | None) -> bool:
-    """Whether an error (or what caused it: torch and safetensors wrap OSError) is a full disk."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left on device" in str(exc):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+    """Whether an error (or what caused it) is a full disk."""
+    return any((isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e)
+               for e in _causes(exc))
 
 
 def _out_of_memory(exc: BaseException | None, cfg: JobConfig, peak_mb: float | None = None) -> str | None:
@@ -78,19 +82,17 @@ def _out_of_memory(exc: BaseException | None, cfg: JobConfig, peak_mb: float | N
     """
     torch = sys.modules.get("torch")
     gpu_error = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    where = None
-    seen = 0
-    while exc is not None and seen < 5:
-        text = str(exc)
-        if isinstance(exc, MemoryError) or "can't allocate memory" in text:
+    where, text = None, ""
+    for cause in _causes(exc):
+        text = str(cause)
+        if isinstance(cause, MemoryError) or "can't allocate memory" in text:
             where = "memory"
-        elif ((gpu_error is not None and isinstance(exc, gpu_error)) or "out of memory" in text.lower()
+        elif ((gpu_error is not None and isinstance(cause, gpu_error)) or "out of memory" in text.lower()
               or "_STATUS_ALLOC_FAILED" in text):
             where = "GPU memory"
         if where is not None:
             break
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    if where is None or exc is None:
+    if where is None:
         return None
     facts = []
     asked = re.search(r"[Tt]ried to allocate (\d+(?:\.\d+)? ?[KMGT]i?B)", text)
