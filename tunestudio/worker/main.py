@@ -247,9 +247,9 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     # 5. train
     channel.phase("training")
     result = trainer.train(resume_from_checkpoint=checkpoint)
-    batches = batching.describe(trainer, cfg.padding_free)
-    if batches and "flattened" in batches:
-        channel.log(batches)
+    collator = trainer.data_collator
+    if isinstance(collator, batching.ChoosingCollator) and collator.batches:  # how many batches were flattened
+        channel.log(batching.describe(trainer, cfg.padding_free))
     stop = reporter.stop
     if stop is not None and not stop.save:
         channel.completed(output_dir=None, stopped=True, saved=False, global_step=trainer.state.global_step)
