@@ -142,6 +142,8 @@ def test_a_job_trains_padding_free_with_the_same_first_loss(tiny_model: Path, tm
     assert on[0] == "padding-free batches: on"
     assert re.fullmatch(r"padding-free batches: (\d+) of \1 flattened", on[-1]) and int(on[-1].split()[2]) >= 4
     assert not any(e.message.startswith("padding-free") for e in runs[False].of(Log))
+    # the worker computes TRL's fused head with worker/lmhead.py on a CPU (tests/worker/test_lmhead.py)
+    assert any(e.message.startswith("LM head: TRL's fused log-probabilities") for e in runs[True].of(Log))
     first_on, first_off = runs[True].losses[0][1], runs[False].losses[0][1]
     assert abs(first_on - first_off) <= 1e-4 * first_off
     # tokens/s counts real tokens either way: the same rows, so the same count after one step
