@@ -123,6 +123,10 @@ class Settings(BaseSettings):
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def cache_dir(self) -> Path:
+        """Where workers keep what they measured between jobs (worker/calibrate.py: `precision.json`)."""
+        return self.data_dir() / "cache"
+
     def uploads_dir(self) -> Path:
         """Where datasets uploaded through the API are kept (see api/routes/uploads.py)."""
         path = self.data_dir() / "data" / "uploads"

@@ -204,10 +204,12 @@ def measured_step(calibrations: dict[str, Any], job: dict[str, Any]) -> tuple[fl
     job's fixed precision if it was measured, else of the precision auto chose; from the measurement nearest in
     batch × length, scaled to this job's. None when no job has measured one."""
     wanted = job.get("batch_size", 0) * job.get("max_seq_length", 0)
+    if not wanted:
+        return None
     best: tuple[float, float, str] | None = None
     for entry in calibrations.values():
         about = entry.get("job") if isinstance(entry, dict) else None
-        if not isinstance(about, dict) or not wanted or any(
+        if not isinstance(about, dict) or any(
                 str(about.get(k)) != str(job.get(k)) for k in ("model_name", "method", "training_type")):
             continue
         timings = entry.get("seconds_per_step") or {}

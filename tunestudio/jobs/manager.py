@@ -430,7 +430,7 @@ class JobManager:
                 kind=self.settings.executor,
                 ray_address=self.settings.ray_address,
                 private_network=self.settings.private_network,
-                cache_dir=str(self.data_dir / "cache"),
+                cache_dir=str(self.settings.cache_dir()),
             ),
         )
         running.supervisor = supervisor

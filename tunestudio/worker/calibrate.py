@@ -47,7 +47,7 @@ class Decision:
     losses: dict[str, float] = field(default_factory=dict)
     cached: bool = False
     # What was measured, readable by the parent's estimate (api/estimate.py): model_name, method,
-    # training_type, batch_size, max_seq_length, tokens (the measured batch's real tokens)
+    # training_type, batch_size, max_seq_length
     job: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
@@ -241,8 +241,6 @@ def for_job(cfg: Any, trainer: Any, cache_dir: Path | None) -> Decision | None:
     method = getattr(cfg, "method", "sft")
     key = cache_key(cfg.model_name, str(method), cfg.training_type.value,
                     (cfg.batch_size, cfg.max_seq_length, int(cfg.packing), cfg.lora_r))
-    mask = batch.get("attention_mask")
-    tokens = int(mask.sum()) if isinstance(mask, torch.Tensor) else int(batch["input_ids"].numel())
     job = {"model_name": cfg.model_name, "method": str(method), "training_type": cfg.training_type.value,
-           "batch_size": cfg.batch_size, "max_seq_length": cfg.max_seq_length, "tokens": tokens}
+           "batch_size": cfg.batch_size, "max_seq_length": cfg.max_seq_length}
     return decide(trainer.model, batch, total, cfg.gradient_accumulation_steps, key, cache_dir, job)

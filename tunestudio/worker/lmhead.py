@@ -91,8 +91,7 @@ class CpuLogProb(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         device = hidden.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-        need = [grad_enabled and flag for flag in ctx.needs_input_grad[1:4]]
-        need[2] = need[2] and bias is not None
+        need = [grad_enabled and flag for flag in ctx.needs_input_grad[1:4]]  # hidden, weight, bias (False if None)
         n, vocab = hidden.shape[0], weight.shape[0]
         with torch.autocast(device, enabled=False):
             head = _Head(weight, bias, dtype, temperature, final_logit_softcapping, logit_scale)
