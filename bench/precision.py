@@ -111,7 +111,7 @@ def matmul_peak(dtype: Any) -> float:
 
 
 def tunestudio_job(model_dir: Path, data: Path, shape: Shape, steps: int, precision: str, out: Path,
-                   cache: Path) -> dict:
+                   cache: Path, save: bool = False) -> dict:
     from tunestudio.config import JobConfig
     from tunestudio.events import Log, Progress
     from tunestudio.jobs.supervisor import Supervisor
@@ -130,16 +130,45 @@ def tunestudio_job(model_dir: Path, data: Path, shape: Shape, steps: int, precis
     deadline = time.monotonic() + 3600
     while time.monotonic() < deadline and sup.wait(0.2) is None:
         if sum(isinstance(e, Progress) and e.loss is not None for e in list(events)) >= steps:
-            sup.stop(save=False)
+            sup.stop(save=save)
             break
     outcome = sup.wait(600)
     assert outcome is not None and outcome.completed is not None, outcome  # stopped without saving: "cancelled"
+    assert not save or outcome.completed.saved, outcome
     progress = [e for e in events if isinstance(e, Progress) and e.loss is not None][:steps]
     logs = [m.message for m in events if isinstance(m, Log)]
     chosen = next((m for m in logs if m.startswith("precision auto")), "")
     return {"tokens_per_s": progress[-1].tokens_per_second, "first_loss": progress[0].loss,
             "last_loss": progress[-1].loss, "peak_memory_mb": progress[-1].peak_memory_mb, "decision": chosen,
-            "notes": [m for m in logs if m.startswith(("padding-free", "activation checkpointing"))]}
+            "notes": [m for m in logs if m.startswith(("padding-free", "activation checkpointing"))],
+            "output_dir": outcome.completed.output_dir}
+
+
+def load_with_plain_peft(model_dir: Path, adapter: str, data: Path, seq: int) -> dict[str, Any]:
+    """The saved adapter, loaded by plain peft onto the base model (issue 18's check): its LoRA weights are
+    the ones written, and on a row of the job's data it changes the base model's loss."""
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    row = json.loads(data.read_text().splitlines()[0])
+    text = row["text"] if "text" in row else row["prompt"] + row["completion"]
+    ids = tokenizer(text, return_tensors="pt", truncation=True, max_length=seq)["input_ids"]
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        base_loss = float(base(input_ids=ids, labels=ids).loss)
+    model = PeftModel.from_pretrained(base, adapter).eval()
+    saved = load_file(str(Path(adapter) / "adapter_model.safetensors"))
+    state = model.state_dict()
+    matched = sum(torch.equal(state[k.replace(".weight", ".default.weight")], v) for k, v in saved.items())
+    with torch.no_grad():
+        tuned_loss = float(model(input_ids=ids, labels=ids).loss)
+    result = {"tensors": len(saved), "matched": matched, "base_loss": round(base_loss, 4),
+              "adapter_loss": round(tuned_loss, 4)}
+    result["ok"] = bool(saved) and matched == len(saved) and abs(tuned_loss - base_loss) > 1e-4
+    return result
 
 
 def _plain(model_dir: str, data: str, shape: Shape, steps: int, bf16: bool, out: str, queue: Any) -> None:
@@ -204,7 +233,9 @@ def run_shape(shape: Shape, model_dir: Path, data: Path, work: Path, steps: int,
             if name.startswith("plain_"):
                 runs[name].append(plain_job(model_dir, data, shape, steps, name == "plain_bf16", out))
             else:
-                runs[name].append(tunestudio_job(model_dir, data, shape, steps, name, out, cache))
+                # the last auto job of a LoRA shape is stopped with a save: its adapter is loaded with plain peft
+                save = name == "auto" and shape.training_type == "lora" and round_ == rounds - 1
+                runs[name].append(tunestudio_job(model_dir, data, shape, steps, name, out, cache, save))
             print(f"{shape.name} round {round_ + 1} {name:>10}: {runs[name][-1]['tokens_per_s']:8.1f} tok/s "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     best = {k: max(r["tokens_per_s"] for r in v) for k, v in runs.items()}
@@ -224,6 +255,11 @@ def run_shape(shape: Shape, model_dir: Path, data: Path, work: Path, steps: int,
         "peak_memory_mb": runs["auto"][-1]["peak_memory_mb"], "notes": runs["auto"][0]["notes"],
     }
     result["met"] = result["auto_over_faster_fixed"] >= 0.95 and result["defaults_over_best_plain"] >= 0.97
+    if shape.training_type == "lora":
+        result["plain_peft"] = load_with_plain_peft(model_dir, runs["auto"][-1]["output_dir"], data, shape.seq)
+        print(f"{shape.name}: adapter loaded with plain peft: {result['plain_peft']}", flush=True)
+        result["met"] = result["met"] and result["plain_peft"]["ok"]
+    result["loss_fell"] = result["loss"][1] < result["loss"][0]
     print(f"{shape.name}: auto chose {auto_precision} ({decision})")
     print(f"{shape.name}: auto / faster fixed ({faster_fixed}) {result['auto_over_faster_fixed']:.3f} (>= 0.95); "
           f"defaults / best plain {result['defaults_over_best_plain']:.3f} (>= 0.97); MFU "

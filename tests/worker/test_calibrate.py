@@ -83,3 +83,19 @@ def test_a_decision_measured_on_a_busy_machine_is_used_but_not_kept(tiny_model: 
     busy = calibrate.decide(model, batch, total_steps=10_000, accumulation=1, key="k", cache_dir=tmp_path)
     assert busy.precision in calibrate.candidates() and "measured on a busy machine" in busy.reason
     assert "not cached" in busy.describe() and not (tmp_path / "precision.json").exists()
+
+
+def test_a_reduced_precision_must_win_by_the_margin_and_agree_on_the_loss() -> None:
+    from tunestudio.worker.calibrate import REDUCED_MARGIN, choose
+
+    losses = {"fp32": 2.0, "bf16": 2.01}
+    clearly = {"fp32": 1.0, "bf16": 0.5}
+    assert choose(clearly, losses)[0] == "bf16"
+    tie = {"fp32": 0.744, "bf16": 0.735}  # bench/precision.py run 4: bf16 1.2% faster, slower over the job
+    precision, reason = choose(tie, losses)
+    assert precision == "fp32" and f"{REDUCED_MARGIN:.0%} faster" in reason
+    assert choose({"fp32": 1.0, "bf16": 1 - REDUCED_MARGIN * 1.01}, losses)[0] == "bf16"
+    assert choose({"fp32": 0.5, "bf16": 1.0}, losses)[0] == "fp32"
+    precision, reason = choose(clearly, {"fp32": 2.0, "bf16": 2.2})  # 10% off fp32's loss
+    assert precision == "fp32" and "disagrees" in reason
+    assert choose({"fp32": 1.0, "bf16": 0.9, "fp16": 0.5}, {"fp32": 2.0, "bf16": 2.0, "fp16": 2.0})[0] == "fp16"
