@@ -281,9 +281,9 @@ def main() -> None:
     short = REPO / "examples" / "data" / "prompt_completion.jsonl"
     long = write_long_texts(work)
     peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
-    from tunestudio.estimate import estimate
+    from tunestudio.estimate import memory
 
-    params = estimate(json.loads((model_dir / "config.json").read_text())).parameters
+    params = memory(json.loads((model_dir / "config.json").read_text())).parameters
     print(f"model: {params / 1e6:.0f}M parameters, vocab {args.vocab}; {args.steps} steps, {args.rounds} rounds; "
           f"matmul peak fp32 {peaks['fp32'] / 1e9:.0f}, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s", flush=True)
     results = [run_shape(SHAPES[name], model_dir, short if SHAPES[name].seq <= 128 else long, work, args.steps,

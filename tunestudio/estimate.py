@@ -1,119 +1,203 @@
-"""What a job will need, from arithmetic on the model's config.json alone (no torch: the parent may call it).
+"""What a job will need, from arithmetic on the model's config.json alone (no torch: the parent calls it too).
 
-Parameters and trainable parameters follow the Llama-style layout most causal
-LMs share (embeddings, per-layer attention with grouped KV heads, a gated MLP,
-an untied or tied head). Memory is the weights, gradients and AdamW state of
-what trains, and the activations of one micro-batch: the per-layer tensors
-kept for backward (about 16 hidden-sized values per token and layer plus the
-MLP's 3 intermediate-sized ones, and the attention scores) and the logits of
-the head and loss, which dominate for large vocabularies unless the loss is
-computed in tiles (TRL's fused head for SFT: `fused_head`). It is an estimate to
-decide on, not a measurement: the worker reports the real peak in its progress
-events.
+One memory model for the whole project: the worker's `gradient_checkpointing:
+auto` (worker/memory.py) and the page's estimate before Start (api/estimate.py)
+both read it, so the page says what the worker will decide.
+
+Parameters and trainable parameters follow the layout most causal LMs share
+(embeddings, per-layer attention with grouped KV heads, a gated MLP or a
+two-matrix one, an untied or tied head); `tests/test_estimate.py` holds them to
+what torch and peft count. Memory is what the worker holds:
+- weights as loaded: fp32 (worker/model.py loads every model in fp32; bf16 and
+  fp16 are autocast over fp32 master weights), QLoRA's block linears in nf4
+  (half a byte a weight and its scales);
+- what trains: LoRA adapters in fp32, the gradients in fp32, the optimizer
+  state (AdamW: two fp32 moments);
+- the activations of one micro-batch (preference methods run the chosen and the
+  rejected answer together: twice the rows): per token and layer about 24
+  hidden-sized values and 5 intermediate-sized ones, in the compute precision
+  (fitted to the memory a Llama's forward and backward take with sdpa attention,
+  `bench/activations.py`), and with eager attention its scores, about 1.5 per
+  head and key; with activation checkpointing only each layer's input and one
+  layer live;
+- the logits of the head and loss, which dominate for large vocabularies unless
+  the loss is computed in tiles (TRL's fused head, SFTTrainer: `sft`, `pretrain`).
+It is an estimate to decide on, not a measurement: the worker reports the real
+peak in its progress events.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Estimate", "estimate", "model_shape"]
+__all__ = ["HEADROOM", "EstimateUnavailable", "Memory", "Shape", "checkpointing_needed", "memory"]
 
-_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+GIB = 1024**3
+HEADROOM = 0.9  # the share of free memory a job may plan to fill
+RUNTIME_BYTES = GIB // 2  # the worker process's own libraries, or a CUDA context
+_ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Model types whose MLP has two matrices (up, down) rather than three (gate, up, down); their head is tied.
+_TWO_MATRIX_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "starcoder2", "gpt_bigcode"}
+# Optimizer state, bytes per trainable parameter (AdamW and the rest: two fp32 moments).
+_OPTIMIZER_BYTES = {"adamw_8bit": 2.0, "paged_adamw_8bit": 2.0, "sgd": 0.0, "adafactor": 0.5}
+_ROWS_PER_EXAMPLE = {"dpo": 2, "orpo": 2}  # the chosen and the rejected answer in one batch
+FUSED_HEAD_METHODS = ("sft", "pretrain")  # SFTTrainer computes the loss through TRL's fused LM head
+_ATTENTION = {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+class EstimateUnavailable(ValueError):
+    """The config lacks what the arithmetic needs."""
 
 
 @dataclass(frozen=True)
 class Shape:
-    vocab: int
     hidden: int
     layers: int
+    vocab: int
+    intermediate: int
     heads: int
     kv_heads: int
-    intermediate: int
+    head_dim: int
     tied: bool
+    mlp_matrices: int
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> Shape:
+        """The shape from a config.json (a multimodal one keeps its language model's numbers in text_config)."""
+        inner = config.get("text_config")
+        config = {**config, **inner} if isinstance(inner, dict) else config
+
+        def first(*names: str) -> Any:
+            return next((config[n] for n in names if isinstance(config.get(n), int) and config[n] > 0), None)
+
+        hidden = first("hidden_size", "n_embd", "d_model")
+        layers = first("num_hidden_layers", "n_layer", "num_layers")
+        vocab = first("vocab_size")
+        heads = first("num_attention_heads", "n_head")
+        if not (hidden and layers and vocab and heads):
+            raise EstimateUnavailable("config.json lacks hidden_size, num_hidden_layers, vocab_size or "
+                                      "num_attention_heads")
+        two = config.get("model_type") in _TWO_MATRIX_MLP
+        return cls(
+            hidden=hidden, layers=layers, vocab=vocab, heads=heads,
+            intermediate=first("intermediate_size", "n_inner", "ffn_dim") or 4 * hidden,
+            kv_heads=first("num_key_value_heads") or heads,
+            head_dim=first("head_dim") or hidden // heads,
+            tied=bool(config.get("tie_word_embeddings", two)),
+            mlp_matrices=2 if two else 3,
+        )
+
+    def linears(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear layer of one block, by the module name LoRA targets."""
+        h, q, kv, i = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
+        out = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+               "up_proj": (h, i), "down_proj": (i, h)}
+        if self.mlp_matrices == 3:
+            out["gate_proj"] = (h, i)
+        return out
+
+    def parameters(self) -> tuple[int, int]:
+        """(all parameters, those in the blocks' linear layers)."""
+        linear = self.layers * sum(a * b for a, b in self.linears().values())
+        norms = self.layers * 2 * self.hidden + self.hidden
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return linear + norms + embeddings, linear
+
+    def lora_targets(self, target_modules: Iterable[str] | None = None, attention: bool = True,
+                     mlp: bool = True) -> set[str]:
+        """The block linears LoRA wraps: `target_modules` when given (names or suffixes), else every linear
+        ("all-linear"), less the attention or the MLP ones when those are not fine-tuned."""
+        names = set(self.linears())
+        chosen = [t for t in (target_modules or []) if t != "all-linear"]
+        if chosen:
+            return {n for n in names if any(n == t or n.endswith(t) or t.endswith(n) for t in chosen)}
+        if not attention:
+            names -= _ATTENTION
+        if not mlp:
+            names &= _ATTENTION
+        return names
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Memory:
     parameters: int
-    trainable_parameters: int
+    trainable: int
     weights_bytes: int
+    adapter_bytes: int
     gradients_bytes: int
     optimizer_bytes: int
-    activations_bytes: int
+    activations_bytes: int  # the layers' kept tensors and the head's logits, one micro-batch
+    logits_bytes: int  # the head's share of activations_bytes
+
+    @property
+    def beyond_weights(self) -> int:
+        """What training adds to the loaded weights."""
+        return self.adapter_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+        return self.weights_bytes + self.beyond_weights
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "total_bytes": self.total_bytes}
 
 
-def model_shape(config: dict[str, Any]) -> Shape:
-    """The shape of a model from its config.json (a multimodal one's text_config when it has one)."""
-    text = config.get("text_config") or config
-    hidden = int(text["hidden_size"])
-    heads = int(text.get("num_attention_heads") or max(1, hidden // 64))
-    return Shape(
-        vocab=int(text.get("vocab_size") or 32_000),
-        hidden=hidden,
-        layers=int(text.get("num_hidden_layers") or text.get("n_layer") or 1),
-        heads=heads,
-        kv_heads=int(text.get("num_key_value_heads") or heads),
-        intermediate=int(text.get("intermediate_size") or 4 * hidden),
-        tied=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
-    )
-
-
-def _layer_linears(s: Shape) -> dict[str, tuple[int, int]]:
-    head_dim = s.hidden // s.heads
-    kv = s.kv_heads * head_dim
-    return {"q_proj": (s.hidden, s.hidden), "k_proj": (s.hidden, kv), "v_proj": (s.hidden, kv),
-            "o_proj": (s.hidden, s.hidden), "gate_proj": (s.hidden, s.intermediate),
-            "up_proj": (s.hidden, s.intermediate), "down_proj": (s.intermediate, s.hidden)}
-
-
-def estimate(
+def memory(
     config: dict[str, Any],
+    *,
     training_type: str = "lora",
+    method: str = "sft",
     lora_r: int = 16,
-    target_modules: list[str] | None = None,
+    target_modules: Iterable[str] | None = None,
+    finetune_attention_modules: bool = True,
+    finetune_mlp_modules: bool = True,
     batch_size: int = 2,
     seq_len: int = 512,
     precision: str = "fp32",
-    gradient_checkpointing: bool = False,
-    fused_head: bool = False,
-) -> Estimate:
-    """The memory a job needs (see the module's note). precision: the weights' and activations' dtype.
-
-    fused_head: the loss is computed through TRL's fused LM head (SFTTrainer, TRL 1.16): tiles of at most
-    4096 tokens x 32768 vocabulary entries and a few floats per token, never the full logits.
-    """
-    s = model_shape(config)
-    linears = _layer_linears(s)
-    per_layer = sum(i * o for i, o in linears.values()) + 2 * s.hidden  # two norms
-    embeddings = s.vocab * s.hidden
-    params = s.layers * per_layer + embeddings + (0 if s.tied else embeddings) + s.hidden
+    optim: str = "adamw_torch_fused",
+    checkpointing: bool = False,
+    parameters: int | None = None,
+    attention: str = "sdpa",
+) -> Memory:
+    """The memory a job needs (see the module's note). precision: the compute precision (fp32, bf16, fp16);
+    parameters: an exact count (the safetensors headers) to use instead of the arithmetic's; attention: the
+    model's attention implementation (transformers' default is sdpa, which keeps no per-key scores)."""
+    shape = Shape.of(config)
+    counted, linear = shape.parameters()
+    params = parameters or counted
+    # fp32 as loaded; QLoRA's block linears in nf4 with their scales (the rest stays fp32)
+    weights = int(linear * 0.5 * 1.07 + (params - linear) * 4) if training_type == "qlora" else params * 4
     if training_type == "full":
-        trainable = params
+        trainable, adapter = params, 0
     else:
-        wanted = set(target_modules or linears)
-        trainable = s.layers * sum(lora_r * (i + o) for name, (i, o) in linears.items() if name in wanted)
-    width = _BYTES.get(precision, 4)
-    weight_width = 0.5 if training_type == "qlora" else 4  # bf16 autocast keeps fp32 master weights
-    tokens = batch_size * seq_len
-    kept = 16 * s.hidden + 3 * s.intermediate + 2 * s.heads * seq_len  # per token and layer
-    layer_acts = tokens * s.layers * (2 * s.hidden if gradient_checkpointing else kept) * width
-    if fused_head:
-        logits = min(tokens, 4096) * min(s.vocab, 32768) * 4 * 2 + tokens * 16  # a tile forward and backward
+        targets = shape.lora_targets(target_modules, finetune_attention_modules, finetune_mlp_modules)
+        trainable = shape.layers * sum(lora_r * (a + b) for name, (a, b) in shape.linears().items()
+                                       if name in targets)
+        adapter = trainable * 4
+    width = _ACTIVATION_BYTES.get(precision, 4)
+    tokens = batch_size * _ROWS_PER_EXAMPLE.get(method, 1) * seq_len
+    kept = 24 * shape.hidden + 5 * shape.intermediate  # values per token and layer (bench/activations.py)
+    if attention == "eager":  # the attention probabilities, per head and key
+        kept += int(1.5 * shape.heads * seq_len)
+    if checkpointing:  # each layer's input kept, one layer's tensors live while it is recomputed
+        layers = tokens * (shape.layers * 2 * shape.hidden + kept) * width
     else:
-        logits = tokens * s.vocab * (width + 4 + 4)  # the logits, their fp32 copy for the loss, its gradient
-    return Estimate(
-        parameters=params,
-        trainable_parameters=trainable,
-        weights_bytes=int(params * weight_width),
-        gradients_bytes=trainable * 4,
-        optimizer_bytes=trainable * 8,  # AdamW: two fp32 moments
-        activations_bytes=int(layer_acts + logits),
+        layers = tokens * shape.layers * kept * width
+    if method in FUSED_HEAD_METHODS:
+        # a tile of at most 4096 tokens x 32768 vocabulary entries, forward and backward, a few floats per token
+        logits = min(tokens, 4096) * min(shape.vocab, 32768) * 4 * 2 + tokens * 16
+    else:
+        logits = tokens * shape.vocab * (width + 4 + 4)  # the logits, their fp32 copy for the loss, its gradient
+    return Memory(
+        parameters=params, trainable=trainable, weights_bytes=weights, adapter_bytes=adapter,
+        gradients_bytes=trainable * 4, optimizer_bytes=int(trainable * _OPTIMIZER_BYTES.get(optim, 8.0)),
+        activations_bytes=int(layers + logits), logits_bytes=int(logits),
     )
+
+
+def checkpointing_needed(without: Memory, free: int) -> bool:
+    """`gradient_checkpointing: auto`'s rule: on only when what training adds to the loaded weights would not
+    fit in HEADROOM of the memory free once they are loaded."""
+    return without.beyond_weights > HEADROOM * free

@@ -1,10 +1,11 @@
-"""The estimate before Start: parameters, trainable parameters, memory and a rough time per step.
+"""The estimate before Start: parameters, trainable parameters, memory, whether it fits, a time per step.
 
-Arithmetic on the model's config.json (a decoder-only transformer: embeddings, attention,
-MLP, norms), never a loaded model: the parent process does not import torch. Memory follows
-the usual accounting: weights, adapter, gradients, optimizer state, activations (stored per
-layer per token, ~34·hidden bytes in 16-bit without checkpointing, Korthikanti et al. 2022,
-with sdpa attention keeping no seq² scores) and the logits. It is an estimate; the page says so.
+The memory is tunestudio/estimate.py's, the model the worker's `gradient_checkpointing:
+auto` decides on (arithmetic on config.json, never a loaded model: the parent does not
+import torch), so the page says what the worker will do. This module adds the page's
+view: the device and its free memory, whether the job fits, and a time per step, from
+what an earlier job measured on this machine when there is one, else from FLOP
+arithmetic. It is an estimate; the page says so.
 """
 
 from __future__ import annotations
@@ -13,72 +14,14 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-GIB = 1024**3
-# Model types whose MLP has two matrices (up, down) rather than three (gate, up, down).
-_TWO_MATRIX_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "starcoder2", "gpt_bigcode"}
-# Optimizer state, bytes per trainable parameter.
-_OPTIMIZER_BYTES = {"adamw_8bit": 2.0, "paged_adamw_8bit": 2.0, "sgd": 0.0, "adafactor": 0.5}
+from tunestudio.estimate import RUNTIME_BYTES, EstimateUnavailable, Memory, checkpointing_needed, memory
+
+__all__ = ["Estimate", "EstimateUnavailable", "estimate", "measured_step"]
+
 # Effective training speed, FLOP/s: a fraction of peak that small jobs reach (tunestudio measured ~6,300
 # tok/s on the 755k tiny model on 2 cores: about 30 GFLOP/s). A GPU: an assumed 30 TFLOP/s.
 CPU_FLOPS_PER_CORE = 15e9
 GPU_FLOPS = 30e12
-
-
-class EstimateUnavailable(ValueError):
-    """The config lacks what the arithmetic needs."""
-
-
-@dataclass
-class Shape:
-    hidden: int
-    layers: int
-    vocab: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    tied: bool
-    mlp_matrices: int
-
-    @classmethod
-    def of(cls, config: dict[str, Any]) -> Shape:
-        def first(*names: str) -> Any:
-            return next((config[n] for n in names if isinstance(config.get(n), int) and config[n] > 0), None)
-
-        hidden = first("hidden_size", "n_embd", "d_model")
-        layers = first("num_hidden_layers", "n_layer", "num_layers")
-        vocab = first("vocab_size")
-        heads = first("num_attention_heads", "n_head")
-        if not (hidden and layers and vocab and heads):
-            raise EstimateUnavailable("config.json lacks hidden_size, num_hidden_layers, vocab_size or "
-                                      "num_attention_heads")
-        return cls(
-            hidden=hidden, layers=layers, vocab=vocab, heads=heads,
-            intermediate=first("intermediate_size", "n_inner", "ffn_dim") or 4 * hidden,
-            kv_heads=first("num_key_value_heads") or heads,
-            head_dim=first("head_dim") or hidden // heads,
-            tied=bool(config.get("tie_word_embeddings", config.get("model_type") in _TWO_MATRIX_MLP)),
-            mlp_matrices=2 if config.get("model_type") in _TWO_MATRIX_MLP else 3,
-        )
-
-    def linears(self) -> dict[str, tuple[int, int]]:
-        """(in, out) of each linear layer of one block, by the module name LoRA targets."""
-        h, q, kv, i = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
-        out = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-               "up_proj": (h, i), "down_proj": (i, h)}
-        if self.mlp_matrices == 3:
-            out["gate_proj"] = (h, i)
-        return out
-
-    def parameters(self) -> tuple[int, int]:
-        """(all parameters, those in the blocks' linear layers)."""
-        linear = self.layers * sum(a * b for a, b in self.linears().values())
-        norms = self.layers * 2 * self.hidden + self.hidden
-        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
-        return linear + norms + embeddings, linear
-
-
-_ATTENTION = {"q_proj", "k_proj", "v_proj", "o_proj"}
 
 
 @dataclass
@@ -106,82 +49,55 @@ class Estimate:
 
 def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any],
              exact_parameters: int | None = None, calibrations: dict[str, Any] | None = None) -> Estimate:
-    """config: the model's config.json; job: JobConfig fields (training_type, batch_size, max_seq_length,
-    gradient_accumulation_steps, lora_r, target_modules, finetune_*_modules, gradient_checkpointing, precision,
-    optim, and model_name); machine: api.hardware.hardware(); calibrations: the worker's measured precision
-    decisions (`TUNESTUDIO_HOME/cache/precision.json`, see `measured_step`)."""
-    from tunestudio.api.modelinfo import text_config
-
-    shape = Shape.of(text_config(config))
-    counted, linear = shape.parameters()
-    params = exact_parameters or counted
-    method = str(job["training_type"])
+    """config: the model's config.json; job: JobConfig fields (training_type, method, batch_size,
+    max_seq_length, gradient_accumulation_steps, lora_r, target_modules, finetune_*_modules,
+    gradient_checkpointing, precision, optim, and model_name); machine: api.hardware.hardware(); calibrations:
+    the worker's measured precision decisions (`TUNESTUDIO_HOME/cache/precision.json`, see `measured_step`).
+    Raises EstimateUnavailable when config.json lacks the model's shape."""
+    training_type = str(job["training_type"])
     gpus = machine.get("gpus") or []
     on_gpu = bool(gpus)
     notes: list[str] = []
-
-    # --- bytes per weight -----------------------------------------------------------------------
+    # auto: a CPU starts from fp32 and a GPU from bf16/fp16 (worker/train.py); the activations are sized so
     precision = str(job["precision"])
-    half = precision in ("bf16", "fp16") or (precision == "auto" and on_gpu)
-    weight_bytes = 2 if half else 4
-    if method == "qlora":
-        # nf4: half a byte per block weight plus its scales; everything else stays in the compute dtype.
-        weights = int(linear * 0.5 * 1.07 + (params - linear) * weight_bytes)
-    else:
-        weights = params * weight_bytes
+    compute = precision if precision != "auto" else ("bf16" if on_gpu else "fp32")
 
-    # --- what trains ------------------------------------------------------------------------------
-    if method == "full":
-        trainable = params
-        adapter = 0
-        gradients = trainable * weight_bytes
-    else:
-        targets = _targets(shape, job)
-        r = int(job["lora_r"])
-        trainable = shape.layers * sum(r * (a + b) for name, (a, b) in shape.linears().items() if name in targets)
-        adapter = trainable * 4  # adapters are kept in fp32
-        gradients = trainable * 4
-    optimizer = int(trainable * _OPTIMIZER_BYTES.get(str(job["optim"]), 8.0))  # AdamW: two fp32 moments
+    def needs(checkpointing: bool) -> Memory:
+        return memory(config, training_type=training_type, method=str(job.get("method", "sft")),
+                      lora_r=int(job["lora_r"]), target_modules=job.get("target_modules"),
+                      finetune_attention_modules=bool(job.get("finetune_attention_modules", True)),
+                      finetune_mlp_modules=bool(job.get("finetune_mlp_modules", True)),
+                      batch_size=int(job["batch_size"]), seq_len=int(job["max_seq_length"]), precision=compute,
+                      optim=str(job["optim"]), checkpointing=checkpointing, parameters=exact_parameters)
 
-    # --- activations at this batch and length --------------------------------------------------------
-    batch, length = int(job["batch_size"]), int(job["max_seq_length"])
-    tokens = batch * length
-    act_scale = 1.0 if half else 2.0  # the 34·h bytes figure is for 16-bit activations
-    per_layer = 34 * shape.hidden * tokens * act_scale
-    checkpointed = shape.layers * 2 * shape.hidden * tokens * act_scale + per_layer  # layer inputs, one layer live
-    if str(job.get("method", "sft")) in ("sft", "pretrain"):
-        # TRL's fused LM head (SFTTrainer): the loss in tiles of 4096 tokens x 32768 entries, never full logits
-        logits = min(tokens, 4096) * min(shape.vocab, 32768) * 4 * 2 + tokens * 16
-    else:
-        logits = 2 * tokens * shape.vocab * 4  # fp32 logits and their gradient
-    overhead = int(0.5 * GIB)  # the runtime itself: CUDA context or the CPU process's libraries
-    before_activations = weights + adapter + gradients + optimizer + logits + overhead
     if on_gpu:
         gpu = max(gpus, key=lambda g: g.get("memory_total_mb") or 0)
         available = int((gpu.get("memory_total_mb") or 0) * 2**20) or None
         device = f"GPU {gpu.get('name', '')}".strip()
     else:
-        memory = machine.get("memory") or {}
-        available = int((memory.get("available_mb") or 0) * 2**20) or None
+        available = int(((machine.get("memory") or {}).get("available_mb") or 0) * 2**20) or None
         device = "CPU (available memory)"
+    plain = needs(False)
     checkpointing = job.get("gradient_checkpointing")
-    if checkpointing == "auto":  # the rule of worker/memory.py on these figures: on only if it would not fit without
-        checkpointing = available is not None and before_activations + shape.layers * per_layer > 0.9 * available
+    if checkpointing == "auto":
+        # worker/memory.py's rule on the same figures: on only if the job would not fit without it, in what is
+        # free once the weights are loaded
+        free = None if available is None else available - plain.weights_bytes - RUNTIME_BYTES
+        checkpointing = free is not None and checkpointing_needed(plain, free)
         notes.append("activation checkpointing auto: " + ("on, the job would not fit without it" if checkpointing
                                                           else "off, the job fits without it"))
     elif checkpointing:
         notes.append("activation checkpointing: less memory, slower steps")
-    stored = checkpointed if checkpointing else shape.layers * per_layer
-    activations = int(stored + logits)
-    total = before_activations + int(stored)
+    chosen = needs(True) if checkpointing else plain
+    total = chosen.total_bytes + RUNTIME_BYTES
     fits = None if available is None else total <= available
-    if method == "qlora" and not on_gpu:
+    if training_type == "qlora" and not on_gpu:
         notes.append("QLoRA trains on a CPU here (bitsandbytes), slowly")
 
     # --- a rough time per step: 6·N·tokens FLOPs for a full fine-tune, ~4·N·tokens with a frozen base --------
     accumulation = int(job["gradient_accumulation_steps"])
-    step_tokens = tokens * accumulation
-    flops = (6 if method == "full" else 4) * params * step_tokens
+    step_tokens = int(job["batch_size"]) * int(job["max_seq_length"]) * accumulation
+    flops = (6 if training_type == "full" else 4) * chosen.parameters * step_tokens
     cores = (machine.get("cpu") or {}).get("physical_cores") or (machine.get("cpu") or {}).get("logical_cores") or 1
     speed = GPU_FLOPS if on_gpu else CPU_FLOPS_PER_CORE * cores
     seconds, source = flops / speed, "arithmetic"
@@ -190,11 +106,11 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
         seconds, source = measured[0] * accumulation, "calibration"
         notes.append(measured[1])
     return Estimate(
-        parameters=params, parameters_source="safetensors headers" if exact_parameters else "config.json",
-        trainable=trainable, weights_bytes=weights, adapter_bytes=adapter, gradients_bytes=gradients,
-        optimizer_bytes=optimizer, activations_bytes=activations, total_bytes=total, available_bytes=available,
-        device=device, fits=fits, seconds_per_step=seconds, tokens_per_step=step_tokens, notes=notes,
-        seconds_source=source,
+        parameters=chosen.parameters, parameters_source="safetensors headers" if exact_parameters else "config.json",
+        trainable=chosen.trainable, weights_bytes=chosen.weights_bytes, adapter_bytes=chosen.adapter_bytes,
+        gradients_bytes=chosen.gradients_bytes, optimizer_bytes=chosen.optimizer_bytes,
+        activations_bytes=chosen.activations_bytes, total_bytes=total, available_bytes=available, device=device,
+        fits=fits, seconds_per_step=seconds, tokens_per_step=step_tokens, notes=notes, seconds_source=source,
     )
 
 
@@ -226,15 +142,3 @@ def measured_step(calibrations: dict[str, Any], job: dict[str, Any]) -> tuple[fl
                     + ("" if size == wanted else ", scaled to this batch"))
             best = (distance, scaled, note)
     return None if best is None else (best[1], best[2])
-
-
-def _targets(shape: Shape, job: dict[str, Any]) -> set[str]:
-    names = set(shape.linears())
-    chosen = job.get("target_modules")
-    if chosen:
-        return {n for n in names if any(n == t or n.endswith(t) or t.endswith(n) for t in chosen)}
-    if not job.get("finetune_attention_modules", True):
-        names -= _ATTENTION
-    if not job.get("finetune_mlp_modules", True):
-        names &= _ATTENTION
-    return names

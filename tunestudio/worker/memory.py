@@ -5,7 +5,7 @@ LoRA job on a 270M model 3.5x slower and bought nothing when memory was
 plentiful (FACTS.md). So `auto` asks tunestudio/estimate.py what the job needs
 beyond the weights already loaded (gradients, optimizer state, the activations
 of one micro-batch) and turns checkpointing on only when that would not fit in
-HEADROOM of the memory free now: the GPU's free memory, or the machine's
+HEADROOM (estimate.py) of the memory free now: the GPU's free memory, or the machine's
 available memory shared by the ranks on it.
 """
 
@@ -16,14 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunestudio.estimate import estimate
+from tunestudio.estimate import Memory, checkpointing_needed, memory
 
-HEADROOM = 0.9  # the share of free memory a job may plan to fill
 GIB = 2**30
-# Preference methods run the chosen and the rejected answer of each row together: twice the rows.
-_ROWS_PER_EXAMPLE = {"dpo": 2, "orpo": 2}
-# SFTTrainer (sft and pretrain) computes its loss through TRL's fused LM head: no full logits.
-_FUSED_HEAD_METHODS = ("sft", "pretrain")
 
 
 @dataclass(frozen=True)
@@ -48,14 +43,13 @@ def available_bytes() -> int | None:
     return None
 
 
-def needed_bytes(cfg: Any, model_config: dict[str, Any], precision: str, checkpointing: bool) -> int:
-    """What the job adds to its loaded weights: gradients, optimizer state, one micro-batch's activations."""
-    rows = cfg.batch_size * _ROWS_PER_EXAMPLE.get(str(cfg.method), 1)
-    job = estimate(model_config, training_type=cfg.training_type.value, lora_r=cfg.lora_r,
-                   target_modules=cfg.target_modules, batch_size=rows, seq_len=cfg.max_seq_length,
-                   precision=precision, gradient_checkpointing=checkpointing,
-                   fused_head=str(cfg.method) in _FUSED_HEAD_METHODS)
-    return job.total_bytes - job.weights_bytes
+def needs(cfg: Any, model_config: dict[str, Any], precision: str, checkpointing: bool) -> Memory:
+    """The job's memory by tunestudio/estimate.py, the model the page's estimate uses too."""
+    return memory(model_config, training_type=cfg.training_type.value, method=str(cfg.method), lora_r=cfg.lora_r,
+                  target_modules=cfg.target_modules, finetune_attention_modules=cfg.finetune_attention_modules,
+                  finetune_mlp_modules=cfg.finetune_mlp_modules, batch_size=cfg.batch_size,
+                  seq_len=cfg.max_seq_length, precision=precision, optim=cfg.optim, checkpointing=checkpointing,
+                  attention=str(model_config.get("_attn_implementation") or "sdpa"))
 
 
 def decide(cfg: Any, model_config: dict[str, Any], precision: str, free: int | None) -> Choice:
@@ -63,16 +57,16 @@ def decide(cfg: Any, model_config: dict[str, Any], precision: str, free: int | N
     if free is None:
         return Choice(False, "activation checkpointing auto → off (free memory unknown)")
     try:
-        without = needed_bytes(cfg, model_config, precision, checkpointing=False)
-        with_it = needed_bytes(cfg, model_config, precision, checkpointing=True)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        plain = needs(cfg, model_config, precision, checkpointing=False)
+        checkpointed = needs(cfg, model_config, precision, checkpointing=True)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):  # EstimateUnavailable is a ValueError
         return Choice(False, "activation checkpointing auto → off (the model's shape is unknown to the estimate)")
-    budget = HEADROOM * free
-    if without <= budget:
+    without, with_it = plain.beyond_weights, checkpointed.beyond_weights
+    if not checkpointing_needed(plain, free):
         return Choice(False, f"activation checkpointing auto → off (the job needs about {without / GIB:.1f} GiB "
                              f"beyond its weights; {free / GIB:.1f} GiB free)")
     note = (f"activation checkpointing auto → on (without it the job needs about {without / GIB:.1f} GiB beyond its "
             f"weights, with it {with_it / GIB:.1f} GiB; {free / GIB:.1f} GiB free)")
-    if with_it > budget:
+    if checkpointing_needed(checkpointed, free):
         note += "; it may still not fit: a smaller batch_size or max_seq_length, or QLoRA, would help"
     return Choice(True, note)

@@ -78,7 +78,8 @@ def resolve_gradient_checkpointing(
         )
         return True
     if cfg.gradient_checkpointing == "auto":
-        choice = memory.decide(cfg, model.config.to_dict(), precision.name, memory.available_bytes())
+        shape = {**model.config.to_dict(), "_attn_implementation": model.config._attn_implementation}
+        choice = memory.decide(cfg, shape, precision.name, memory.available_bytes())
         channel.log(choice.note)
         return choice.on
     return bool(cfg.gradient_checkpointing)
