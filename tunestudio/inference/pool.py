@@ -151,6 +151,7 @@ class InferencePool:
         self._inflight: dict[int, Generation] = {}
         self._waiting: list[Generate] = []  # asked for before the worker was up
         self._proc: Any = None
+        self._ending: Any = None  # a detached worker being shut down: "stopping" until it has exited
         self._requests: Any = None
         self._replies: Any = None
         self._want_start = False
@@ -197,7 +198,8 @@ class InferencePool:
     def status(self) -> dict[str, Any]:
         with self._cond:
             return {
-                "state": "running" if self._proc is not None else ("starting" if self._want_start else "stopped"),
+                "state": "running" if self._proc is not None else "starting" if self._want_start
+                else "stopping" if self._ending is not None else "stopped",
                 "pid": self._proc.pid if self._proc is not None else None,
                 "device": self.device,
                 "loaded": sorted(self.loaded),
@@ -342,6 +344,7 @@ class InferencePool:
         why = describe_exit(proc.exitcode).replace("worker", "inference worker", 1)
         with self._cond:
             _, requests, replies = self._detach()  # no request is sent to the dead one from here on
+            self._ending = None  # dead already: nothing to shut down
             self.crashes += 1
             if self._waiting:
                 self._want_start = True
@@ -390,15 +393,17 @@ class InferencePool:
         self._shut_down(*detached)
 
     def _detach(self) -> tuple[Any, Any, Any]:
+        """Under the lock: the worker is no longer the one requests go to (it is `_ending` until shut down)."""
         proc, requests, replies = self._proc, self._requests, self._replies
+        self._ending = proc if proc is not None and proc.is_alive() else None
         self._proc = None
         self.loaded.clear()
         self.device = None
         return proc, requests, replies
 
-    @staticmethod
-    def _shut_down(proc: Any, requests: Any, replies: Any) -> None:
-        """Ask the worker to exit after what it was sent; kill its group if it does not; close the channels."""
+    def _shut_down(self, proc: Any, requests: Any, replies: Any) -> None:
+        """Ask the worker to exit after what it was sent; kill its group if it does not; close the channels.
+        The status says "stopped" only once the process has exited."""
         if proc is None:
             return
         with contextlib.suppress(Exception):
@@ -408,6 +413,9 @@ class InferencePool:
             kill_group(proc.pid, signal.SIGKILL)
             proc.join(timeout=5)
         _close(requests, replies)
+        with self._cond:
+            if self._ending is proc:
+                self._ending = None
 
 
 def _close(requests: Any, replies: Any) -> None:
