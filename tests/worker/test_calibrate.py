@@ -99,3 +99,30 @@ def test_a_reduced_precision_must_win_by_the_margin_and_agree_on_the_loss() -> N
     precision, reason = choose(clearly, {"fp32": 2.0, "bf16": 2.2})  # 10% off fp32's loss
     assert precision == "fp32" and "disagrees" in reason
     assert choose({"fp32": 1.0, "bf16": 0.9, "fp16": 0.5}, {"fp32": 2.0, "bf16": 2.0, "fp16": 2.0})[0] == "fp16"
+
+
+def test_a_cached_decision_is_in_force_before_the_model_loads(tiny_model: Path, tmp_path: Path) -> None:
+    """A decision an earlier job measured is read first: the job is built once, in that precision, and does not
+    measure again (its log names the precision from the first line about the model)."""
+    from tunestudio.events import Log
+    from tunestudio.worker import calibrate
+
+    from ..helpers.jobs import job_config, run_job
+
+    if "bf16" not in calibrate.candidates():
+        pytest.skip("no bf16 on this hardware: nothing is measured, so nothing is cached")
+    cfg = job_config(tiny_model, tmp_path / "out", precision="auto", max_steps=3)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    measured = {"precision": "bf16", "reason": "fastest measured whose loss agrees with fp32",
+                "seconds_per_step": {"fp32": 0.2, "bf16": 0.1}, "losses": {"fp32": 5.0, "bf16": 5.0}, "job": {}}
+    (cache / "precision.json").write_text(json.dumps({calibrate._job_key(cfg): measured}))
+    assert calibrate.cached(cfg, cache) is not None and calibrate.cached(cfg, None) is None
+    run = run_job(cfg, cache_dir=str(cache))
+    assert run.outcome.kind == "completed", run.failure
+    logs = [e.message for e in run.of(Log)]
+    model_line = next(m for m in logs if m.startswith("model: "))
+    assert "(lora, bf16" in model_line, model_line
+    assert any(m.startswith("precision auto → bf16") and "cached" in m for m in logs), logs
+    fixed = job_config(tiny_model, tmp_path / "fixed", precision="bf16", max_steps=3)
+    assert calibrate.cached(fixed, cache) is None  # only auto reads the cache

@@ -258,9 +258,27 @@ def for_job(cfg: Any, trainer: Any, cache_dir: Path | None) -> Decision | None:
         return Decision("fp32", f"a job of at most about {flops / SLOW_FLOPS:.0f} s does not repay measuring")
     with _rng_kept():  # a shuffling sampler draws its seed from torch's RNG: the job's data order stays its own
         batch = next(iter(trainer.get_train_dataloader()))
-    method = getattr(cfg, "method", "sft")
-    key = cache_key(cfg.model_name, str(method), cfg.training_type.value,
-                    (cfg.batch_size, cfg.max_seq_length, int(cfg.packing), cfg.lora_r))
-    job = {"model_name": cfg.model_name, "method": str(method), "training_type": cfg.training_type.value,
+    job = {"model_name": cfg.model_name, "method": str(cfg.method), "training_type": cfg.training_type.value,
            "batch_size": cfg.batch_size, "max_seq_length": cfg.max_seq_length}
-    return decide(trainer.model, batch, total, cfg.gradient_accumulation_steps, key, cache_dir, job)
+    return decide(trainer.model, batch, total, cfg.gradient_accumulation_steps, _job_key(cfg), cache_dir, job)
+
+
+def _job_key(cfg: Any) -> str:
+    return cache_key(cfg.model_name, str(cfg.method), cfg.training_type.value,
+                     (cfg.batch_size, cfg.max_seq_length, int(cfg.packing), cfg.lora_r))
+
+
+def cached(cfg: Any, cache_dir: Path | None) -> Decision | None:
+    """The decision an earlier job measured for this one, read before anything is built: the worker then
+    builds the trainer once, in that precision (None: for_job decides after the trainer is built)."""
+    if (cfg.precision != "auto" or cfg.training_type.value == "qlora" or str(cfg.method) not in ("sft", "pretrain")
+            or len(candidates()) == 1 or cache_dir is None):
+        return None
+    entry = _read(cache_dir / "precision.json").get(_job_key(cfg))
+    if not isinstance(entry, dict):
+        return None
+    try:
+        decision = Decision(**{**entry, "cached": True})
+    except TypeError:  # an entry of another version's shape: measured again
+        return None
+    return decision if decision.precision in candidates() else None

@@ -173,6 +173,10 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     channel.phase("loading_model", f"loading {cfg.model_name}")
     threads = performance.configure_threads()
     precision = train_mod.resolve_precision(cfg, model_mod.hidden_size(cfg))
+    # precision auto, measured by an earlier job (worker/calibrate.py): in force from the start, one process only
+    known = calibrate.cached(cfg, cache_dir) if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
+    if known is not None:
+        precision = train_mod.precision_named(known.precision)
     tokenizer = model_mod.load_tokenizer(cfg)
     model = model_mod.load_model(cfg, precision.compute_dtype)
     gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel, model, precision)
@@ -207,7 +211,7 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     )
     # precision auto: measured on this model and a batch of this data (worker/calibrate.py); one process only,
     # so that every rank of a data-parallel job keeps the precision it was given
-    decision = calibrate.for_job(cfg, trainer, cache_dir) if trainer.args.world_size == 1 else None
+    decision = known or (calibrate.for_job(cfg, trainer, cache_dir) if trainer.args.world_size == 1 else None)
     if decision is not None:
         channel.log(decision.describe())
         if decision.precision != precision.name:
