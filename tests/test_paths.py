@@ -99,3 +99,11 @@ def test_protect_data_dir(tmp_path: Path) -> None:
     for bad, live in ((data / "outs", False), (data / "outs" / "a" / "sub", False), (data / "outs" / "a", True)):
         assert refused(lambda b=bad, v=live: protect_data_dir(cfg(output_dir=str(b)), data, [(other, v)]))
     protect_data_dir(cfg(output_dir=other), data, [(other, False)])  # running a finished job's file again
+
+
+def test_a_tilde_of_no_user_is_left_as_written() -> None:
+    """pathlib raises RuntimeError for "~nosuchuser"; a shell leaves it as written, and so does expand()."""
+    from tunestudio.paths import expand
+
+    assert expand("~no-such-user-here/x") == Path("~no-such-user-here/x")
+    assert expand("~/x") == Path.home() / "x"

@@ -29,6 +29,7 @@ __all__ = [
     "Roots",
     "confine",
     "confine_output",
+    "expand",
     "looks_like_path",
     "protect_data_dir",
     "protect_export_dir",
@@ -56,13 +57,23 @@ class Roots:
     model_roots: tuple[Path, ...]  # local model folders
 
 
+def expand(raw: str | Path) -> Path:
+    """Path(raw) with a leading ~ or ~user expanded; left as written, as a shell leaves it, when there is no
+    such user or no home (pathlib raises RuntimeError there, which would reach a client as a server error)."""
+    path = Path(raw)
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
+
+
 def looks_like_path(value: str) -> bool:
     """Whether a model or dataset name is meant as a local path rather than a hub id ("org/name")."""
     return value.startswith(("/", "./", "../", "~")) or value.count("/") > 1 or value in (".", "..")
 
 
 def _abs(raw: str) -> Path:
-    return Path(raw).expanduser().resolve(strict=False)
+    return expand(raw).resolve(strict=False)
 
 
 def _inside(path: Path, roots: Iterable[Path], strictly: bool = False) -> bool:
@@ -78,9 +89,9 @@ def _eval_path(cfg: JobConfig) -> str | None:
 
 
 def _on_disk(raw: str, test: str) -> bool:
-    """Path(raw).expanduser().<test>(), False for a name no filesystem takes (too long, a NUL byte)."""
+    """expand(raw).<test>(), False for a name no filesystem takes (too long, a NUL byte)."""
     try:
-        return bool(getattr(Path(raw).expanduser(), test)())
+        return bool(getattr(expand(raw), test)())
     except (OSError, ValueError):
         return False
 
@@ -97,7 +108,7 @@ def _local_hub_dataset(cfg: JobConfig) -> str | None:
 
 def tensorboard_path(cfg: JobConfig) -> Path:
     """Where TensorBoard files go: tensorboard_dir, relative to output_dir unless absolute."""
-    path = Path(cfg.tensorboard_dir).expanduser()
+    path = expand(cfg.tensorboard_dir)
     return path if path.is_absolute() else Path(cfg.output_dir or ".") / path
 
 

@@ -127,6 +127,10 @@ def test_bad_input_is_refused_with_field_errors_and_nothing_starts(tmp_path: Pat
             refused = client.post("/api/jobs", json={**body("org/m", tmp_path), "local_datasets": [path]})
             assert refused.status_code == 422, path
             assert refused.json()["detail"]["code"] == "path_not_allowed"
+        nobody = "~no-such-user-here"
+        for field, value in (("model_name", f"{nobody}/m"), ("local_datasets", [f"{nobody}/d.jsonl"])):
+            tilde = client.post("/api/jobs", json={**body("org/m", tmp_path), field: value})  # pathlib: RuntimeError
+            assert tilde.status_code == 422 and tilde.json()["detail"]["field"] == field, tilde.text
         for where in (tmp_path.parent / "elsewhere", tmp_path, tmp_path / "home", tmp_path / "home" / "jobs" / "x"):
             out = client.post("/api/jobs", json={**body("org/m", tmp_path), "output_dir": str(where)})
             assert out.status_code == 422 and out.json()["detail"]["field"] == "output_dir", where

@@ -184,6 +184,9 @@ def test_models_and_the_estimate_from_config_json(client: TestClient, settings: 
     too_long = client.post("/api/models/estimate", json={"model_name": "x" * 300})  # a name no filesystem takes
     assert too_long.status_code == 422 and too_long.json()["detail"]["field"] == "model_name"
     assert "File name too long" not in too_long.text and "Traceback" not in too_long.text
+    # "~user" of no user on this machine (pathlib raises RuntimeError): refused by name, not a server error
+    no_user = client.post("/api/models/estimate", json={"model_name": "~no-such-user-here/model"})
+    assert no_user.status_code == 422 and no_user.json()["detail"]["field"] == "model_name"
 
 
 def test_a_resumed_job_links_to_its_child_and_offers_no_second_resume(settings: Settings) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tunestudio.paths import expand
+
 WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 _SKIP = {".git", ".venv", "node_modules", "__pycache__", ".cache", "site-packages", "checkpoints"}
 MAX_DEPTH = 4
@@ -21,7 +23,7 @@ MAX_DIRS = 4000  # a model root may be a big tree (the cwd): the scan stops here
 
 def hub_cache() -> Path:
     hub = os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
-    return Path(hub).expanduser()
+    return expand(hub)
 
 
 def read_config(folder: Path) -> dict[str, Any] | None:

@@ -47,6 +47,7 @@ from tunestudio.jobs.stream import Streams, Subscription
 from tunestudio.jobs.supervisor import Outcome, Supervisor
 from tunestudio.jobs.tracker import Tracker
 from tunestudio.jobs.views import MetricViews
+from tunestudio.paths import expand
 from tunestudio.settings import Settings
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerEntry
@@ -205,7 +206,7 @@ class JobManager:
             raise JobConflict(f"job {job_id}'s output folder {source.output_dir} is gone; nothing to export")
         fields = {**options.model_dump(exclude={"hf_token"}), "hf_token": options.hf_token}
         config = ExportConfig(**fields, source_job_id=job_id, source_dir=source.output_dir)
-        output_dir = str(Path(config.resolved_output_dir()).expanduser().resolve())
+        output_dir = str(expand(config.resolved_output_dir()).resolve())
         config = config.model_copy(update={"output_dir": output_dir})
         with self._submit_lock:
             if request_id and (existing := self._store.find_by_request_id(request_id)) is not None:

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from tunestudio.config import format_validation_error
 from tunestudio.export_config import ExportConfig
+from tunestudio.paths import expand
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
 
@@ -82,13 +83,13 @@ class Source:
 
 
 def find_source(cfg: ExportConfig) -> Source:
-    root = Path(cfg.source_dir).expanduser()
+    root = expand(cfg.source_dir)
     if not root.is_dir():
         raise UserError(f"source_dir {cfg.source_dir}: no such folder (has the job finished and saved?)")
     path = root
     if cfg.checkpoint:
         inside = root / cfg.checkpoint
-        path = inside if inside.is_dir() else Path(cfg.checkpoint).expanduser()
+        path = inside if inside.is_dir() else expand(cfg.checkpoint)
         if not path.is_dir():
             raise UserError(f"checkpoint {cfg.checkpoint}: no such folder in {root} or on disk")
     job_config: dict[str, Any] = {}
@@ -109,7 +110,7 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
     from tunestudio.worker import export_gguf, export_hub, export_model
 
     source = find_source(cfg)
-    output = Path(cfg.resolved_output_dir()).expanduser()
+    output = expand(cfg.resolved_output_dir())
     staging = _prepare_staging(output)
     kind = "adapter" if source.adapter else "full model"
     channel.log(f"exporting the {kind} in {source.path} as {cfg.target} to {output}")

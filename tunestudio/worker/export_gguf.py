@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tunestudio.paths import expand
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
 from tunestudio.worker.export_model import report
@@ -36,7 +37,7 @@ KILL_GRACE_S = 5.0
 def llama_cpp_dir() -> Path:
     configured = os.environ.get("TUNESTUDIO_LLAMA_CPP")
     if configured:
-        return Path(configured).expanduser()
+        return expand(configured)
     return Path(__file__).resolve().parents[2] / "third_party" / "llama.cpp"
 
 
@@ -102,7 +103,7 @@ def write_gguf_lora(
     """`adapter-<quantization>.gguf` in `staging`: the LoRA alone, for llama.cpp's --lora."""
     out = staging / f"adapter-{quantization}.gguf"
     args = ["--outtype", quantization, "--outfile", str(out)]
-    base = Path(source.base_model or "").expanduser()
+    base = expand(source.base_model or "")
     # The converter reads the base model's config (not its weights) from a folder, else from the hub.
     args += ["--base", str(base)] if base.is_dir() else ["--base-model-id", source.base_model or ""]
     _convert("lora", [*args, str(source.path)], None, channel, check_stop, progress)

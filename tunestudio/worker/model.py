@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +15,7 @@ from transformers import (
 )
 
 from tunestudio.config import JobConfig, TrainingType
+from tunestudio.paths import expand
 from tunestudio.worker import hub
 from tunestudio.worker.errors import UserError
 
@@ -25,7 +25,7 @@ MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
 
 def _from_pretrained(loader: Any, name: str, what: str, **kwargs: Any) -> Any:
     """`loader.from_pretrained(name)` with the cache first and a clear error when offline."""
-    local = Path(name).expanduser()
+    local = expand(name)
     if local.is_dir():
         try:
             return loader.from_pretrained(str(local), **kwargs)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tunestudio.config import ANSWER_REWARDS, BUILTIN_REWARDS, JobConfig, reward_name
+from tunestudio.paths import expand
 from tunestudio.worker.errors import UserError
 
 RewardFunction = Callable[..., list[float | None]]
@@ -124,7 +125,7 @@ def builtin(name: str, cfg: JobConfig) -> RewardFunction:
 def load_user_function(entry: str) -> RewardFunction:
     """Import `path/to/file.py:function` (this runs the file's code) and wrap it; UserError if it cannot be."""
     path_text, _, name = entry.rpartition(":")
-    path = Path(path_text).expanduser()
+    path = expand(path_text)
     if not path.is_file():
         raise UserError(f"reward_functions: {entry}: there is no file {path_text} "
                         f"(a relative path is read from {Path.cwd()})")

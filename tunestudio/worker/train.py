@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,6 +14,7 @@ from trl import SFTConfig, SFTTrainer
 from tunestudio.checkpoints import is_complete, latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import Progress, Stop
+from tunestudio.paths import expand
 from tunestudio.worker import batching, memory, methods, performance
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.checkpointing import save_checkpoints_atomically
@@ -99,7 +99,7 @@ def resolve_checkpoint(cfg: JobConfig) -> str | None:
         if found is None:
             raise UserError(f"resume_from_checkpoint: no complete checkpoint-* folder in {cfg.output_dir}")
         return found
-    path = Path(wanted).expanduser()
+    path = expand(wanted)
     if not is_complete(path):
         raise UserError(f"resume_from_checkpoint: {wanted} is not a complete checkpoint folder (it needs "
                         "trainer_state.json, the weights and optimizer.pt, all readable)")

@@ -20,6 +20,7 @@ from tunestudio.api.estimate import EstimateUnavailable, estimate
 from tunestudio.api.hardware import hardware
 from tunestudio.api.schemas import ERRORS
 from tunestudio.config import JobConfig, format_validation_error
+from tunestudio.paths import expand
 from tunestudio.settings import Settings
 
 router = APIRouter(prefix="/api/models", tags=["models"], responses=ERRORS)
@@ -97,8 +98,8 @@ def _model_folder(name: str, settings: Settings) -> Path:
 
 
 def _find_model_folder(name: str, settings: Settings) -> Path:
-    if paths.looks_like_path(name) or Path(name).expanduser().is_dir():
-        folder = Path(name).expanduser().resolve()
+    if paths.looks_like_path(name) or expand(name).is_dir():
+        folder = expand(name).resolve()
         if not any(folder.is_relative_to(root) for root in settings.allowed_model_roots()):
             raise ApiError(422, "path_not_allowed", f"model_name: {name!r} is outside the model folders "
                            "(TUNESTUDIO_MODEL_ROOTS)", field="model_name")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tunestudio.config import JobConfig
+from tunestudio.paths import expand
 from tunestudio.worker import hub
 from tunestudio.worker.errors import UserError
 
@@ -162,7 +163,7 @@ def _local_files(paths: list[str], train_split: str, eval_split: str | None) -> 
     train: list[Path] = []
     evals: list[Path] = []
     # eval_split is a path when it reads like one ("data/val.jsonl"), else a split name ("test").
-    explicit_eval = Path(eval_split).expanduser() if eval_split and ("/" in eval_split or Path(eval_split).suffix
+    explicit_eval = expand(eval_split) if eval_split and ("/" in eval_split or Path(eval_split).suffix
                                                                      in SUPPORTED_SUFFIXES) else None
     if explicit_eval is not None:
         if not explicit_eval.exists():
@@ -313,8 +314,8 @@ def _load(cfg: JobConfig, split: str) -> Any:
     token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
     kwargs: dict[str, Any] = {"name": cfg.subset, "split": split, "token": token}
     try:
-        if Path(name).expanduser().exists() or hub.looks_like_local_path(name):
-            return datasets.load_dataset(str(Path(name).expanduser()), **kwargs)
+        if expand(name).exists() or hub.looks_like_local_path(name):
+            return datasets.load_dataset(str(expand(name)), **kwargs)
         online = datasets.config.HF_HUB_OFFLINE
         try:
             datasets.config.HF_HUB_OFFLINE = True  # the cache alone: no network, no retries
@@ -340,7 +341,7 @@ def _dataset_rows(source: str, dataset: Any) -> Iterator[Row]:
 
 def read_hub(cfg: JobConfig) -> Rows:
     name = cfg.hf_dataset or ""
-    path = Path(name).expanduser()
+    path = expand(name)
     load = (lambda split: _from_disk(cfg, path, split)) if path.is_dir() and _saved_by_datasets(path) else (
         lambda split: _load(cfg, split))
     train = list(_dataset_rows(f"{name}[{cfg.train_split}]", load(cfg.train_split)))
