@@ -22,10 +22,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# (attention, hidden, intermediate, heads, seq)
-SHAPES = [("sdpa", 256, 512, 16, 512), ("sdpa", 256, 512, 16, 2048), ("sdpa", 256, 1024, 16, 2048),
-          ("sdpa", 512, 512, 16, 2048), ("sdpa", 576, 1536, 9, 1024), ("eager", 256, 512, 16, 512),
-          ("eager", 256, 512, 16, 2048)]
+# (attention, hidden, intermediate, heads, kv heads, seq)
+SHAPES = [("sdpa", 256, 512, 16, 4, 512), ("sdpa", 256, 512, 16, 4, 2048), ("sdpa", 256, 1024, 16, 4, 2048),
+          ("sdpa", 512, 512, 16, 4, 2048), ("sdpa", 576, 1536, 9, 3, 1024), ("eager", 256, 512, 16, 4, 512),
+          ("eager", 256, 512, 16, 4, 2048)]
 LAYERS, BATCH, VOCAB = 4, 2, 256
 
 CHILD = """
@@ -47,12 +47,10 @@ def main() -> None:
     from tunestudio.estimate import memory
 
     rows = []
-    for attention, hidden, intermediate, heads, seq in SHAPES:
+    for attention, hidden, intermediate, heads, kv_heads, seq in SHAPES:
         config = {"model_type": "llama", "vocab_size": VOCAB, "hidden_size": hidden, "intermediate_size": intermediate,
-                  "num_hidden_layers": LAYERS, "num_attention_heads": heads, "num_key_value_heads": heads // 4 or 1,
+                  "num_hidden_layers": LAYERS, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
                   "max_position_embeddings": 8192, "attn_implementation": attention}
-        if heads % 4:
-            config["num_key_value_heads"] = 3 if heads == 9 else heads
         out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(config), str(seq)], capture_output=True,
                              text=True, timeout=600, check=True)
         measured = int(out.stdout.split()[-1])

@@ -151,7 +151,7 @@ def load_with_plain_peft(model_dir: Path, adapter: str, data: Path, seq: int) ->
     """The saved adapter, loaded by plain peft onto the base model (issue 18's check): its LoRA weights are
     the ones written, and on a row of the job's data it changes the base model's loss."""
     import torch
-    from peft import PeftModel
+    from peft import PeftModel, get_peft_model_state_dict
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -164,8 +164,8 @@ def load_with_plain_peft(model_dir: Path, adapter: str, data: Path, seq: int) ->
         base_loss = float(base(input_ids=ids, labels=ids).loss)
     model = PeftModel.from_pretrained(base, adapter).eval()
     saved = load_file(str(Path(adapter) / "adapter_model.safetensors"))
-    state = model.state_dict()
-    matched = sum(torch.equal(state[k.replace(".weight", ".default.weight")], v) for k, v in saved.items())
+    loaded = get_peft_model_state_dict(model)  # named as peft saves them
+    matched = sum(k in loaded and torch.equal(loaded[k], v) for k, v in saved.items())
     with torch.no_grad():
         tuned_loss = float(model(input_ids=ids, labels=ids).loss)
     result = {"tensors": len(saved), "matched": matched, "base_loss": round(base_loss, 4),

@@ -28,11 +28,11 @@ peak in its progress events.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["HEADROOM", "EstimateUnavailable", "Memory", "Shape", "checkpointing_needed", "memory"]
+__all__ = ["HEADROOM", "EstimateUnavailable", "Memory", "Shape", "checkpointing_needed", "job_memory", "memory"]
 
 GIB = 1024**3
 HEADROOM = 0.9  # the share of free memory a job may plan to fill
@@ -195,6 +195,20 @@ def memory(
         gradients_bytes=trainable * 4, optimizer_bytes=int(trainable * _OPTIMIZER_BYTES.get(optim, 8.0)),
         activations_bytes=int(layers + logits), logits_bytes=int(logits),
     )
+
+
+def job_memory(config: dict[str, Any], job: Mapping[str, Any], *, precision: str, checkpointing: bool,
+               parameters: int | None = None) -> Memory:
+    """`memory()` for a job given by JobConfig's field names (the worker's config dumped, or the page's form),
+    so the worker and the page read a job alike. config: the model's config.json; its `_attn_implementation`,
+    when a loaded model's config carries it, names the attention (else transformers' default, sdpa)."""
+    return memory(config, training_type=str(job["training_type"]), method=str(job.get("method", "sft")),
+                  lora_r=int(job["lora_r"]), target_modules=job.get("target_modules"),
+                  finetune_attention_modules=bool(job.get("finetune_attention_modules", True)),
+                  finetune_mlp_modules=bool(job.get("finetune_mlp_modules", True)),
+                  batch_size=int(job["batch_size"]), seq_len=int(job["max_seq_length"]), precision=precision,
+                  optim=str(job["optim"]), checkpointing=checkpointing, parameters=parameters,
+                  attention=str(config.get("_attn_implementation") or "sdpa"))
 
 
 def checkpointing_needed(without: Memory, free: int) -> bool:

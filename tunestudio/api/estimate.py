@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tunestudio.estimate import RUNTIME_BYTES, EstimateUnavailable, Memory, checkpointing_needed, memory
+from tunestudio.estimate import RUNTIME_BYTES, EstimateUnavailable, Memory, checkpointing_needed, job_memory
 
 __all__ = ["Estimate", "EstimateUnavailable", "estimate", "measured_step"]
 
@@ -63,12 +63,7 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
     compute = precision if precision != "auto" else ("bf16" if on_gpu else "fp32")
 
     def needs(checkpointing: bool) -> Memory:
-        return memory(config, training_type=training_type, method=str(job.get("method", "sft")),
-                      lora_r=int(job["lora_r"]), target_modules=job.get("target_modules"),
-                      finetune_attention_modules=bool(job.get("finetune_attention_modules", True)),
-                      finetune_mlp_modules=bool(job.get("finetune_mlp_modules", True)),
-                      batch_size=int(job["batch_size"]), seq_len=int(job["max_seq_length"]), precision=compute,
-                      optim=str(job["optim"]), checkpointing=checkpointing, parameters=exact_parameters)
+        return job_memory(config, job, precision=compute, checkpointing=checkpointing, parameters=exact_parameters)
 
     if on_gpu:
         gpu = max(gpus, key=lambda g: g.get("memory_total_mb") or 0)

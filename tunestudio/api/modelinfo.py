@@ -34,12 +34,6 @@ def read_config(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A multimodal config keeps its language model's numbers in text_config."""
-    inner = config.get("text_config")
-    return {**config, **inner} if isinstance(inner, dict) else config
-
-
 def safetensors_parameters(folder: Path) -> int | None:
     """The exact parameter count from the safetensors headers (8-byte length, then JSON), or None."""
     files = sorted(folder.glob("*.safetensors"))

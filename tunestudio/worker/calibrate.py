@@ -245,7 +245,7 @@ def for_job(cfg: Any, trainer: Any, cache_dir: Path | None) -> Decision | None:
     """
     if cfg.precision != "auto" or cfg.training_type.value == "qlora":
         return None
-    if str(getattr(cfg, "method", "sft")) not in ("sft", "pretrain"):
+    if not _measurable(cfg):
         # Preference and RL batches are not one forward pass with labels; those methods stay in fp32 on a CPU.
         return Decision("fp32", f"not measured for method {cfg.method}")
     rows = len(trainer.train_dataset)
@@ -263,6 +263,12 @@ def for_job(cfg: Any, trainer: Any, cache_dir: Path | None) -> Decision | None:
     return decide(trainer.model, batch, total, cfg.gradient_accumulation_steps, _job_key(cfg), cache_dir, job)
 
 
+def _measurable(cfg: Any) -> bool:
+    """Whether `auto` is measured for the job: not QLoRA (its compute dtype is fixed when the 4-bit weights
+    load), and SFT or pretraining only (other methods' batches are not one labelled forward pass)."""
+    return cfg.training_type.value != "qlora" and str(cfg.method) in ("sft", "pretrain")
+
+
 def _job_key(cfg: Any) -> str:
     return cache_key(cfg.model_name, str(cfg.method), cfg.training_type.value,
                      (cfg.batch_size, cfg.max_seq_length, int(cfg.packing), cfg.lora_r))
@@ -271,8 +277,7 @@ def _job_key(cfg: Any) -> str:
 def cached(cfg: Any, cache_dir: Path | None) -> Decision | None:
     """The decision an earlier job measured for this one, read before anything is built: the worker then
     builds the trainer once, in that precision (None: for_job decides after the trainer is built)."""
-    if (cfg.precision != "auto" or cfg.training_type.value == "qlora" or str(cfg.method) not in ("sft", "pretrain")
-            or len(candidates()) == 1 or cache_dir is None):
+    if cfg.precision != "auto" or not _measurable(cfg) or len(candidates()) == 1 or cache_dir is None:
         return None
     entry = _read(cache_dir / "precision.json").get(_job_key(cfg))
     if not isinstance(entry, dict):

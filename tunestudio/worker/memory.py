@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunestudio.estimate import Memory, checkpointing_needed, memory
+from tunestudio.estimate import Memory, checkpointing_needed, job_memory
 
 GIB = 2**30
 
@@ -45,11 +45,7 @@ def available_bytes() -> int | None:
 
 def needs(cfg: Any, model_config: dict[str, Any], precision: str, checkpointing: bool) -> Memory:
     """The job's memory by tunestudio/estimate.py, the model the page's estimate uses too."""
-    return memory(model_config, training_type=cfg.training_type.value, method=str(cfg.method), lora_r=cfg.lora_r,
-                  target_modules=cfg.target_modules, finetune_attention_modules=cfg.finetune_attention_modules,
-                  finetune_mlp_modules=cfg.finetune_mlp_modules, batch_size=cfg.batch_size,
-                  seq_len=cfg.max_seq_length, precision=precision, optim=cfg.optim, checkpointing=checkpointing,
-                  attention=str(model_config.get("_attn_implementation") or "sdpa"))
+    return job_memory(model_config, cfg.model_dump(mode="json"), precision=precision, checkpointing=checkpointing)
 
 
 def decide(cfg: Any, model_config: dict[str, Any], precision: str, free: int | None) -> Choice:
