@@ -30,22 +30,34 @@ __all__ = [
     "confine",
     "confine_output",
     "expand",
+    "export_checkpoint",
     "looks_like_path",
     "protect_data_dir",
     "protect_export_dir",
+    "protect_export_inputs",
+    "protect_inputs",
     "resolve",
     "tensorboard_path",
 ]
 
 
+# The data directory's folders tunestudio keeps (jobs/ID is the manager's to assign): no job writes there.
+KEPT_FOLDERS = ("jobs", "data", "slots", "cache", "rewards")
+
+
 class PathRefused(ValueError):
     """A path of the config is missing or not allowed; `field` names the config field."""
 
-    def __init__(self, field: str, message: str, code: str = "path_not_allowed") -> None:
+    def __init__(self, field: str, message: str, code: str = "path_not_allowed", also: str | None = None) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
         self.code = code
+        self.also = also  # the other field, when a path clashes with another one (output_dir and model_name)
+
+    @property
+    def fields(self) -> list[str]:
+        return [self.field, *([self.also] if self.also else [])]
 
 
 @dataclass(frozen=True)
@@ -188,10 +200,48 @@ def confine(cfg: JobConfig, roots: Roots) -> None:
                                                  f"directory {roots.data_dir}")
 
 
+def protect_inputs(cfg: JobConfig) -> None:
+    """Refuse an output_dir that would write into the job's own inputs (after `resolve`: absolute paths).
+
+    Not the model folder or a dataset folder, nor inside or around one; not a folder holding a dataset file,
+    the eval file, a reward function's file or the checkpoint the job resumes from ("latest", its own
+    output's newest checkpoint, is the one exception). A folder beside the data is fine.
+    """
+    if not cfg.output_dir:
+        return
+    out = _abs(cfg.output_dir)
+    folders: list[tuple[str, str]] = []  # (field, path) of inputs that are folders
+    files: list[tuple[str, str]] = []  # (field, path) of inputs that are files (or a checkpoint folder)
+    if (model := _local_model(cfg)) is not None:
+        folders.append(("model_name", model))
+    for raw in cfg.local_datasets:
+        (folders if _on_disk(raw, "is_dir") else files).append(("local_datasets", raw))
+    if (dataset := _local_hub_dataset(cfg)) is not None:
+        (folders if _on_disk(dataset, "is_dir") else files).append(("hf_dataset", dataset))
+    if (eval_file := _eval_path(cfg)) is not None:
+        (folders if _on_disk(eval_file, "is_dir") else files).append(("eval_split", eval_file))
+    files += [("reward_functions", raw) for raw in filter(None, map(reward_source, cfg.reward_functions))]
+    if cfg.resume_from_checkpoint and cfg.resume_from_checkpoint != "latest":
+        folders.append(("resume_from_checkpoint", cfg.resume_from_checkpoint))
+    for field, raw in folders:
+        path = _abs(raw)
+        if out == path or out.is_relative_to(path) or path.is_relative_to(out):
+            where = "is" if out == path else "lies inside" if out.is_relative_to(path) else "holds"
+            raise PathRefused("output_dir", f"{cfg.output_dir} {where} the {field} folder {path}: a job never "
+                                            "writes into its own inputs; choose a folder of its own",
+                              also=field)
+    for field, raw in files:
+        path = _abs(raw)
+        if path.is_relative_to(out):
+            raise PathRefused("output_dir", f"{cfg.output_dir} holds the {field} file {path}: a job never writes "
+                                            "where its inputs are; choose a folder of its own (beside the data "
+                                            "is fine)", also=field)
+
+
 def protect_data_dir(cfg: JobConfig, data_dir: Path, other_outputs: Iterable[tuple[str, bool]]) -> None:
     """Refuse an output_dir that would write over the data directory's own files or another job's outputs.
 
-    Not the data directory or a folder above it, not its jobs/, data/ or slots/ (or inside them: jobs/ID/
+    Not the data directory or a folder above it, not one of its KEPT_FOLDERS (or inside them: jobs/ID/
     folders are the manager's to assign), not a folder that holds, or lies in, another job's outputs, and
     not the output folder of a live job. other_outputs: (output_dir, live) of the other jobs. The same
     folder as a finished job's is allowed (running a job file again); deleting either job's artefacts is
@@ -206,7 +256,7 @@ def _protect_output(output_dir: str, data_dir: Path, other_outputs: Iterable[tup
     data_dir = data_dir.resolve()
     if data_dir.is_relative_to(out):
         raise PathRefused("output_dir", f"{output_dir} is the data directory {data_dir} or holds it")
-    for own in ("jobs", "data", "slots"):
+    for own in KEPT_FOLDERS:
         if out.is_relative_to(data_dir / own):
             raise PathRefused("output_dir", f"{output_dir} is inside the data directory's {own}/ folder, "
                                             "which tunestudio manages; leave output_dir unset or pick another")
@@ -235,6 +285,35 @@ def protect_export_dir(
                 raise PathRefused("output_dir", f"{output_dir} overlaps the folder {other} of a running export")
         return
     _protect_output(output_dir, data_dir, other_outputs)
+
+
+def export_checkpoint(raw: str | None, source_output: str) -> str | None:
+    """An export's `checkpoint`, absolute: a bare name is a folder of the source's output (checkpoint-40),
+    anything else a path (trusted callers only: the API allows names alone). PathRefused if it is missing."""
+    if not raw:
+        return None
+    inside = Path(source_output) / raw
+    path = inside if "/" not in raw and not raw.startswith("~") and raw not in (".", "..") else _abs(raw)
+    if not _on_disk(str(path), "is_dir"):
+        raise PathRefused("checkpoint", f"checkpoint {raw}: no such folder", code="not_found")
+    return str(path.resolve())
+
+
+def protect_export_inputs(output_dir: str, source_config: dict, checkpoint: str | None) -> None:
+    """`protect_inputs` for an export: its folder is not, holds or lies in the checkpoint it exports or the
+    source job's model folder."""
+    out = _abs(output_dir)
+    model = source_config.get("model_name") or ""
+    inputs = [("checkpoint", checkpoint)]
+    if looks_like_path(model) or _on_disk(model, "is_dir"):
+        inputs.append(("model_name", model))
+    for field, raw in inputs:
+        if not raw:
+            continue
+        path = _abs(raw)
+        if out == path or out.is_relative_to(path) or path.is_relative_to(out):
+            raise PathRefused("output_dir", f"{output_dir} overlaps the {field} folder {path} the export reads; "
+                                            "choose a folder of its own", also=field)
 
 
 def confine_output(output_dir: str | None, roots: Roots) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from tunestudio import paths
+from tunestudio import ownership, paths
 from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import Log, StatusEvent, WarningEvent
@@ -54,6 +54,14 @@ from tunestudio.worker.child import WorkerEntry
 
 log = logging.getLogger(__name__)
 S = JobStatus
+
+
+def _check_takeable(output_dir: str) -> None:
+    """PathRefused unless the job can take this folder as its own (tunestudio.ownership), before it is queued."""
+    try:
+        ownership.check(expand(output_dir))
+    except ownership.NotOurs as exc:
+        raise paths.PathRefused("output_dir", str(exc), code="output_dir_not_empty") from None
 
 
 def new_job_id() -> str:
@@ -140,6 +148,7 @@ class JobManager:
                     self._tracker.track(row["id"], row["last_seq"])
                     self._queue.append(row["id"])
                 continue
+            self._seal(row["id"], row["output_dir"])
             message = f"interrupted: the process running this job ended while it was {row['status']}"
             self._tracker.track(row["id"], row["last_seq"], status=JobStatus(row["status"]))
             self._tracker.set_status(row["id"], S.interrupted, message=message, finished_at=time.time(),
@@ -157,6 +166,9 @@ class JobManager:
         has to say about the request (e.g. fields it ignored), as the job's first warning events.
         """
         config = paths.resolve(config)
+        paths.protect_inputs(config)
+        if config.output_dir:
+            _check_takeable(config.output_dir)
         with self._submit_lock:  # the checks against other jobs and the insert, one submit at a time
             if request_id and (existing := self._store.find_by_request_id(request_id)) is not None:
                 return Job.from_row(existing)
@@ -204,7 +216,9 @@ class JobManager:
                               "a save) has a result to export")
         if not Path(source.output_dir).is_dir():
             raise JobConflict(f"job {job_id}'s output folder {source.output_dir} is gone; nothing to export")
+        checkpoint = paths.export_checkpoint(options.checkpoint, source.output_dir)
         fields = {**options.model_dump(exclude={"hf_token"}), "hf_token": options.hf_token}
+        fields["checkpoint"] = checkpoint
         config = ExportConfig(**fields, source_job_id=job_id, source_dir=source.output_dir)
         output_dir = str(expand(config.resolved_output_dir()).resolve())
         config = config.model_copy(update={"output_dir": output_dir})
@@ -213,6 +227,8 @@ class JobManager:
                 return Job.from_row(existing)
             others = [(row["output_dir"], JobStatus(row["status"]).is_live) for row in self._store.output_dirs()]
             paths.protect_export_dir(output_dir, source.output_dir, self.data_dir, others)
+            paths.protect_export_inputs(output_dir, source.config, checkpoint)
+            _check_takeable(output_dir)
             if self._store.count_jobs([S.queued.value]) >= self.settings.max_queued_jobs:
                 raise QueueFull(f"{self.settings.max_queued_jobs} jobs are queued already "
                                 "(TUNESTUDIO_MAX_QUEUED_JOBS); wait for some to start or cancel them")
@@ -285,11 +301,16 @@ class JobManager:
             config = JobConfig.from_parts(public, {**kept, **(secrets or {})})
             return self.submit(config, resumed_from=job_id)
 
-    def delete(self, job_id: str, delete_artifacts: bool = False) -> None:
-        """Forget a finished job; delete_artifacts also removes its own output folder and job folder.
+    def delete(self, job_id: str, delete_artifacts: bool = False, delete_exports: bool = False) -> None:
+        """Forget a finished job; delete_artifacts also removes what it wrote (tunestudio.ownership: only what
+        its own marker lists, and its folder only if the job created it and nothing else is left) and its job
+        folder (the log).
 
-        Raises JobConflict, before anything is deleted, for a live job, or for artefacts another job
-        (one resumed from it, one writing to the same folder) still refers to.
+        A job's exports are jobs of their own: deleted alone, they take only their own folder. Deleting a
+        job's artefacts while exports of it have files is a JobConflict naming them (`exports`), unless
+        delete_exports: then they go first, artefacts and all. Raises JobConflict, before anything is
+        deleted, for a live job, or for artefacts another job (one resumed from it, one writing to the same
+        folder or inside what would be removed) still refers to.
         """
         with self._lock:
             job = self.get(job_id)
@@ -297,16 +318,30 @@ class JobManager:
                 raise JobConflict(f"job {job_id} is {job.status.value}; stop or cancel it before deleting it")
             if (child_id := self._store.resumed_by(job_id)) is not None:
                 raise JobConflict(f"job {child_id} was resumed from job {job_id} and refers to it; delete it first")
-            doomed = [Path(p).resolve() for p in {job.output_dir, str(self.settings.jobs_dir() / job_id)}
-                      if p and Path(p).exists()] if delete_artifacts else []
-            for path in doomed:
-                for other in self._store.jobs_referring_to(str(path), besides=job_id):
-                    raise JobConflict(f"job {other} still refers to {path}; delete it first, or delete this job "
+            exports = [row for row in self._store.exports_of(job_id)
+                       if JobStatus(row["status"]).is_live or ownership.files(Path(row["output_dir"] or ""), row["id"])]
+            if delete_artifacts and exports:
+                live = [row["id"] for row in exports if JobStatus(row["status"]).is_live]
+                if live:
+                    raise JobConflict(f"export {live[0]} of job {job_id} is running; cancel it first")
+                if not delete_exports:
+                    ids = [row["id"] for row in exports]
+                    raise JobConflict(f"job {job_id} has {len(ids)} export(s) with files ({', '.join(ids)}); "
+                                      "delete them with it (delete_exports) or first", exports=ids)
+                for row in exports:
+                    self.delete(row["id"], delete_artifacts=True)
+            output = Path(job.output_dir).resolve() if delete_artifacts and job.output_dir else None
+            if output is not None:
+                removed = [str(p) for p in ownership.files(output, job_id)]
+                for other in self._store.jobs_referring_to(str(output), removed, besides=job_id):
+                    raise JobConflict(f"job {other} still refers to {output}; delete it first, or delete this job "
                                       "without its artefacts")
             self._store.delete_job(job_id)
             self._jobs.pop(job_id, None)
-        for path in doomed:
-            shutil.rmtree(path, ignore_errors=True)
+        if delete_artifacts:
+            if output is not None:
+                ownership.release(output, job_id)
+            shutil.rmtree(self.settings.jobs_dir() / job_id, ignore_errors=True)  # the manager's own: the log
         self.views.drop(job_id)
 
     def rename(self, job_id: str, name: str | None, notes: str | None) -> Job:
@@ -434,6 +469,12 @@ class JobManager:
                 cache_dir=str(self.settings.cache_dir()),
             ),
         )
+        if row["output_dir"]:
+            try:  # the job's output folder becomes its own before anything is written there
+                ownership.take(Path(row["output_dir"]), job_id)
+            except (ownership.NotOurs, OSError) as exc:
+                self._tracker.finish_without_worker(job_id, S.failed, f"output_dir: {exc}")
+                return False
         running.supervisor = supervisor
         self._running.add(job_id)
         self._tracker.set_status(job_id, S.starting, message="starting the worker", started_at=time.time())
@@ -447,6 +488,19 @@ class JobManager:
         self._store.update_job(job_id, worker_pid=supervisor.pid)
         return True
 
+    def _seal(self, job_id: str, output_dir: str | None = None) -> None:
+        """Record what the job's worker wrote in its output folder: what delete may remove later. A job that
+        wrote nothing gives the folder back at once (one it created and left empty goes)."""
+        if output_dir is None:
+            row = self._store.get_job(job_id)
+            output_dir = row["output_dir"] if row else None
+        if output_dir:
+            try:
+                if not ownership.seal(Path(output_dir), job_id):
+                    ownership.release(Path(output_dir), job_id)
+            except OSError as exc:  # a full disk, a folder gone: delete then removes less, never more
+                log.warning("job %s: recording its files in %s failed: %s", job_id, output_dir, exc)
+
     @staticmethod
     def _stored_config(row: dict, secrets: dict[str, str]) -> JobConfig | ExportConfig:
         if row.get("kind") == "export":
@@ -455,6 +509,7 @@ class JobManager:
 
     def _on_exit(self, job_id: str, outcome: Outcome) -> None:
         try:
+            self._seal(job_id)
             self._tracker.record_exit(job_id, outcome)
         finally:
             with self._lock:

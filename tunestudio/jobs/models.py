@@ -121,7 +121,14 @@ class JobNotFound(LookupError):
 
 
 class JobConflict(ValueError):
-    """The job exists but cannot do what was asked in its current status."""
+    """The job exists but cannot do what was asked in its current status.
+
+    exports: the exports a delete would have to take with it (the caller may ask again with them).
+    """
+
+    def __init__(self, message: str, exports: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.exports = exports
 
 
 class QueueFull(RuntimeError):

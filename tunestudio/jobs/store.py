@@ -502,17 +502,26 @@ class Store:
         row = self._reader().execute("SELECT id FROM jobs WHERE resumed_from = ? LIMIT 1", (job_id,)).fetchone()
         return row[0] if row else None
 
-    def jobs_referring_to(self, folder: str, besides: str) -> list[str]:
-        """Other jobs whose output folder or checkpoint lies in `folder`, or that it lies in, or resumed `besides`."""
+    def jobs_referring_to(self, folder: str, removed: list[str], besides: str) -> list[str]:
+        """Other jobs whose output folder or checkpoint is `folder`, or lies in one of the `removed` paths (what
+        deleting `besides`'s artefacts takes away), or that resumed `besides`."""
         target = Path(folder).resolve()
+        doomed = [Path(p).resolve() for p in removed]
         found = []
         rows = self._reader().execute("SELECT id, output_dir, resumed_from, config FROM jobs WHERE id != ?", (besides,))
         for row in rows.fetchall():
             config = json.loads(row["config"]) if row["config"] else {}
-            used = [p for p in (row["output_dir"], config.get("resume_from_checkpoint")) if p and p != "latest"]
+            used = [Path(p).resolve() for p in (row["output_dir"], config.get("resume_from_checkpoint"))
+                    if p and p != "latest"]
             if row["resumed_from"] == besides or any(
-                Path(p).resolve().is_relative_to(target) or target.is_relative_to(Path(p).resolve()) for p in used
+                p == target or any(p.is_relative_to(d) for d in doomed) for p in used
             ):
                 found.append(row["id"])
         return found
+
+    def exports_of(self, job_id: str) -> list[dict[str, Any]]:
+        """(id, status, output_dir) of the export jobs of a job."""
+        rows = self._reader().execute(
+            "SELECT id, status, output_dir FROM jobs WHERE source_job = ? ORDER BY created_at", (job_id,))
+        return [dict(r) for r in rows.fetchall()]
 

@@ -72,15 +72,17 @@ def save_checkpoints_atomically(trainer: Any) -> None:
         staging.mkdir(parents=True)
         trainer._get_output_dir = lambda trial=None: str(staging)
         try:
-            save(model, trial)
-        finally:
-            del trainer._get_output_dir  # the class's method again
-        name = f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
-        if trainer.args.should_save and (staging / name).is_dir():
-            publish(staging / name, run_dir / name)
-            # The Trainer rotated the staging folder, where there was nothing to rotate: do it here.
-            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=trainer.args.save_total_limit,
-                               best_model_checkpoint=trainer.state.best_model_checkpoint, use_mtime=True)
-        shutil.rmtree(staging, ignore_errors=True)
+            try:
+                save(model, trial)
+            finally:
+                del trainer._get_output_dir  # the class's method again
+            name = f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+            if trainer.args.should_save and (staging / name).is_dir():
+                publish(staging / name, run_dir / name)
+                # The Trainer rotated the staging folder, where there was nothing to rotate: do it here.
+                rotate_checkpoints(output_dir=str(run_dir), save_total_limit=trainer.args.save_total_limit,
+                                   best_model_checkpoint=trainer.state.best_model_checkpoint, use_mtime=True)
+        finally:  # a failed save (a full disk) must not leave a half checkpoint holding the space
+            shutil.rmtree(staging, ignore_errors=True)
 
     trainer._save_checkpoint = _save_checkpoint

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tunestudio import ownership
 from tunestudio.config import format_validation_error
 from tunestudio.export_config import ExportConfig
 from tunestudio.paths import expand
@@ -168,7 +169,8 @@ def staging_dir(output: Path) -> Path:
 
 
 def _prepare_staging(output: Path) -> Path:
-    if output.exists() and (not output.is_dir() or (any(output.iterdir()) and not (output / MARKER).is_file())):
+    held = [p for p in output.iterdir() if p.name != ownership.MARKER] if output.is_dir() else []
+    if output.exists() and (not output.is_dir() or (held and not (output / MARKER).is_file())):
         raise UserError(f"output_dir {output} exists and is not an earlier export; choose another folder")
     staging = staging_dir(output)
     shutil.rmtree(staging, ignore_errors=True)  # left by an export that was killed
@@ -189,6 +191,8 @@ def _write_marker(cfg: ExportConfig, source: Source, staging: Path) -> None:
 def _move_into_place(staging: Path, output: Path) -> None:
     """Rename the finished staging folder to the output folder (replacing an earlier export there)."""
     old = output.parent / f".{output.name}.old"
+    if (output / ownership.MARKER).is_file():  # the job's claim on the folder (tunestudio.ownership) stays
+        shutil.copy2(output / ownership.MARKER, staging / ownership.MARKER)
     if output.exists():
         shutil.rmtree(old, ignore_errors=True)
         output.rename(old)

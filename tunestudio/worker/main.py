@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tunestudio import paths
+from tunestudio import ownership, paths
 from tunestudio.config import JobConfig, format_validation_error
 from tunestudio.events import Sample
 from tunestudio.worker.channel import Channel
@@ -53,9 +53,12 @@ def run(
         oom = _out_of_memory(exc, cfg, _peak_memory_mb()) if cfg is not None else None
         if oom is not None:
             channel.failed(oom, traceback.format_exc())
+        elif _disk_full(exc):  # the library's own words (torch's inline_container.cc...) go to the log only
+            where = f" (output_dir {cfg.output_dir})" if cfg is not None and cfg.output_dir else ""
+            channel.failed(f"disk full: writing a file failed{where}; free some space, then resume the job from "
+                           "its last checkpoint", traceback.format_exc())
         else:
-            prefix = "disk full: " if _disk_full(exc) else ""
-            channel.failed(f"{prefix}{type(exc).__name__}: {exc}", traceback.format_exc())
+            channel.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
     return 1
 
 
@@ -69,6 +72,7 @@ def _causes(exc: BaseException | None, depth: int = 5) -> Iterator[BaseException
 def _disk_full(exc: BaseException | None) -> bool:
     """Whether an error (or what caused it) is a full disk."""
     return any((isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e)
+               or "file write failed" in str(e)  # torch's writer (inline_container.cc) on a full disk
                for e in _causes(exc))
 
 
@@ -167,6 +171,11 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     if not cfg.output_dir:
         raise UserError("output_dir: the worker needs an output folder")
     output_dir = Path(cfg.output_dir)
+    try:  # the manager took the folder (tunestudio.ownership); a worker run by hand takes it itself
+        if not (output_dir / ownership.MARKER).is_file() and channel.is_main:
+            ownership.take(output_dir, "standalone")
+    except ownership.NotOurs as exc:
+        raise UserError(f"output_dir: {exc}") from None
     checkpoint = train_mod.resolve_checkpoint(cfg)
 
     # 1. tokenizer and model
