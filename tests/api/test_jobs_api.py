@@ -326,3 +326,31 @@ def test_resume_after_a_restart_takes_the_secrets_again(tmp_path: Path) -> None:
 def test_docs_and_health_are_served(tmp_path: Path, path: str) -> None:
     with running_server(settings(tmp_path)) as url:
         assert httpx.get(url + path, timeout=30).status_code == 200
+
+
+def test_delete_offers_a_sources_exports_and_inputs_are_never_outputs(tmp_path: Path) -> None:
+    quick = settings(tmp_path)
+    manager = JobManager(quick, worker_target=fake_workers.writes_output)
+    with running_server(quick, manager) as url, httpx.Client(base_url=url, timeout=30) as client:
+        model = tmp_path / "home" / "model"
+        model.mkdir(parents=True)
+        (model / "config.json").write_text("{}")
+        mixed = client.post("/api/jobs", json={**body("org/fake", tmp_path), "model_name": str(model),
+                                               "output_dir": str(model), "training_type": "full"})
+        assert mixed.status_code == 422, mixed.text
+        assert [e["field"] for e in mixed.json()["detail"]["errors"]] == ["output_dir", "model_name"]
+
+        source = client.post("/api/jobs", json=body("org/fake", tmp_path)).json()["id"]
+        wait_until(lambda: client.get(f"/api/jobs/{source}").json()["status"] == "completed", 30, "the job")
+        for bad in ("~", "~root", "../checkpoint-1", "/etc"):  # a name inside the job's output, nothing else
+            refused = client.post(f"/api/jobs/{source}/exports", json={"target": "merged", "checkpoint": bad})
+            assert refused.status_code == 422 and refused.json()["detail"]["field"] == "checkpoint", bad
+        export = client.post(f"/api/jobs/{source}/exports", json={"target": "merged"}).json()["id"]
+        wait_until(lambda: client.get(f"/api/jobs/{export}").json()["status"] == "completed", 30, "the export")
+        asked = client.delete(f"/api/jobs/{source}", params={"delete_artifacts": True}, headers=JSON)
+        assert asked.status_code == 409 and asked.json()["detail"]["exports"] == [export]
+        gone = client.delete(f"/api/jobs/{source}", params={"delete_artifacts": True, "delete_exports": True},
+                             headers=JSON)
+        assert gone.status_code == 204
+        assert client.get(f"/api/jobs/{export}").status_code == 404
+    manager.close()

@@ -44,11 +44,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(JobConflict)
     async def _conflict(request: Request, exc: JobConflict) -> JSONResponse:
-        return JSONResponse(error_body("conflict", str(exc)), status_code=409)
+        extra = {"exports": exc.exports} if exc.exports is not None else {}
+        return JSONResponse(error_body("conflict", str(exc), **extra), status_code=409)
 
     @app.exception_handler(PathRefused)
     async def _path(request: Request, exc: PathRefused) -> JSONResponse:
-        errors = [{"field": exc.field, "message": exc.message}]
+        errors = [{"field": field, "message": exc.message} for field in exc.fields]
         return JSONResponse(error_body(exc.code, str(exc), field=exc.field, errors=errors), status_code=422)
 
     @app.exception_handler(QueueFull)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import socket
 from urllib.parse import urlsplit
 
@@ -198,9 +199,10 @@ def confine_export(options: ExportOptions, settings: Settings) -> None:
     """An export's output folder inside the allowed roots, and its checkpoint a folder name inside the job's output."""
     try:
         paths.confine_output(options.output_dir, settings.roots())
-        if options.checkpoint and ("/" in options.checkpoint or options.checkpoint in (".", "..")):
-            raise paths.PathRefused("checkpoint", f"{options.checkpoint} must be the name of a checkpoint folder "
-                                                  "inside the job's output folder (e.g. checkpoint-40)")
+        if options.checkpoint and not re.fullmatch(r"checkpoint-\d{1,12}", options.checkpoint):
+            # a name, never a path ("~", "~user", "../x"): the answer must not depend on what exists elsewhere
+            raise paths.PathRefused("checkpoint", f"{options.checkpoint!r} must be the name of a checkpoint "
+                                                  "folder inside the job's output folder (e.g. checkpoint-40)")
     except paths.PathRefused as exc:
         raise ApiError(422, exc.code, str(exc), field=exc.field,
                        errors=[{"field": exc.field, "message": exc.message}]) from None

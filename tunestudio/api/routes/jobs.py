@@ -113,8 +113,11 @@ def resume_job(job_id: str, manager: ManagerDep, body: ResumeRequest | None = No
 
 
 @router.delete("/{job_id}", status_code=204)
-def delete_job(job_id: str, manager: ManagerDep, delete_artifacts: bool = False) -> Response:
-    manager.delete(job_id, delete_artifacts=delete_artifacts)
+def delete_job(job_id: str, manager: ManagerDep, delete_artifacts: bool = False,
+               delete_exports: bool = False) -> Response:
+    """Forget a job; delete_artifacts removes what it wrote (only that). A job whose exports have files answers
+    409 with `exports` (their ids) unless delete_exports: then they go with it."""
+    manager.delete(job_id, delete_artifacts=delete_artifacts, delete_exports=delete_exports)
     return Response(status_code=204)
 
 

@@ -59,7 +59,9 @@ export const api = {
   resumeJob: (id) => call(`${job(id)}/resume`, {method: "POST"}),
   exportJob: (id, body) => call(`${job(id)}/exports`, {method: "POST", body}),
   renameJob: (id, name, notes) => call(job(id), {method: "PATCH", body: {name, notes}}),
-  deleteJob: (id, artefacts) => call(`${job(id)}?delete_artifacts=${artefacts ? "true" : "false"}`, {method: "DELETE"}),
+  deleteJob: (id, artefacts, exports = false) =>
+    call(`${job(id)}?delete_artifacts=${artefacts ? "true" : "false"}&delete_exports=${exports ? "true" : "false"}`,
+      {method: "DELETE"}),
   listJobsByStatus: (statuses, limit = 100) =>
     call(`/api/jobs?limit=${limit}${statuses.map((s) => `&status=${encodeURIComponent(s)}`).join("")}`),
   log: (id, query) => logPart(id, query),

@@ -73,7 +73,18 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
     extra.remove();
     if (!yes) return;
     try {
-      await api.deleteJob(job.id, withArtefacts.checked);
+      try {
+        await api.deleteJob(job.id, withArtefacts.checked);
+      } catch (err) {
+        // Its exports have files of their own: say which, and delete them too only if the user says so.
+        const exports = err instanceof ApiError && err.status === 409 ? err.detail.exports : null;
+        if (!exports || !exports.length) throw err;
+        const also = await confirmAction(`Delete its exports too?`, `Job ${job.id} has ${exports.length} `
+          + `export(s) with files: ${exports.join(", ")}. They are deleted with it, their folders included.`,
+          "Delete them too", "Keep everything");
+        if (!also) return;
+        await api.deleteJob(job.id, true, true);
+      }
       onChange();
       navigate("#/new");
     } catch (err) {
