@@ -67,6 +67,7 @@ class Roots:
     data_dir: Path
     dataset_roots: tuple[Path, ...]  # datasets, eval files, output folders
     model_roots: tuple[Path, ...]  # local model folders
+    reward_roots: tuple[Path, ...] = ()  # GRPO reward function files: code the worker runs
 
 
 def expand(raw: str | Path) -> Path:
@@ -178,9 +179,10 @@ def confine(cfg: JobConfig, roots: Roots) -> None:
     for raw in cfg.local_datasets:
         if not _inside(_abs(raw), roots.dataset_roots):
             raise refuse("local_datasets", raw, roots.dataset_roots, "dataset folders")
-    for raw in filter(None, map(reward_source, cfg.reward_functions)):  # user code: only from the dataset folders
-        if not _inside(_abs(raw), roots.dataset_roots):
-            raise refuse("reward_functions", raw, roots.dataset_roots, "dataset folders")
+    for raw in filter(None, map(reward_source, cfg.reward_functions)):  # user code: only from the reward folders
+        if not _inside(_abs(raw), roots.reward_roots):
+            raise refuse("reward_functions", raw, roots.reward_roots, "reward function folders "
+                                                                      "(TUNESTUDIO_REWARD_ROOTS)")
     for field, raw in (("eval_split", _eval_path(cfg)), ("hf_dataset", _local_hub_dataset(cfg))):
         if raw is not None and not _inside(_abs(raw), roots.dataset_roots):
             raise refuse(field, raw, roots.dataset_roots, "dataset folders")

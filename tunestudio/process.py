@@ -14,6 +14,23 @@ from pathlib import Path
 from typing import Any
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs this process may use, without torch: CUDA_VISIBLE_DEVICES if set, else the driver's list."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    with contextlib.suppress(OSError):
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    return 0
+
+
 def pid_alive(pid: int | None) -> bool:
     """Whether a process exists and is not a zombie (pid 0 or None: no)."""
     if not pid:

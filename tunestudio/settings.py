@@ -69,6 +69,11 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Where local model folders may live (API); empty: the data directory, the cwd, the hub cache.",
     )
+    reward_roots: list[Path] = Field(
+        default_factory=list,
+        description="Where GRPO reward function files (code the worker runs) may live (API); empty: the data "
+                    "directory's rewards/ folder only, so code under the current directory is not importable.",
+    )
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     header_timeout_seconds: float = Field(
         default=10.0, gt=0, le=600, description="A connection whose request headers take longer is closed."
@@ -114,9 +119,14 @@ class Settings(BaseSettings):
             roots = [self.data_dir(), Path.cwd(), Path(hub)]
         return [Path(r).expanduser().resolve() for r in roots]
 
+    def allowed_reward_roots(self) -> list[Path]:
+        roots = self.reward_roots or [self.data_dir() / "rewards"]
+        return [Path(r).expanduser().resolve() for r in roots]
+
     def roots(self) -> Roots:
         """Where a job submitted through the API may read and write (see tunestudio.paths)."""
-        return Roots(self.data_dir(), tuple(self.allowed_dataset_roots()), tuple(self.allowed_model_roots()))
+        return Roots(self.data_dir(), tuple(self.allowed_dataset_roots()), tuple(self.allowed_model_roots()),
+                     tuple(self.allowed_reward_roots()))
 
     def data_dir(self) -> Path:
         path = self.home.expanduser().resolve()

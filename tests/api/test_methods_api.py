@@ -76,19 +76,30 @@ def test_an_option_of_another_method_is_refused_naming_both(tmp_path: Path) -> N
         assert "grpo" in detail["message"] and "Traceback" not in response.text
 
 
-def test_a_reward_function_file_outside_the_dataset_folders_is_refused(tmp_path: Path) -> None:
-    allowed = tmp_path / "allowed"
+def test_a_reward_function_file_outside_the_reward_folders_is_refused(tmp_path: Path) -> None:
+    code = "def score(completions, **kw):\n    return [0.0] * len(completions)\n"
+    rewards = tmp_path / "home" / "rewards"  # the default reward folder: the data directory's rewards/
+    rewards.mkdir(parents=True)
+    (rewards / "ok.py").write_text(code)
+    allowed = tmp_path / "allowed"  # a dataset folder: data may be read there, code is not run from it
     allowed.mkdir()
-    (allowed / "ok.py").write_text("def score(completions, **kw):\n    return [0.0] * len(completions)\n")
+    (allowed / "data.py").write_text(code)
     outside = tmp_path / "elsewhere.py"
-    outside.write_text("def score(completions, **kw):\n    return [0.0] * len(completions)\n")
+    outside.write_text(code)
     grpo = {"method": "grpo", "batch_size": 4, "gradient_accumulation_steps": 1}
     with running_server(settings(tmp_path)) as url, httpx.Client(base_url=url, timeout=30) as client:
-        refused = client.post("/api/jobs", json=job(tmp_path, **grpo, reward_functions=[f"{outside}:score"]))
-        assert refused.status_code == 422 and "outside the allowed dataset folders" in refused.text
-        assert refused.json()["detail"]["code"] == "path_not_allowed"
+        for path in (outside, allowed / "data.py"):
+            refused = client.post("/api/jobs", json=job(tmp_path, **grpo, reward_functions=[f"{path}:score"]))
+            assert refused.status_code == 422 and "outside the allowed reward function folders" in refused.text
+            assert refused.json()["detail"]["code"] == "path_not_allowed"
         accepted = client.post("/api/jobs", json=job(tmp_path, **grpo,
-                                                     reward_functions=["exact_match", f"{allowed / 'ok.py'}:score"]))
+                                                     reward_functions=["exact_match", f"{rewards / 'ok.py'}:score"]))
+        assert accepted.status_code == 201, accepted.text
+        client.post(f"/api/jobs/{accepted.json()['id']}/cancel")
+    chosen = Settings(home=tmp_path / "home", dataset_roots=[DATA], reward_roots=[allowed])
+    with running_server(chosen) as url, httpx.Client(base_url=url, timeout=30) as client:
+        accepted = client.post("/api/jobs", json=job(tmp_path, **grpo,
+                                                     reward_functions=[f"{allowed / 'data.py'}:score"]))
         assert accepted.status_code == 201, accepted.text
         client.post(f"/api/jobs/{accepted.json()['id']}/cancel")
 

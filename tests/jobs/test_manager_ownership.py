@@ -150,3 +150,29 @@ def test_an_export_into_a_users_folder_is_refused_and_never_deleted(tmp_path: Pa
             manager.export(source.id, ExportOptions(target="merged", checkpoint="checkpoint-9"))
         assert [p.name for p in user.iterdir()] == ["photo.jpg"]
         assert ownership.owns(tmp_path / "run", source.id)
+
+
+def test_ranks_beyond_the_machine_and_keys_of_another_request_are_refused(tmp_path: Path) -> None:
+    from tunestudio.process import gpu_count, usable_cores
+
+    too_many = max(usable_cores(), gpu_count()) + 1
+    with JobManager(settings(tmp_path), worker_target=fake_workers.writes_output) as manager:
+        with pytest.raises(PathRefused, match="ranks on a machine") as info:
+            manager.submit(job_config("org/fake", tmp_path / "big", num_processes=too_many))
+        assert info.value.field == "num_processes" and manager.count() == 0
+        source = manager.submit(job_config("org/fake", tmp_path / "run"), request_id="key-1")
+        assert manager.submit(job_config("org/fake", tmp_path / "run"), request_id="key-1").id == source.id
+        assert _end(manager, source.id) is S.completed
+        with pytest.raises(JobConflict, match="used for another request"):  # a training job's key, on an export
+            manager.export(source.id, ExportOptions(target="merged"), request_id="key-1")
+        export = manager.export(source.id, ExportOptions(target="merged"), request_id="key-2")
+        assert manager.export(source.id, ExportOptions(target="merged"), request_id="key-2").id == export.id
+        with pytest.raises(JobConflict, match="used for another request"):
+            manager.submit(job_config("org/fake", tmp_path / "other"), request_id="key-2")
+        _end(manager, export.id)
+    ray = Settings(home=tmp_path / "home", prewarm=False, executor="ray")
+    manager = JobManager(ray, worker_target=fake_workers.instant)  # not started: a cluster places its own ranks
+    try:
+        manager.submit(job_config("org/fake", tmp_path / "cluster", num_processes=too_many))
+    finally:
+        manager.close()

@@ -48,6 +48,7 @@ from tunestudio.jobs.supervisor import Outcome, Supervisor
 from tunestudio.jobs.tracker import Tracker
 from tunestudio.jobs.views import MetricViews
 from tunestudio.paths import expand
+from tunestudio.process import gpu_count, usable_cores
 from tunestudio.settings import Settings
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerEntry
@@ -62,6 +63,15 @@ def _check_takeable(output_dir: str) -> None:
         ownership.check(expand(output_dir))
     except ownership.NotOurs as exc:
         raise paths.PathRefused("output_dir", str(exc), code="output_dir_not_empty") from None
+
+
+def _same_request(row: dict, request_id: str, kind: str, source_job: str | None) -> Job:
+    """The job an idempotency key made before, if it was the same kind of request (of the same source)."""
+    job = Job.from_row(row)
+    if job.kind != kind or job.source_job != source_job:
+        raise JobConflict(f"request id {request_id!r} was used for another request (job {job.id}, a {job.kind} "
+                          "job); use a new key for a new request")
+    return job
 
 
 def new_job_id() -> str:
@@ -166,12 +176,13 @@ class JobManager:
         has to say about the request (e.g. fields it ignored), as the job's first warning events.
         """
         config = paths.resolve(config)
+        self._check_processes(config.num_processes)
         paths.protect_inputs(config)
         if config.output_dir:
             _check_takeable(config.output_dir)
         with self._submit_lock:  # the checks against other jobs and the insert, one submit at a time
             if request_id and (existing := self._store.find_by_request_id(request_id)) is not None:
-                return Job.from_row(existing)
+                return _same_request(existing, request_id, "train", None)
             others = [(row["output_dir"], JobStatus(row["status"]).is_live) for row in self._store.output_dirs()]
             paths.protect_data_dir(config, self.data_dir, others)
             if self._store.count_jobs([S.queued.value]) >= self.settings.max_queued_jobs:
@@ -191,6 +202,18 @@ class JobManager:
                 return self.get(dup.job_id)
         self._enqueue(job_id, config, warnings)
         return self.get(job_id)
+
+    def _check_processes(self, num_processes: int) -> None:
+        """Refuse more ranks than this machine has cores (or GPUs): each rank is a process with its own copy of
+        the model. A Ray cluster places ranks itself and is not checked here."""
+        if num_processes <= 1 or self.settings.executor != "local":
+            return
+        cores, gpus = usable_cores(), gpu_count()
+        if num_processes > max(cores, gpus):
+            # a config field refused by what the machine has: the same 422 naming the field as a path's refusal
+            raise paths.PathRefused("num_processes", f"{num_processes} ranks on a machine with {cores} CPU cores and "
+                                    f"{gpus or 'no'} GPU{'s' if gpus != 1 else ''}: at most {max(cores, gpus)} here",
+                                    code="too_many_processes")
 
     def _enqueue(self, job_id: str, config: JobConfig | ExportConfig, warnings: Sequence[str] = ()) -> None:
         with self._lock:
@@ -224,7 +247,7 @@ class JobManager:
         config = config.model_copy(update={"output_dir": output_dir})
         with self._submit_lock:
             if request_id and (existing := self._store.find_by_request_id(request_id)) is not None:
-                return Job.from_row(existing)
+                return _same_request(existing, request_id, "export", job_id)
             others = [(row["output_dir"], JobStatus(row["status"]).is_live) for row in self._store.output_dirs()]
             paths.protect_export_dir(output_dir, source.output_dir, self.data_dir, others)
             paths.protect_export_inputs(output_dir, source.config, checkpoint)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tunestudio.events import Stop
-from tunestudio.process import kill_group
+from tunestudio.process import kill_group, usable_cores
 from tunestudio.worker.child import WorkerKind
 
 PR_SET_PDEATHSIG = 1
@@ -305,7 +305,7 @@ class TorchrunExecutor(LauncherExecutor):
         ]
 
     def _environment(self) -> dict[str, str]:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = usable_cores()
         # N ranks share the cores: torch threads per rank (worker/performance.py makes the same split).
         env = {"OMP_NUM_THREADS": str(max(1, cores // self.num_processes))}
         if self.private_network:
