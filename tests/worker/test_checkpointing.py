@@ -29,3 +29,31 @@ def test_a_kill_while_saving_leaves_the_previous_checkpoint_and_latest_resumes_f
     assert {"checkpoint-5", "checkpoint-10", "checkpoint-15"} <= {p.name for p in out.glob("checkpoint-*")}
     assert all(is_complete(p) for p in out.glob("checkpoint-*"))
     assert not (out / ".checkpoint-staging").exists()
+
+
+def test_a_save_that_fails_leaves_no_staging_folder(tmp_path: Path) -> None:
+    """A full disk in the middle of a checkpoint: the half-written staging folder must not keep the space."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from tunestudio.worker.checkpointing import STAGING, save_checkpoints_atomically
+
+    class Trainer:
+        args = SimpleNamespace(world_size=1, should_save=True, save_total_limit=None)
+        state = SimpleNamespace(global_step=3, best_model_checkpoint=None)
+
+        def _get_output_dir(self, trial: object = None) -> str:
+            return str(tmp_path)
+
+        def _save_checkpoint(self, model: object, trial: object) -> None:
+            half = Path(self._get_output_dir()) / "checkpoint-3"
+            half.mkdir()
+            (half / "model.safetensors").write_bytes(b"\0" * 4096)
+            raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    trainer = Trainer()
+    save_checkpoints_atomically(trainer)
+    with pytest.raises(RuntimeError, match="file write failed"):
+        trainer._save_checkpoint(None, None)
+    assert not (tmp_path / STAGING).exists() and not (tmp_path / "checkpoint-3").exists()

@@ -155,3 +155,23 @@ def test_checkpointing_that_auto_turned_on_is_not_advised_again(monkeypatch: pyt
     assert CHECKPOINTING_ADVICE in (_out_of_memory(MemoryError(), job) or "")
     monkeypatch.setitem(main._decided, "gradient_checkpointing", True)
     assert CHECKPOINTING_ADVICE not in (_out_of_memory(MemoryError(), job) or "")
+
+
+TORCH_WRITE_FAILED = ("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file "
+                      "data/0: file write failed")
+
+
+def test_a_full_disk_fails_in_plain_words_without_torchs_internals(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tunestudio.worker import main
+
+    def full(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError(TORCH_WRITE_FAILED)
+
+    monkeypatch.setattr(main, "_train", full)
+    channel = ListChannel()
+    assert main.run(job_config("some/model", tmp_path / "out"), channel) == 1
+    failed = parse_event(channel.lines[-1])
+    assert isinstance(failed, Failed) and failed.message.startswith("disk full: writing a file failed")
+    assert "inline_container" not in failed.message and "inline_container" in failed.traceback
