@@ -148,9 +148,10 @@ async def job_events(
     manager.get(job_id)  # 404 before the stream starts
     start = sse.last_event_id(last_event_id, after)
 
+    events = sse.job_events(manager, job_id, start, settings.sse_heartbeat_seconds, request.is_disconnected)
+
     async def items():
-        async for event in sse.job_events(manager, job_id, start, settings.sse_heartbeat_seconds,
-                                          request.is_disconnected):
+        async for event in events:
             if event is None:
                 yield sse.heartbeat()
             else:

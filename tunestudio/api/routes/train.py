@@ -216,9 +216,10 @@ async def progress(
         raise ApiError(404, "not_found", "no current training job")
     after_step = sse.last_event_id(last_event_id, None)
 
+    events = sse.job_events(manager, job.id, 0, settings.sse_heartbeat_seconds, request.is_disconnected)
+
     async def items():
-        async for event in sse.job_events(manager, job.id, 0, settings.sse_heartbeat_seconds,
-                                          request.is_disconnected):
+        async for event in events:
             if event is None:
                 yield sse.heartbeat()
             elif event.kind == "progress" and event.data.get("loss") is not None:
