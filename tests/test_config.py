@@ -99,6 +99,19 @@ def test_every_number_has_bounds() -> None:
             assert uppers, f"{name} has no upper bound"
 
 
+@pytest.mark.parametrize("twice", [[ALPACA] * 256, ["./data/a.jsonl", "data/a.jsonl"], ["data/", "data"],
+                                   ["/nope/x.jsonl", "b.jsonl", "/nope//x.jsonl"]],
+                         ids=["256 copies", "dot slash", "trailing slash", "double slash"])
+def test_a_dataset_listed_twice_is_refused_as_written(twice: list[str]) -> None:
+    """256 copies of a 400-row file trained on 102,400 rows (issue 30); paths compare as written, no filesystem."""
+    with pytest.raises(ValidationError) as info:
+        JobConfig.model_validate(valid(local_datasets=twice))
+    (error,) = format_validation_error(info.value)
+    assert error["field"] == "local_datasets" and "listed twice" in error["message"], error
+    listed = ["a.jsonl", "data/a.jsonl", "../a.jsonl", "/nope/a.jsonl"]  # different names: the paths step decides
+    assert JobConfig.model_validate(valid(local_datasets=listed)).local_datasets == listed
+
+
 def test_validation_does_no_io(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A missing dataset or model folder is the paths step's business, not the model's."""
     cfg = JobConfig.model_validate(valid(local_datasets=["/nonexistent/data.jsonl"], model_name="./no/such/model"))

@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Iterable
 from enum import StrEnum
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -486,6 +486,21 @@ class JobConfig(BaseModel):
             return []
         if isinstance(value, str):
             return [value] if value.strip() else []
+        return value
+
+    @field_validator("local_datasets")
+    @classmethod
+    def _each_dataset_once(cls, value: list[str]) -> list[str]:
+        # Each entry's rows are read, so a path listed twice trains on its rows twice (256 copies of a 400-row
+        # file made 102,400 rows). Compared as written, normalised ("./a.jsonl" is "a.jsonl"); no filesystem.
+        seen: dict[str, str] = {}
+        for raw in value:
+            key = str(PurePath(raw)) if raw else raw
+            if key in seen:
+                first = f" (first as {seen[key]!r})" if seen[key] != raw else ""
+                raise ValueError(f"{raw!r} is listed twice{first}; list each dataset once (each entry's rows are "
+                                 "read, so a second entry would train on them twice)")
+            seen[key] = raw
         return value
 
     @field_validator("custom_format_mapping", mode="before")

@@ -7,26 +7,34 @@ in a short-lived spawned child and sends its answer back as JSON.
 
 Bounded, because any page may ask for it: at most MAX_CHILDREN children at once
 (a caller waits up to SLOT_WAIT_S for one, then gets PreviewBusy), each file
-read once and only its first READ_BYTES, and every cell of the answer cut to
-CELL_CHARS characters (lists to CELL_ITEMS items).
+read once and only its first READ_BYTES (of a Parquet file: about READ_BYTES of
+decoded rows, judged from its metadata before anything is decoded), and every
+cell of the answer cut to CELL_CHARS characters (lists to CELL_ITEMS items).
+
+The route waits for its turn with `preview_rows_async`: a waiting preview holds
+no thread (the server's thread pool serves every other route), at most
+MAX_WAITING wait, and one more is PreviewBusy at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing as mp
 import threading
+import weakref
 from multiprocessing.connection import Connection
 from typing import Any
 
 PREVIEW_TIMEOUT_S = 120.0
 MAX_CHILDREN = 2
 SLOT_WAIT_S = 30.0
+MAX_WAITING = 8  # previews waiting for a slot (holding no thread); one more is PreviewBusy at once
 READ_BYTES = 1_000_000  # of each file
 DETECT_ROWS = 50  # rows read to tell the format, of which the first `rows` are shown
 CELL_CHARS = 2_000
 CELL_ITEMS = 50
-_slots = threading.BoundedSemaphore(MAX_CHILDREN)
+_slots = threading.BoundedSemaphore(MAX_CHILDREN)  # the children, whichever thread or loop asks
 
 
 class PreviewTimeout(Exception):
@@ -49,6 +57,41 @@ def preview_rows(public_config: dict[str, Any], rows: int) -> dict[str, Any]:
         return _run_child(public_config, rows)
     finally:
         _slots.release()
+
+
+class _Turns:
+    """One event loop's queue for the slots: MAX_CHILDREN go, at most MAX_WAITING wait (asyncio, no thread)."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Semaphore(MAX_CHILDREN)
+        self.waiting = 0
+
+
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turns] = weakref.WeakKeyDictionary()
+
+
+async def preview_rows_async(public_config: dict[str, Any], rows: int) -> dict[str, Any]:
+    """preview_rows for an async route: its turn is awaited on the event loop, and only a preview whose turn
+    has come takes a thread (to run its child). Raises PreviewBusy at once when MAX_WAITING already wait, or
+    when no turn comes within SLOT_WAIT_S; PreviewTimeout as preview_rows does."""
+    from starlette.concurrency import run_in_threadpool
+
+    turns = _turns.setdefault(asyncio.get_running_loop(), _Turns())
+    if turns.gate.locked() and turns.waiting >= MAX_WAITING:
+        raise PreviewBusy(f"{MAX_CHILDREN} dataset previews are running and {MAX_WAITING} more are waiting; "
+                          "try again in a moment")
+    turns.waiting += 1
+    try:
+        async with asyncio.timeout(SLOT_WAIT_S):
+            await turns.gate.acquire()
+    except TimeoutError:
+        raise PreviewBusy(f"{MAX_CHILDREN} dataset previews are already running; try again in a moment") from None
+    finally:
+        turns.waiting -= 1
+    try:
+        return await run_in_threadpool(preview_rows, public_config, rows)
+    finally:
+        turns.gate.release()
 
 
 def clip(value: Any, chars: int = CELL_CHARS, items: int = CELL_ITEMS) -> Any:

@@ -26,6 +26,7 @@ from tunestudio.config import (
     Method,
     format_validation_error,
 )
+from tunestudio.settings import Settings
 
 router = APIRouter(prefix="/api/web", tags=["web page"])
 
@@ -122,14 +123,31 @@ def defaults(settings: SettingsDep) -> Defaults:
 
 
 @router.post("/preview")
-def preview(settings: SettingsDep, body: Annotated[PreviewRequest, Body()]) -> dict[str, Any]:
+async def preview(settings: SettingsDep, body: Annotated[PreviewRequest, Body()]) -> dict[str, Any]:
     """The first rows of a local dataset, raw and as the chosen (or detected) format reads them.
 
     Hub datasets are not previewed: that would download them; the job reads them when it starts.
+    Async so that a preview waiting for its turn holds no thread: a flood of previews cannot stall the
+    routes that run in the thread pool (beyond a short queue, a preview is a 429 at once).
     """
     if body.hf_dataset and not body.local_datasets:
         return {"error": None, "unavailable": "the preview reads local files; a hub dataset is read when the job "
                                               "starts", "rows": []}
+    from starlette.concurrency import run_in_threadpool
+
+    from tunestudio.api.preview import PreviewBusy, PreviewTimeout, preview_rows_async
+
+    config = await run_in_threadpool(_preview_config, settings, body)  # it asks the filesystem
+    try:
+        return await preview_rows_async(config.public_dict(), body.rows)
+    except PreviewBusy as exc:
+        raise ApiError(429, "busy", str(exc)) from None
+    except PreviewTimeout as exc:
+        raise ApiError(504, "timeout", str(exc)) from None
+
+
+def _preview_config(settings: Settings, body: PreviewRequest) -> JobConfig:
+    """The job config a preview reads as: validated, confined and resolved like a job's (errors are 422s)."""
     # Each file once; a hub dataset beside local files is not read (that would download it).
     fields = body.model_dump(exclude={"rows", "hf_dataset"}, exclude_none=True)
     fields["local_datasets"] = list(dict.fromkeys(body.local_datasets))
@@ -144,13 +162,4 @@ def preview(settings: SettingsDep, body: Annotated[PreviewRequest, Body()]) -> d
         raise ApiError(422, "invalid_request", "; ".join(f"{e['field'] or 'request'}: {e['message']}"
                                                          for e in errors), errors=errors) from None
     confine_paths(config, settings)
-    config = paths.resolve(config)  # a missing file is a 422 naming the field
-
-    from tunestudio.api.preview import PreviewBusy, PreviewTimeout, preview_rows
-
-    try:
-        return preview_rows(config.public_dict(), body.rows)
-    except PreviewBusy as exc:
-        raise ApiError(429, "busy", str(exc)) from None
-    except PreviewTimeout as exc:
-        raise ApiError(504, "timeout", str(exc)) from None
+    return paths.resolve(config)  # a missing file is a 422 naming the field
