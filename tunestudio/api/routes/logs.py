@@ -12,16 +12,28 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
+from fastapi.responses import JSONResponse
 
 from tunestudio.api.deps import ManagerDep
-from tunestudio.api.errors import ApiError
-from tunestudio.api.schemas import ERRORS
+from tunestudio.api.errors import error_body
+from tunestudio.api.schemas import ERRORS, ErrorOut
 from tunestudio.jobs.store import INT64_MAX
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 
 MAX_PART = 1_048_576  # one answer holds at most this many bytes (a download has no limit)
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")  # one range; ASCII digits only (\d also takes other scripts')
+_BEYOND = 10**18  # a position with more digits than this is past the end of any log (and int() stays cheap)
+
+
+def _position(digits: str) -> int:
+    return int(digits) if len(digits) <= 18 else _BEYOND
+
+
+def _unsatisfiable(spec: str, size: int, why: str) -> JSONResponse:
+    """416, with the log's size in `Content-Range: bytes */SIZE` (RFC 9110 15.5.17)."""
+    return JSONResponse(error_body("bad_range", f"cannot serve the range {spec[:100]!r}: {why}"), status_code=416,
+                        headers={"Content-Range": f"bytes */{size}", "Cache-Control": "no-store"})
 
 
 def _whole_chars(data: bytes, at_start: bool) -> tuple[int, int]:
@@ -43,7 +55,9 @@ def _whole_chars(data: bytes, at_start: bool) -> tuple[int, int]:
 
 
 @router.get("/{job_id}/log", response_class=Response,
-            responses={200: {"content": {"text/plain": {}}}, 206: {"content": {"text/plain": {}}}})
+            responses={200: {"content": {"text/plain": {}}}, 206: {"content": {"text/plain": {}}},
+                       416: {"model": ErrorOut, "description": "A Range the log cannot serve (Content-Range: "
+                                                               "bytes */SIZE)"}})
 def job_log(
     job_id: str,
     manager: ManagerDep,
@@ -68,19 +82,25 @@ def job_log(
             "Content-Disposition": f'attachment; filename="{job_id}-worker.log"', "X-Log-Size": str(len(body))})
     status = 200
     if range_ is not None and tail is None and offset is None:
+        # RFC 9110 14.1: bytes=FIRST-LAST, bytes=FIRST- or bytes=-SUFFIX; a LAST past the end means the end.
         match = _RANGE.match(range_.strip())
         if match is None or match.groups() == ("", ""):
-            raise ApiError(416, "bad_range", f"cannot read the range {range_!r}; send bytes=START-END")
+            return _unsatisfiable(range_, size, "send one range, bytes=START-END, bytes=START- or bytes=-COUNT")
         first, last = match.groups()
         if first == "":
-            tail = max(1, min(int(last), MAX_PART))
+            if _position(last) == 0:
+                return _unsatisfiable(range_, size, "a suffix of 0 bytes is empty")
+            tail = min(_position(last), MAX_PART)
         else:
-            offset = int(first)
+            offset = _position(first)
+            if last != "" and _position(last) < offset:
+                return _unsatisfiable(range_, size, "it ends before it starts")
+            if offset >= size:
+                return _unsatisfiable(range_, size, f"the log has {size} bytes")
             if last != "":
-                if int(last) < offset:
-                    raise ApiError(416, "bad_range", f"the range {range_!r} ends before it starts")
-                length = min(int(last) - offset + 1, MAX_PART)
-        status = 206
+                length = min(_position(last) - offset + 1, MAX_PART)
+        # A suffix of an empty log is satisfiable, but no byte range names nothing: the whole (empty) log, 200.
+        status = 206 if size > 0 else 200
     start = max(0, size - tail) if tail is not None else min(offset or 0, size)
     end = min(size, start + (tail if tail is not None else length))
     data = b""
