@@ -34,28 +34,65 @@ def read_config(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+class BadWeights(ValueError):
+    """A safetensors file whose header cannot be read: the message names the file and the fault."""
+
+
+MAX_HEADER_BYTES = 100_000_000
+MAX_PARAMETERS = 10**15  # over a thousand times today's largest models: a header claiming more is garbage
+
+
 def safetensors_parameters(folder: Path) -> int | None:
-    """The exact parameter count from the safetensors headers (8-byte length, then JSON), or None."""
+    """The exact parameter count from the safetensors headers (8-byte length, then JSON); None when the folder has
+    no safetensors file. Raises BadWeights for a file that is not one, truncated, or whose header makes no sense."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return None
-    total = 0
+    return sum(_file_parameters(path) for path in files)
+
+
+def _file_parameters(path: Path) -> int:
+    def bad(why: str) -> BadWeights:
+        return BadWeights(f"{path.name}: {why}")
+
     try:
-        for path in files:
-            with path.open("rb") as handle:
-                (length,) = struct.unpack("<Q", handle.read(8))
-                if length > 100_000_000:
-                    return None
-                header = json.loads(handle.read(length))
-            for name, tensor in header.items():
-                if name == "__metadata__":
-                    continue
-                count = 1
-                for dim in tensor["shape"]:
-                    count *= int(dim)
-                total += count
-    except (OSError, ValueError, KeyError, struct.error):
-        return None
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            raw = handle.read(8)
+            if len(raw) < 8:
+                raise bad(f"{size} bytes, too short for a safetensors header")
+            (length,) = struct.unpack("<Q", raw)
+            if length > min(size - 8, MAX_HEADER_BYTES):
+                raise bad(f"the header says it is {length} bytes long and the file holds {size - 8} after that: "
+                          "truncated, or not a safetensors file")
+            header = json.loads(handle.read(length))
+    except OSError as exc:
+        raise bad(f"cannot be read ({exc.strerror or type(exc).__name__})") from None
+    except (ValueError, RecursionError):
+        raise bad("the header is not JSON: not a safetensors file, or a damaged one") from None
+    if not isinstance(header, dict):
+        raise bad("the header is not a JSON object: not a safetensors file, or a damaged one")
+    total = end = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        shape = tensor.get("shape") if isinstance(tensor, dict) else None
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if (not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape)
+                or not isinstance(offsets, list) or len(offsets) != 2
+                or not all(type(o) is int and o >= 0 for o in offsets)):
+            raise bad(f"the header's entry {str(name)[:80]!r} is not a tensor (a shape and two data offsets)")
+        count = 0 if 0 in shape else 1
+        for dim in shape if count else ():
+            count *= dim
+            if count > MAX_PARAMETERS:
+                break
+        total += count
+        if total > MAX_PARAMETERS:
+            raise bad(f"the header's shapes add up to over {MAX_PARAMETERS:.0e} parameters")
+        end = max(end, offsets[1])
+    if size < 8 + length + end:
+        raise bad(f"truncated: its tensors end at byte {8 + length + end} and the file has {size} bytes")
     return total
 
 
@@ -73,10 +110,14 @@ def folder_bytes(folder: Path) -> int:
 def describe(folder: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:
     config = config if config is not None else read_config(folder) or {}
     archs = config.get("architectures") or []
+    try:
+        parameters, error = safetensors_parameters(folder), None
+    except BadWeights as exc:  # listed anyway, with the reason: the picker still shows the other models
+        parameters, error = None, str(exc)
     return {
         "path": str(folder), "name": folder.name, "bytes": folder_bytes(folder),
         "architecture": archs[0] if archs else None, "model_type": config.get("model_type"),
-        "parameters": safetensors_parameters(folder),
+        "parameters": parameters, "error": error,
     }
 
 

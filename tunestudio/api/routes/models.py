@@ -38,6 +38,7 @@ class LocalModel(BaseModel):
     architecture: str | None
     model_type: str | None
     parameters: int | None
+    error: str | None = Field(default=None, description="Why the weights could not be read (parameters: null).")
 
 
 class ModelList(BaseModel):
@@ -53,6 +54,7 @@ class HubModel(BaseModel):
     path: str | None
     architecture: str | None = None
     parameters: int | None = None
+    error: str | None = Field(default=None, description="Why the weights could not be read (parameters: null).")
 
 
 class EstimateRequest(BaseModel):
@@ -85,7 +87,7 @@ def hub_model(id: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^
         return HubModel(id=id, cached=False, path=None)
     info = modelinfo.describe(folder)
     return HubModel(id=id, cached=True, path=str(folder), architecture=info["architecture"],
-                    parameters=info["parameters"])
+                    parameters=info["parameters"], error=info["error"])
 
 
 def _model_folder(name: str, settings: Settings) -> Path:
@@ -141,8 +143,12 @@ def estimate_job(body: EstimateRequest, settings: SettingsDep) -> dict[str, Any]
     job["model_name"] = body.model_name
     config = modelinfo.read_config(folder) or {}
     try:
-        result = estimate(config, job, hardware(), modelinfo.safetensors_parameters(folder),
-                          _calibrations(settings))
+        parameters = modelinfo.safetensors_parameters(folder)
+    except modelinfo.BadWeights as exc:
+        raise ApiError(422, "unavailable", f"model_name: {exc}; the estimate cannot count its parameters, and a "
+                       "job could not load it", field="model_name") from None
+    try:
+        result = estimate(config, job, hardware(), parameters, _calibrations(settings))
     except EstimateUnavailable as exc:
         raise ApiError(422, "unavailable", f"model_name: {exc}", field="model_name") from None
     return {"model": str(folder), **result.as_dict()}
