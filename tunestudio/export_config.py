@@ -13,6 +13,7 @@ stored, logged or shown; the worker receives it through its separate channel.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -24,6 +25,7 @@ __all__ = [
     "ExportDtype",
     "ExportOptions",
     "ExportTarget",
+    "hub_repo_problem",
 ]
 
 ExportTarget = Literal["merged", "gguf", "gguf-lora", "hub"]
@@ -32,6 +34,24 @@ ExportDtype = Literal["fp32", "bf16", "fp16"]
 GGUF_QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
 LORA_QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0")
 EXPORT_SECRET_FIELDS = ("hf_token",)
+# One part of a hub repository id (the hub's rule, huggingface_hub's validate_repo_id): 1-96 ASCII letters, digits,
+# '-', '_' and '.', neither '.' nor '-' first or last.
+_HUB_PART = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
+
+
+def hub_repo_problem(repo: str) -> str | None:
+    """Why `repo` is not a hub repository id ('name' or 'owner/name'), or None when it is one."""
+    parts = repo.split("/")
+    if len(parts) > 2:
+        return "a repository is 'name' or 'owner/name', with at most one '/'"
+    if not all(_HUB_PART.fullmatch(part) for part in parts):
+        return ("each part of 'owner/name' is 1 to 96 letters, digits, '-', '_' or '.', and does not start or end "
+                "with '.' or '-'")
+    if ".." in repo or "--" in repo:
+        return "'..' and '--' are not allowed"
+    if repo.endswith(".git"):
+        return "a name may not end in '.git'"
+    return None
 
 
 class ExportOptions(BaseModel):
@@ -67,8 +87,8 @@ class ExportOptions(BaseModel):
         if self.target == "hub":
             if not self.repo:
                 raise ValueError("repo: the hub target needs a repository name ('name' or 'owner/name')")
-            if self.repo.count("/") > 1 or self.repo.startswith("/") or self.repo.endswith("/"):
-                raise ValueError(f"repo {self.repo!r}: a repository is 'name' or 'owner/name'")
+            if (problem := hub_repo_problem(self.repo)) is not None:
+                raise ValueError(f"repo {self.repo!r}: {problem} (the hub's rule for 'owner/name')")
         elif self.repo is not None:
             raise ValueError(f"repo applies to the hub target only, not to {self.target}")
         return self

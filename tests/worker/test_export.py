@@ -311,7 +311,8 @@ def test_model_card_is_built_from_the_job(lora_job: Run) -> None:
 
     cfg = ExportConfig(source_dir=lora_job.completed.output_dir, target="hub", repo="me/tiny-export")
     card = model_card(find_source(cfg), cfg)
-    assert card.startswith("---\nbase_model: ") and "library_name: peft" in card
+    # the tiny base is a local folder: named by its folder alone, and no base_model metadata (hub ids only)
+    assert card.startswith("---\n") and "base_model:" not in card and "library_name: peft" in card
     assert "| max_steps | 20 |" in card and "`alpaca.jsonl`" in card and "| loss |" in card
     assert str(Path(lora_job.completed.output_dir).parent) not in card
 

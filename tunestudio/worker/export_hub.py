@@ -5,7 +5,9 @@ channel, and goes only to `HfApi`: it is never written, logged or reported
 (`export.run` scrubs it from any error text as well). Before any upload the
 hub is probed with one short connect (`hub.hub_reachable`), so an offline
 machine fails at once with "hub unreachable" instead of after a minute of
-retries; a connection that breaks later is reported the same way.
+retries; a connection that breaks later is reported the same way. An answer
+from the hub is not "unreachable": 401/403 is the token refused, 5xx the hub's
+own fault, any other status named with the hub's message.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunestudio.export_config import ExportConfig
+from tunestudio.export_config import ExportConfig, hub_repo_problem
 from tunestudio.worker import hub
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
@@ -65,14 +67,28 @@ def _upload(cfg: ExportConfig, folder: Path, channel: Channel) -> None:
     try:
         url = api.create_repo(cfg.repo, private=cfg.private, exist_ok=True)
         api.upload_folder(repo_id=url.repo_id, folder_path=str(folder), commit_message="Upload from tunestudio")
+    except HfHubHTTPError as exc:  # first: it is an OSError too, and the hub did answer
+        raise UserError(_refusal(cfg, exc)) from None
     except _transport_errors() as exc:
         raise UserError(f"hub unreachable: the upload to {cfg.repo!r} at {hub.hub_endpoint()} broke off "
                         f"({type(exc).__name__})") from None
-    except HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else "?"
-        raise UserError(f"hub refused the upload to {cfg.repo!r} (HTTP {status}); check the token's write access "
-                        "and the repository name") from None
     channel.log(f"pushed to {url} ({'private' if cfg.private else 'public'})")
+
+
+def _refusal(cfg: ExportConfig, exc: Any) -> str:
+    """What an HTTP answer of the hub means for the push (HfHubHTTPError carries the response)."""
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    reason = (getattr(response, "reason_phrase", "") or "").strip()
+    said = (getattr(exc, "server_message", None) or "").strip().replace("\n", " ")[:300]
+    answer = " ".join(str(p) for p in (status or "?", reason) if p) + (f" ({said})" if said else "")
+    if status in (401, 403):
+        return (f"the hub refused the token: {answer}; pushing to {cfg.repo!r} needs a token with write access to "
+                "that repository's owner (a 'write' token, or a fine-grained one allowed to write there)")
+    if isinstance(status, int) and status >= 500:
+        return (f"the hub answered {answer} while pushing to {cfg.repo!r}: a fault on the hub's side "
+                f"({hub.hub_endpoint()}); try the export again later")
+    return f"the hub refused the upload to {cfg.repo!r} (HTTP {answer}); check the repository name and the token"
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -88,16 +104,17 @@ def model_card(source: Source, cfg: ExportConfig) -> str:
     """A README with the hub's metadata header, the job's settings, its data and its last metrics."""
     job = source.job_config
     adapter = source.adapter and cfg.hub_content == "adapter"
-    header = ["---", f"base_model: {source.base_model or job.get('model_name', '')}",
+    base, hub_id = _card_base(source.base_model or job.get("model_name") or "")
+    header = ["---", *([f"base_model: {hub_id}"] if hub_id else []),
               f"library_name: {'peft' if adapter else 'transformers'}", "tags:", "- tunestudio",
               f"- {job.get('training_type', 'full' if not source.adapter else 'lora')}", "---", ""]
     title = cfg.repo.split("/")[-1] if cfg.repo else "model"
     what = "A LoRA adapter" if adapter else "A model" + (" (base + adapter, merged)" if source.adapter else "")
-    base = source.base_model or job.get("model_name")
-    lines = [f"# {title}", "", f"{what} fine-tuned with tunestudio from `{base}`.", ""]
+    lines = [f"# {title}", "", f"{what} fine-tuned with tunestudio from `{base}`"
+             + ("" if hub_id else " (a local model folder)") + ".", ""]
     # Local files by name only: the card is public-facing, the folders on this machine are not its business.
     data = [Path(d).name for d in job.get("local_datasets", [])]
-    data += [job["hf_dataset"]] if job.get("hf_dataset") else []
+    data += [_card_base(job["hf_dataset"])[0]] if job.get("hf_dataset") else []  # a local one by name only
     if data:
         lines += ["## Data", "", *[f"- `{d}`" for d in data], ""]
     settings = {k: job[k] for k in ("training_type", "max_steps", "num_epochs", "learning_rate", "batch_size",
@@ -111,6 +128,14 @@ def model_card(source: Source, cfg: ExportConfig) -> str:
         lines += ["## Metrics (last logged)", "", "| metric | value |", "| --- | --- |",
                   *[f"| {k} | {v:.4g} |" for k, v in metrics.items()], ""]
     return "\n".join(header + lines)
+
+
+def _card_base(name: str) -> tuple[str, str | None]:
+    """(how the card names the base model, its hub id or None): a hub id as it is; a local folder by its name only
+    (the card is public, this machine's paths are not), and no `base_model` metadata, which takes hub ids alone."""
+    if name and not hub.looks_like_local_path(name) and hub_repo_problem(name) is None:
+        return name, name
+    return Path(name.rstrip("/")).name or "model", None
 
 
 def _last_metrics(source: Source) -> dict[str, float]:
