@@ -3,15 +3,19 @@
 The converters come from the `llama-cpp-python` source distribution that
 `make setup` fetches (third_party/llama.cpp, or $TUNESTUDIO_LLAMA_CPP). They
 run as a child process (`tunestudio.worker.gguf_driver`) with llama.cpp's
-bundled gguf-py on their path; this process keeps the PyPI one.
+bundled gguf-py on their path; this process keeps the PyPI one. That child
+(and llama-quantize) dies with this worker (PR_SET_PDEATHSIG): a worker killed
+with its server takes its converter along.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
 LLAMA_CPP_VERSION = "0.3.36"  # the llama-cpp-python release pinned in the Makefile
 POLL_S = 0.1
 KILL_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
 
 
 def llama_cpp_dir() -> Path:
@@ -141,7 +146,8 @@ def _run_child(
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     full_env.pop("HF_TOKEN", None)  # a converter has no use for a hub token
     tail: deque[str] = deque(maxlen=20)
-    with subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=_dies_with_this_process()) as proc:
 
         def pump_stdout() -> None:
             assert proc.stdout is not None
@@ -183,6 +189,28 @@ def _run_child(
         detail = "\n".join(line for line in tail if line)
         raise UserError(f"{Path(command[0]).name if 'gguf_driver' not in command else 'the GGUF converter'} "
                         f"failed (exit code {proc.returncode}):\n{detail[-2000:]}")
+
+
+def _dies_with_this_process() -> Callable[[], None] | None:
+    """A preexec_fn: the child gets SIGKILL from the kernel when this process dies (PR_SET_PDEATHSIG), and exits
+    at once if it already has. It runs between fork and exec, so it only calls prctl (libc loaded here, before the
+    fork) and getppid. The thread that starts the child waits for it, so PDEATHSIG's firing when the starting
+    *thread* ends changes nothing."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # this process died before prctl took hold
+            os._exit(1)
+
+    return preexec
 
 
 def _parse(line: str) -> dict | None:
