@@ -196,6 +196,9 @@ def confine(cfg: JobConfig, roots: Roots) -> None:
         raise refuse("resume_from_checkpoint", checkpoint, allowed, "folders")
     if cfg.enable_tensorboard or Path(cfg.tensorboard_dir).is_absolute():
         board = tensorboard_path(cfg).resolve(strict=False)
+        if cfg.output_dir is None and not expand(cfg.tensorboard_dir).is_absolute():
+            # relative, with no output_dir: under the output folder the manager assigns (jobs/ID/output), not the cwd
+            board = (roots.data_dir / "jobs" / "ID" / "output" / expand(cfg.tensorboard_dir)).resolve(strict=False)
         inside_output = cfg.output_dir is not None and board.is_relative_to(_abs(cfg.output_dir))
         if not inside_output and not _inside(board, [roots.data_dir]):
             raise PathRefused("tensorboard_dir", f"{cfg.tensorboard_dir} must be inside output_dir or the data "

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from tunestudio.config import JobConfig
+from tunestudio.paths import tensorboard_path
 from tunestudio.worker.errors import UserError
 
 
@@ -23,10 +24,11 @@ def setup(cfg: JobConfig) -> tuple[list[str], list[str]]:
     if cfg.enable_tensorboard:
         if importlib.util.find_spec("tensorboard") is None and importlib.util.find_spec("tensorboardX") is None:
             raise UserError("enable_tensorboard: the tensorboard package is not installed (pip install tensorboard)")
-        Path(cfg.tensorboard_dir).mkdir(parents=True, exist_ok=True)
-        os.environ["TENSORBOARD_LOGGING_DIR"] = cfg.tensorboard_dir
+        board = tensorboard_path(cfg)  # relative: inside output_dir, where paths.confine judged it
+        board.mkdir(parents=True, exist_ok=True)
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(board)
         report_to.append("tensorboard")
-        notes.append(f"tensorboard: writing event files to {cfg.tensorboard_dir}")
+        notes.append(f"tensorboard: writing event files to {board}")
     if cfg.enable_wandb:
         if importlib.util.find_spec("wandb") is None:
             raise UserError("enable_wandb: the wandb package is not installed (pip install wandb)")
