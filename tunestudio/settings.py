@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(
         default=1 << 30, ge=1024, description="The largest dataset file the page may upload (POST /api/uploads)."
     )
+    max_uploads_total_bytes: int = Field(
+        default=10 << 30, ge=1024,
+        description="The most the uploads folder (data/uploads) may hold in all; an upload past it is refused (413).",
+    )
     sse_heartbeat_seconds: float = Field(default=5.0, gt=0)
     sse_retry_ms: int = Field(default=2000, ge=100)
 

@@ -18,6 +18,7 @@ import re
 import socket
 from urllib.parse import urlsplit
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tunestudio import paths
@@ -234,7 +235,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise _TooLarge()
+                    raise _TooLarge(limit)
             return message
 
         try:
@@ -243,8 +244,12 @@ class BodyLimit:
             await _too_large(send, limit)
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(HTTPException):
+    """Raised while the body is read. An HTTPException: FastAPI lets one through its body parsing (anything else
+    there becomes 400 "error parsing the body"), so a streamed (chunked) body over the limit is a 413 as well."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body over {limit} bytes")
 
 
 async def _too_large(send: Send, limit: int) -> None:
