@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from tunestudio import ownership
 from tunestudio.cli_chat import chat, print_evaluation
 from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, format_validation_error, load_config
 from tunestudio.events import Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
@@ -194,7 +195,8 @@ def jobs_show(job_id: str) -> None:
         console.print("[bold]config[/]", job.config)
         out = Path(job.output_dir) if job.output_dir else None
         if out and out.is_dir():
-            console.print("[bold]artefacts[/]", ", ".join(sorted(p.name for p in out.iterdir())))
+            names = sorted(p.name for p in out.iterdir() if p.name != ownership.MARKER)
+            console.print("[bold]artefacts[/]", ", ".join(names))
     finally:
         manager.close()
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from tunestudio import ownership
 from tunestudio.events import Evaluation, Sample
 from tunestudio.jobs.models import Job, JobKind
 from tunestudio.jobs.status import JobStatus
@@ -71,6 +72,8 @@ def _artefacts(output_dir: str | None) -> list[Artefact]:
         return []
     out = []
     for path in sorted(Path(output_dir).iterdir()):
+        if path.name == ownership.MARKER:  # tunestudio's own record of what the job wrote, not an artefact
+            continue
         size = path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         out.append(Artefact(name=path.name, bytes=size, is_dir=path.is_dir()))
     return out

@@ -22,60 +22,34 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 
-from tunestudio import ownership, paths
+from tunestudio import paths
 from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import Log, StatusEvent, WarningEvent
 from tunestudio.export_config import ExportConfig, ExportOptions
-from tunestudio.jobs import prewarm
+from tunestudio.jobs import admission, artefacts, prewarm
 from tunestudio.jobs.executor import executor_for
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound, QueueFull
 from tunestudio.jobs.owners import Owners
 from tunestudio.jobs.slots import Slots
-from tunestudio.jobs.status import RESUMABLE, JobStatus, can_transition
+from tunestudio.jobs.status import JobStatus, can_transition
 from tunestudio.jobs.store import DuplicateRequest, Store
 from tunestudio.jobs.stream import Streams, Subscription
 from tunestudio.jobs.supervisor import Outcome, Supervisor
 from tunestudio.jobs.tracker import Tracker
 from tunestudio.jobs.views import MetricViews
-from tunestudio.paths import expand
-from tunestudio.process import gpu_count, usable_cores
 from tunestudio.settings import Settings
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerEntry
 
 log = logging.getLogger(__name__)
 S = JobStatus
-
-
-def _check_takeable(output_dir: str) -> None:
-    """PathRefused unless the job can take this folder as its own (tunestudio.ownership), before it is queued."""
-    try:
-        ownership.check(expand(output_dir))
-    except ownership.NotOurs as exc:
-        raise paths.PathRefused("output_dir", str(exc), code="output_dir_not_empty") from None
-
-
-def _same_request(row: dict, request_id: str, kind: str, source_job: str | None) -> Job:
-    """The job an idempotency key made before, if it was the same kind of request (of the same source)."""
-    job = Job.from_row(row)
-    if job.kind != kind or job.source_job != source_job:
-        raise JobConflict(f"request id {request_id!r} was used for another request (job {job.id}, a {job.kind} "
-                          "job); use a new key for a new request")
-    return job
-
-
-def new_job_id() -> str:
-    return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
 class JobManager:
@@ -158,7 +132,7 @@ class JobManager:
                     self._tracker.track(row["id"], row["last_seq"])
                     self._queue.append(row["id"])
                 continue
-            self._seal(row["id"], row["output_dir"])
+            artefacts.seal(row["id"], row["output_dir"])
             message = f"interrupted: the process running this job ended while it was {row['status']}"
             self._tracker.track(row["id"], row["last_seq"], status=JobStatus(row["status"]))
             self._tracker.set_status(row["id"], S.interrupted, message=message, finished_at=time.time(),
@@ -169,26 +143,45 @@ class JobManager:
     # --- the public face -------------------------------------------------------
     def submit(self, config: JobConfig, request_id: str | None = None, resumed_from: str | None = None,
                warnings: Sequence[str] = ()) -> Job:
-        """Check the config's paths, record a new job and queue it; the same request_id gives the same job.
+        """Check the config (jobs/admission.py), record a new job and queue it; the same request_id gives the
+        same job.
 
-        Raises paths.PathRefused for a path that is missing or would write over the data directory or
-        another job's outputs, QueueFull when `max_queued_jobs` jobs wait already. warnings: what the caller
-        has to say about the request (e.g. fields it ignored), as the job's first warning events.
+        Raises paths.PathRefused for a path that is missing, would write over the data directory, another
+        job's outputs, the job's inputs or the user's files (or too many ranks), QueueFull when
+        `max_queued_jobs` jobs wait already. warnings: what the caller has to say about the request (e.g.
+        fields it ignored), as the job's first warning events.
         """
-        config = paths.resolve(config)
-        self._check_processes(config.num_processes)
-        paths.protect_inputs(config)
-        if config.output_dir:
-            _check_takeable(config.output_dir)
+        config = admission.check_train(config, self.settings)
+        return self._record("train", config, request_id,
+                            lambda others: paths.protect_data_dir(config, self.data_dir, others),
+                            resumed_from=resumed_from, warnings=warnings)
+
+    def export(self, job_id: str, options: ExportOptions, request_id: str | None = None) -> Job:
+        """Queue an export of a finished job's result: a job of kind "export", linked to it by source_job.
+
+        It shares the queue, slots, store, stream and cancel with training jobs. Raises JobNotFound,
+        JobConflict for a job with nothing to export (not finished, an export itself), PathRefused for an
+        output folder that would write over the data directory, another job's outputs, the export's inputs
+        or the user's files, QueueFull.
+        """
+        source = self.get(job_id)
+        config = admission.export_config(source, options)
+        return self._record("export", config, request_id,
+                            lambda others: admission.check_export(config, source, self.data_dir, others),
+                            source_job=job_id)
+
+    def _record(self, kind: str, config: JobConfig | ExportConfig, request_id: str | None,
+                protect: Callable[[list[tuple[str, bool]]], None], source_job: str | None = None,
+                resumed_from: str | None = None, warnings: Sequence[str] = ()) -> Job:
+        """Insert a checked job (queued) and queue it; `protect` checks its output against the other jobs'."""
         with self._submit_lock:  # the checks against other jobs and the insert, one submit at a time
             if request_id and (existing := self._store.find_by_request_id(request_id)) is not None:
-                return _same_request(existing, request_id, "train", None)
-            others = [(row["output_dir"], JobStatus(row["status"]).is_live) for row in self._store.output_dirs()]
-            paths.protect_data_dir(config, self.data_dir, others)
+                return admission.same_request(existing, request_id, kind, source_job)
+            protect([(row["output_dir"], JobStatus(row["status"]).is_live) for row in self._store.output_dirs()])
             if self._store.count_jobs([S.queued.value]) >= self.settings.max_queued_jobs:
                 raise QueueFull(f"{self.settings.max_queued_jobs} jobs are queued already "
                                 "(TUNESTUDIO_MAX_QUEUED_JOBS); wait for some to start or cancel them")
-            job_id = new_job_id()
+            job_id = admission.new_job_id()
             job_dir = self.settings.jobs_dir() / job_id
             if not config.output_dir:
                 config = config.model_copy(update={"output_dir": str(job_dir / "output")})
@@ -196,26 +189,11 @@ class JobManager:
                 self._store.insert_job({
                     "id": job_id, "request_id": request_id, "status": S.queued.value, "message": "queued",
                     "config": config.public_dict(), "created_at": time.time(), "output_dir": config.output_dir,
-                    "resumed_from": resumed_from, "owner_pid": os.getpid(), "log_path": str(job_dir / "worker.log"),
+                    "resumed_from": resumed_from, "owner_pid": os.getpid(), "kind": kind, "source_job": source_job,
+                    "log_path": str(job_dir / "worker.log"),
                 })
             except DuplicateRequest as dup:  # another process took this request id first
                 return self.get(dup.job_id)
-        self._enqueue(job_id, config, warnings)
-        return self.get(job_id)
-
-    def _check_processes(self, num_processes: int) -> None:
-        """Refuse more ranks than this machine has cores (or GPUs): each rank is a process with its own copy of
-        the model. A Ray cluster places ranks itself and is not checked here."""
-        if num_processes <= 1 or self.settings.executor != "local":
-            return
-        cores, gpus = usable_cores(), gpu_count()
-        if num_processes > max(cores, gpus):
-            # a config field refused by what the machine has: the same 422 naming the field as a path's refusal
-            raise paths.PathRefused("num_processes", f"{num_processes} ranks on a machine with {cores} CPU cores and "
-                                    f"{gpus or 'no'} GPU{'s' if gpus != 1 else ''}: at most {max(cores, gpus)} here",
-                                    code="too_many_processes")
-
-    def _enqueue(self, job_id: str, config: JobConfig | ExportConfig, warnings: Sequence[str] = ()) -> None:
         with self._lock:
             running = self._tracker.track(job_id, config=config, secrets=config.secrets())
             with running.feed.lock:
@@ -223,50 +201,7 @@ class JobManager:
                                    *(WarningEvent(seq=0, message=text) for text in warnings)])
             self._queue.append(job_id)
             self._wake.notify_all()
-
-    def export(self, job_id: str, options: ExportOptions, request_id: str | None = None) -> Job:
-        """Queue an export of a finished job's result: a job of kind "export", linked to it by source_job.
-
-        It shares the queue, slots, store, stream and cancel with training jobs. Raises JobNotFound,
-        JobConflict for a job with nothing to export (not finished, an export itself), PathRefused for an
-        output folder that would write over the data directory or another job's outputs, QueueFull.
-        """
-        source = self.get(job_id)
-        if source.kind != "train":
-            raise JobConflict(f"job {job_id} is an export; export the training job {source.source_job} instead")
-        if source.status not in (S.completed, S.stopped) or not source.output_dir:
-            raise JobConflict(f"job {job_id} is {source.status.value}; only a completed job (or one stopped with "
-                              "a save) has a result to export")
-        if not Path(source.output_dir).is_dir():
-            raise JobConflict(f"job {job_id}'s output folder {source.output_dir} is gone; nothing to export")
-        checkpoint = paths.export_checkpoint(options.checkpoint, source.output_dir)
-        fields = {**options.model_dump(exclude={"hf_token"}), "hf_token": options.hf_token}
-        fields["checkpoint"] = checkpoint
-        config = ExportConfig(**fields, source_job_id=job_id, source_dir=source.output_dir)
-        output_dir = str(expand(config.resolved_output_dir()).resolve())
-        config = config.model_copy(update={"output_dir": output_dir})
-        with self._submit_lock:
-            if request_id and (existing := self._store.find_by_request_id(request_id)) is not None:
-                return _same_request(existing, request_id, "export", job_id)
-            others = [(row["output_dir"], JobStatus(row["status"]).is_live) for row in self._store.output_dirs()]
-            paths.protect_export_dir(output_dir, source.output_dir, self.data_dir, others)
-            paths.protect_export_inputs(output_dir, source.config, checkpoint)
-            _check_takeable(output_dir)
-            if self._store.count_jobs([S.queued.value]) >= self.settings.max_queued_jobs:
-                raise QueueFull(f"{self.settings.max_queued_jobs} jobs are queued already "
-                                "(TUNESTUDIO_MAX_QUEUED_JOBS); wait for some to start or cancel them")
-            export_id = new_job_id()
-            try:
-                self._store.insert_job({
-                    "id": export_id, "request_id": request_id, "status": S.queued.value, "message": "queued",
-                    "config": config.public_dict(), "created_at": time.time(), "output_dir": output_dir,
-                    "owner_pid": os.getpid(), "kind": "export", "source_job": job_id,
-                    "log_path": str(self.settings.jobs_dir() / export_id / "worker.log"),
-                })
-            except DuplicateRequest as dup:
-                return self.get(dup.job_id)
-        self._enqueue(export_id, config)
-        return self.get(export_id)
+        return self.get(job_id)
 
     def stop(self, job_id: str, save: bool = True) -> Job:
         """Stop a job at its next step; save=True keeps a resumable checkpoint, False is a cancel."""
@@ -306,22 +241,10 @@ class JobManager:
         """
         with self._lock:  # resume and delete of one job, from any threads, one at a time
             job = self.get(job_id)
-            if job.kind != "train":
-                raise JobConflict(f"job {job_id} is an export; exports do not resume: export again")
-            if job.status not in RESUMABLE:
-                raise JobConflict(f"job {job_id} is {job.status.value}; only stopped, interrupted or failed jobs "
-                                  "resume")
-            if (child_id := self._store.resumed_by(job_id)) is not None:
-                raise JobConflict(f"job {job_id} was resumed already, as job {child_id}; resume that one")
-            checkpoint = job.checkpoint or latest_checkpoint(job.output_dir)
-            if checkpoint is None or not Path(checkpoint).is_dir():
-                raise JobConflict(f"job {job_id} has no checkpoint to resume from")
             running = self._jobs.get(job_id)
             kept = dict(running.secrets) if running else {}
-            public = {**job.config, "resume_from_checkpoint": checkpoint, "output_dir": None}
-            if num_processes is not None:
-                public["num_processes"] = num_processes
-            config = JobConfig.from_parts(public, {**kept, **(secrets or {})})
+            config = admission.resume_config(job, self._store.resumed_by(job_id), {**kept, **(secrets or {})},
+                                             num_processes)
             return self.submit(config, resumed_from=job_id)
 
     def delete(self, job_id: str, delete_artifacts: bool = False, delete_exports: bool = False) -> None:
@@ -341,30 +264,14 @@ class JobManager:
                 raise JobConflict(f"job {job_id} is {job.status.value}; stop or cancel it before deleting it")
             if (child_id := self._store.resumed_by(job_id)) is not None:
                 raise JobConflict(f"job {child_id} was resumed from job {job_id} and refers to it; delete it first")
-            exports = [row for row in self._store.exports_of(job_id)
-                       if JobStatus(row["status"]).is_live or ownership.files(Path(row["output_dir"] or ""), row["id"])]
-            if delete_artifacts and exports:
-                live = [row["id"] for row in exports if JobStatus(row["status"]).is_live]
-                if live:
-                    raise JobConflict(f"export {live[0]} of job {job_id} is running; cancel it first")
-                if not delete_exports:
-                    ids = [row["id"] for row in exports]
-                    raise JobConflict(f"job {job_id} has {len(ids)} export(s) with files ({', '.join(ids)}); "
-                                      "delete them with it (delete_exports) or first", exports=ids)
-                for row in exports:
+            if delete_artifacts:
+                for row in artefacts.exports_in_the_way(self._store, job_id, take_them=delete_exports):
                     self.delete(row["id"], delete_artifacts=True)
-            output = Path(job.output_dir).resolve() if delete_artifacts and job.output_dir else None
-            if output is not None:
-                removed = [str(p) for p in ownership.files(output, job_id)]
-                for other in self._store.jobs_referring_to(str(output), removed, besides=job_id):
-                    raise JobConflict(f"job {other} still refers to {output}; delete it first, or delete this job "
-                                      "without its artefacts")
+                artefacts.check_users(self._store, job)
             self._store.delete_job(job_id)
             self._jobs.pop(job_id, None)
         if delete_artifacts:
-            if output is not None:
-                ownership.release(output, job_id)
-            shutil.rmtree(self.settings.jobs_dir() / job_id, ignore_errors=True)  # the manager's own: the log
+            artefacts.remove(job, self.settings.jobs_dir())
         self.views.drop(job_id)
 
     def rename(self, job_id: str, name: str | None, notes: str | None) -> Job:
@@ -470,7 +377,7 @@ class JobManager:
         if row is None or JobStatus(row["status"]) is not S.queued:
             return False
         # A job another process queued (adopted at start-up) is validated from its stored config here.
-        config = running.config or self._stored_config(row, running.secrets)
+        config = running.config or admission.stored_config(row, running.secrets)
         Path(row["log_path"]).parent.mkdir(parents=True, exist_ok=True)
         supervisor = Supervisor(
             config,
@@ -492,12 +399,9 @@ class JobManager:
                 cache_dir=str(self.settings.cache_dir()),
             ),
         )
-        if row["output_dir"]:
-            try:  # the job's output folder becomes its own before anything is written there
-                ownership.take(Path(row["output_dir"]), job_id)
-            except (ownership.NotOurs, OSError) as exc:
-                self._tracker.finish_without_worker(job_id, S.failed, f"output_dir: {exc}")
-                return False
+        if (refused := artefacts.take(job_id, row["output_dir"])) is not None:
+            self._tracker.finish_without_worker(job_id, S.failed, refused)
+            return False
         running.supervisor = supervisor
         self._running.add(job_id)
         self._tracker.set_status(job_id, S.starting, message="starting the worker", started_at=time.time())
@@ -511,28 +415,9 @@ class JobManager:
         self._store.update_job(job_id, worker_pid=supervisor.pid)
         return True
 
-    def _seal(self, job_id: str, output_dir: str | None = None) -> None:
-        """Record what the job's worker wrote in its output folder: what delete may remove later. A job that
-        wrote nothing gives the folder back at once (one it created and left empty goes)."""
-        if output_dir is None:
-            row = self._store.get_job(job_id)
-            output_dir = row["output_dir"] if row else None
-        if output_dir:
-            try:
-                if not ownership.seal(Path(output_dir), job_id):
-                    ownership.release(Path(output_dir), job_id)
-            except OSError as exc:  # a full disk, a folder gone: delete then removes less, never more
-                log.warning("job %s: recording its files in %s failed: %s", job_id, output_dir, exc)
-
-    @staticmethod
-    def _stored_config(row: dict, secrets: dict[str, str]) -> JobConfig | ExportConfig:
-        if row.get("kind") == "export":
-            return ExportConfig.from_parts(row["config"], secrets)
-        return paths.resolve(JobConfig.from_parts(row["config"], secrets))
-
     def _on_exit(self, job_id: str, outcome: Outcome) -> None:
         try:
-            self._seal(job_id)
+            artefacts.seal(job_id, (self._store.get_job(job_id) or {}).get("output_dir"))
             self._tracker.record_exit(job_id, outcome)
         finally:
             with self._lock:
