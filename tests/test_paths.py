@@ -107,3 +107,13 @@ def test_a_tilde_of_no_user_is_left_as_written() -> None:
 
     assert expand("~no-such-user-here/x") == Path("~no-such-user-here/x")
     assert expand("~/x") == Path.home() / "x"
+
+
+def test_one_dataset_under_two_spellings_is_refused_at_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "a.jsonl"
+    data.write_text('{"instruction": "x", "output": "y"}\n')
+    monkeypatch.chdir(tmp_path)
+    cfg = JobConfig(model_name="org/m", local_datasets=["a.jsonl", str(data)])
+    with pytest.raises(PathRefused, match="listed twice") as info:
+        resolve(cfg)
+    assert info.value.field == "local_datasets"

@@ -133,6 +133,8 @@ def resolve(cfg: JobConfig) -> JobConfig:
         path = _abs(raw)
         if not _on_disk(str(path), "exists"):
             raise PathRefused("local_datasets", f"dataset path {raw!r} does not exist", code="not_found")
+        if str(path) in datasets:  # two spellings of one file ("a.jsonl" and its absolute path)
+            raise PathRefused("local_datasets", f"dataset {raw!r} is listed twice (as {path}); list each once")
         datasets.append(str(path))
     update["local_datasets"] = datasets
     if (model := _local_model(cfg)) is not None:
