@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tunestudio.config import METHOD_SPECS
+
 __all__ = ["HEADROOM", "EstimateUnavailable", "Memory", "Shape", "checkpointing_needed", "job_memory", "memory"]
 
 GIB = 1024**3
@@ -43,7 +45,8 @@ _TWO_MATRIX_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", 
 # Optimizer state, bytes per trainable parameter (AdamW and the rest: two fp32 moments).
 _OPTIMIZER_BYTES = {"adamw_8bit": 2.0, "paged_adamw_8bit": 2.0, "sgd": 0.0, "adafactor": 0.5}
 _ROWS_PER_EXAMPLE = {"dpo": 2, "orpo": 2}  # the chosen and the rejected answer in one batch
-FUSED_HEAD_METHODS = ("sft", "pretrain")  # SFTTrainer computes the loss through TRL's fused LM head
+# SFTTrainer (sft, pretrain) computes the loss through TRL's fused LM head
+FUSED_HEAD_METHODS = tuple(name for name, spec in METHOD_SPECS.items() if spec.trainer == "sft")
 _ATTENTION = {"q_proj", "k_proj", "v_proj", "o_proj"}
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tunestudio import ownership, paths
-from tunestudio.config import JobConfig, format_validation_error
+from tunestudio.config import JobConfig, format_validation_error, summary
 from tunestudio.events import Sample
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
@@ -153,8 +153,7 @@ def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None
         cfg = config if isinstance(config, JobConfig) else JobConfig.from_parts(config, secrets)
         return paths.resolve(cfg)
     except ValidationError as exc:
-        fields = "; ".join(f"{e['field']}: {e['message']}" for e in format_validation_error(exc))
-        raise UserError(f"invalid config: {fields}") from None
+        raise UserError(f"invalid config: {summary(format_validation_error(exc))}") from None
     except paths.PathRefused as exc:
         raise UserError(str(exc)) from None
 

@@ -14,12 +14,11 @@ the same for every method.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
-from tunestudio.config import JobConfig
+from tunestudio.config import METHOD_SPECS, JobConfig
 from tunestudio.worker.data import PreparedData
-
-SFT_METHODS = ("sft", "pretrain")
 
 # Logged figures that are Progress fields already, or not metrics of the model's training.
 _NOT_EXTRA = {
@@ -49,7 +48,7 @@ def build_trainer(
     callback: Any,
     has_eval: bool,
 ) -> Any:
-    """The TRL trainer of `cfg.method` (dpo, orpo, kto or grpo)."""
+    """The TRL trainer of `cfg.method`'s trainer family (config.METHOD_SPECS: dpo, orpo, kto or grpo)."""
     shared = {
         "model": model,
         "train_dataset": data.train,
@@ -57,36 +56,55 @@ def build_trainer(
         "processing_class": tokenizer,
         "callbacks": [callback],
     }
-    if cfg.method == "dpo":
-        from trl import DPOConfig, DPOTrainer
+    return BUILDERS[METHOD_SPECS[cfg.method].trainer](cfg, common, shared)
 
-        args = DPOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta, loss_type=[cfg.dpo_loss_type])
-        return _without_reference_adapter(DPOTrainer(args=args, **shared), cfg)
-    if cfg.method == "kto":
-        from trl import KTOConfig, KTOTrainer
 
-        args = KTOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta,
-                         desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight)
-        return _without_reference_adapter(KTOTrainer(args=args, **shared), cfg)
-    if cfg.method == "orpo":
-        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+def _dpo(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any:
+    from trl import DPOConfig, DPOTrainer
 
-        return ORPOTrainer(args=ORPOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta), **shared)
-    if cfg.method == "grpo":
-        from trl import GRPOConfig, GRPOTrainer
+    args = DPOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta, loss_type=[cfg.dpo_loss_type])
+    return _without_reference_adapter(DPOTrainer(args=args, **shared), cfg)
 
-        from tunestudio.worker import rewards
 
-        args = GRPOConfig(
-            **{**common, "per_device_eval_batch_size": cfg.num_generations},  # an eval batch holds whole groups
-            num_generations=cfg.num_generations,
-            max_completion_length=cfg.max_completion_length,
-            temperature=cfg.generation_temperature,
-            beta=cfg.kl_beta,
-            reward_weights=cfg.reward_weights,
-        )
-        return GRPOTrainer(reward_funcs=rewards.build(cfg), args=args, **shared)
-    raise ValueError(f"no trainer for method {cfg.method!r}")  # JobConfig admits no other
+def _kto(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any:
+    from trl import KTOConfig, KTOTrainer
+
+    args = KTOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta,
+                     desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight)
+    return _without_reference_adapter(KTOTrainer(args=args, **shared), cfg)
+
+
+def _orpo(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any:
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+    return ORPOTrainer(args=ORPOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta), **shared)
+
+
+def _grpo(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any:
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tunestudio.worker import rewards
+
+    args = GRPOConfig(
+        **{**common, "per_device_eval_batch_size": cfg.num_generations},  # an eval batch holds whole groups
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.generation_temperature,
+        beta=cfg.kl_beta,
+        reward_weights=cfg.reward_weights,
+    )
+    return GRPOTrainer(reward_funcs=rewards.build(cfg), args=args, **shared)
+
+
+# One builder per trainer family of config.METHOD_SPECS but "sft" (SFTTrainer, built in train.py).
+BUILDERS: dict[str, Callable[[JobConfig, dict[str, Any], dict[str, Any]], Any]] = {
+    "dpo": _dpo, "kto": _kto, "orpo": _orpo, "grpo": _grpo,
+}
+
+
+def uses_sft_trainer(cfg: JobConfig) -> bool:
+    """Whether the job trains with TRL's SFTTrainer (sft, pretrain) rather than a builder here."""
+    return METHOD_SPECS[cfg.method].trainer == "sft"
 
 
 def _without_reference_adapter(trainer: Any, cfg: JobConfig) -> Any:

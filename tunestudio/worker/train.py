@@ -212,7 +212,7 @@ def build_trainer(
         ddp_find_unused_parameters=False,
     )
     callback = ReportingCallback(channel)
-    if cfg.method not in methods.SFT_METHODS:
+    if not methods.uses_sft_trainer(cfg):
         return methods.build_trainer(cfg, model, tokenizer, data, common, callback, has_eval), callback
     args = SFTConfig(
         **common,

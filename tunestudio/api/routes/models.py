@@ -19,7 +19,7 @@ from tunestudio.api.errors import ApiError
 from tunestudio.api.estimate import EstimateUnavailable, estimate
 from tunestudio.api.hardware import hardware
 from tunestudio.api.schemas import ERRORS
-from tunestudio.config import JobConfig, format_validation_error
+from tunestudio.config import JobConfig, format_validation_error, summary
 from tunestudio.paths import expand
 from tunestudio.settings import Settings
 
@@ -136,8 +136,7 @@ def estimate_job(body: EstimateRequest, settings: SettingsDep) -> dict[str, Any]
         checked = JobConfig.model_validate({"model_name": body.model_name, "hf_dataset": "x/y", **job})
     except ValidationError as exc:
         errors = format_validation_error(exc)
-        raise ApiError(422, "invalid_request", "; ".join(f"{e['field']}: {e['message']}" for e in errors),
-                       errors=errors) from None
+        raise ApiError(422, "invalid_request", summary(errors), errors=errors) from None
     job = {name: getattr(checked, name) for name in ESTIMATE_FIELDS}
     job["training_type"] = checked.training_type.value
     job["model_name"] = body.model_name

@@ -23,7 +23,7 @@ from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.hardware import hardware
 from tunestudio.api.security import confine_paths
-from tunestudio.config import JobConfig, format_validation_error
+from tunestudio.config import JobConfig, format_validation_error, summary
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobConflict
 from tunestudio.jobs.status import JobStatus
@@ -102,7 +102,7 @@ def start(
         confine_paths(config, settings)
     except ValidationError as exc:
         errors = format_validation_error(exc)
-        message = "; ".join(f"{e['field'] or 'request'}: {e['message']}" for e in errors)
+        message = summary(errors)
         return JSONResponse(StartResponse(job_id=None, status="error", message="invalid training request",
                                           error=message).model_dump(), status_code=422)
     except ApiError as exc:

@@ -19,12 +19,14 @@ from tunestudio.api.security import confine_paths
 from tunestudio.config import (
     METHOD_FORMATS,
     METHOD_OPTIONS,
+    METHOD_SPECS,
     SECRET_FIELDS,
     FormatType,
     JobConfig,
     MappingTarget,
     Method,
     format_validation_error,
+    summary,
 )
 from tunestudio.settings import Settings
 
@@ -61,6 +63,9 @@ class Defaults(BaseModel):
     dataset_roots: list[str]
     fields: list[FormField]
     method_formats: dict[str, list[str]] = Field(description="The dataset formats each training method reads.")
+    methods: list[dict[str, Any]] = Field(
+        description="Each training method as config.METHOD_SPECS has it: name, label, summary, formats, the "
+                    "defaults that depend on it, its main metric.")
 
 
 class PreviewRequest(BaseModel):
@@ -119,6 +124,7 @@ def defaults(settings: SettingsDep) -> Defaults:
         dataset=str(BUNDLED_DATASET), dataset_roots=[str(r) for r in settings.allowed_dataset_roots()],
         fields=form_fields(),
         method_formats={m: list(f) for m, f in METHOD_FORMATS.items()},
+        methods=[spec.public() for spec in METHOD_SPECS.values()],
     )
 
 
@@ -159,7 +165,6 @@ def _preview_config(settings: Settings, body: PreviewRequest) -> JobConfig:
         config = JobConfig.model_validate({"model_name": "preview", **fields})
     except ValidationError as exc:
         errors = format_validation_error(exc)
-        raise ApiError(422, "invalid_request", "; ".join(f"{e['field'] or 'request'}: {e['message']}"
-                                                         for e in errors), errors=errors) from None
+        raise ApiError(422, "invalid_request", summary(errors), errors=errors) from None
     confine_paths(config, settings)
     return paths.resolve(config)  # a missing file is a 422 naming the field

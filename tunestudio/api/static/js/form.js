@@ -32,13 +32,6 @@ const LABELS = {
 };
 const METHODS = [["lora", "LoRA", "small adapters on a frozen model"],
   ["qlora", "QLoRA", "LoRA on 4-bit weights (bitsandbytes; CPU or GPU)"], ["full", "Full", "every weight is trained"]];
-// The training methods (JobConfig.method); a field whose schema lists `methods` shows only for those.
-const TRAINING_METHODS = [["sft", "SFT", "supervised fine-tuning on examples"],
-  ["dpo", "DPO", "preference pairs: chosen over rejected"], ["orpo", "ORPO", "preference pairs, no reference model"],
-  ["kto", "KTO", "replies labelled good or bad"], ["grpo", "GRPO", "reward functions score sampled replies"],
-  ["pretrain", "Pretrain", "continued pretraining on plain text"]];
-// Defaults that depend on the method (JobConfig._method_defaults): pretrain packs unless told not to.
-const METHOD_DEFAULTS = {pretrain: {packing: true}};
 
 function label(field) { return LABELS[field.name] || describe(field)[1]; }
 
@@ -196,7 +189,9 @@ export async function showForm(main, {onCreated}) {
 
   // --- training method, and the options of the chosen one --------------------------------
   const training = el("div", {class: "segmented methods training-methods", role: "radiogroup", "data-field": "method"},
-    ...TRAINING_METHODS.map(([value, text, hint]) => el("label", {title: hint},
+    // The training methods as the server's registry has them (config.METHOD_SPECS); a field whose schema
+    // lists `methods` shows only for those.
+    ...defaults.methods.map(({name: value, label: text, summary: hint}) => el("label", {title: hint},
       el("input", {type: "radio", name: "method", value, checked: value === fields.method.default}),
       el("span", {}, text), el("small", {}, hint))),
     el("div", {class: "field-error", "data-error-for": "method", role: "alert"}));
@@ -204,7 +199,8 @@ export async function showForm(main, {onCreated}) {
   const perMethod = defaults.fields.filter((f) => f.methods && !OWN.has(f.name));
   const methodOptions = el("div", {class: "grid", id: "method-options"}, perMethod.map((f) => make(f.name)));
   const defaultFor = (name) => {
-    const own = METHOD_DEFAULTS[trainingValue()] || {};
+    // Defaults that depend on the method (MethodSpec.defaults: pretrain packs unless told not to).
+    const own = defaults.methods.find((m) => m.name === trainingValue())?.defaults || {};
     return name in own ? own[name] : controls[name].field.default;
   };
   const applies = (name) => !controls[name]?.field.methods || controls[name].field.methods.includes(trainingValue());

@@ -1,0 +1,41 @@
+"""A job's configuration: `JobConfig` and everything it is made of.
+
+- `vocabulary.py`: the literals and enums a config is written in, their aliases, the bounds.
+- `methods.py`: one `MethodSpec` per training method (formats, options, mappings, defaults, main metric,
+  its own checks) and the reward grammar; the config, the worker and the page read it.
+- `seed.py`: every other spelling a field takes (the seed's, aliases, words for booleans), in one
+  before-validator.
+- `job.py`: `JobConfig`, composed of per-concern parts.
+- `files.py`: loading a job file; validation errors as [{field, message}] and as one line (`summary`).
+"""
+
+from tunestudio.config.files import ConfigError, field_errors, format_validation_error, load_config, summary
+from tunestudio.config.job import JobConfig
+from tunestudio.config.methods import (
+    ANSWER_REWARDS,
+    BUILTIN_REWARDS,
+    METHOD_FORMATS,
+    METHOD_MAIN_METRIC,
+    METHOD_OPTIONS,
+    METHOD_SPECS,
+    METHODS,
+    MethodSpec,
+    reward_name,
+    reward_source,
+)
+from tunestudio.config.vocabulary import (
+    MAX_ROWS,
+    MAX_STEPS,
+    SECRET_FIELDS,
+    FormatType,
+    MappingTarget,
+    Method,
+    TrainingType,
+)
+
+__all__ = [
+    "ANSWER_REWARDS", "BUILTIN_REWARDS", "MAX_ROWS", "MAX_STEPS", "METHODS", "METHOD_FORMATS", "METHOD_MAIN_METRIC",
+    "METHOD_OPTIONS", "METHOD_SPECS", "SECRET_FIELDS", "ConfigError", "FormatType", "JobConfig", "MappingTarget",
+    "Method", "MethodSpec", "TrainingType", "field_errors", "format_validation_error", "load_config",
+    "reward_name", "reward_source", "summary",
+]

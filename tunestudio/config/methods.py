@@ -1,0 +1,155 @@
+"""The training methods, one `MethodSpec` each: what the config, the worker and the page know of a method.
+
+Adding a method means adding an entry here (and its trainer builder in worker/methods.py): the validator
+reads its formats, options, mapping fields, defaults and checks; the worker picks the trainer family; the
+page (GET /api/web/defaults) shows its label, summary, formats, defaults and main metric.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from tunestudio.config.job import JobConfig
+
+__all__ = [
+    "ANSWER_REWARDS", "BUILTIN_REWARDS", "METHODS", "METHOD_ALIASES", "METHOD_FORMATS", "METHOD_MAIN_METRIC",
+    "METHOD_OPTIONS", "METHOD_SPECS", "MethodSpec", "method_spec", "reward_name", "reward_source",
+]
+
+# Built-in GRPO reward functions (tunestudio/worker/rewards.py); the first three compare with a row's `answer`.
+BUILTIN_REWARDS: tuple[str, ...] = ("exact_match", "contains_answer", "numeric_match", "format_regex", "length_penalty")
+ANSWER_REWARDS: tuple[str, ...] = ("exact_match", "contains_answer", "numeric_match")
+# A user reward function: path/to/file.py:function (its code runs inside the worker).
+USER_REWARD = re.compile(r"^(?P<path>.+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def reward_name(entry: str) -> str:
+    """The name a reward function's metrics are logged under: a built-in's name, or the user function's."""
+    match = USER_REWARD.match(entry)
+    return match.group("name") if match else entry
+
+
+def reward_source(entry: str) -> str | None:
+    """The file of a user reward function ("path/to/file.py:function"); None for a built-in."""
+    match = USER_REWARD.match(entry)
+    return match.group("path") if match else None
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One training method.
+
+    trainer: the TRL trainer family that builds it (sft and pretrain both train with SFTTrainer).
+    options: the JobConfig fields that mean something for this method (and perhaps others) only.
+    mappings: what custom_format_mapping may map columns to, as alternatives (each a tuple of the fields that
+        must all be mapped); empty: columns map to chat roles. optional_mappings: fields that may be mapped too.
+    defaults: JobConfig defaults that depend on the method (applied when the field is not given).
+    check: the method's own rule over a whole config (raises ValueError "field: reason").
+    """
+
+    name: str
+    label: str
+    summary: str
+    trainer: Literal["sft", "dpo", "orpo", "kto", "grpo"]
+    formats: tuple[str, ...]
+    options: tuple[str, ...] = ()
+    mappings: tuple[tuple[str, ...], ...] = ()
+    optional_mappings: tuple[str, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
+    main_metric: str | None = None
+    aliases: tuple[str, ...] = ()
+    check: Callable[[JobConfig], None] | None = None
+
+    def public(self) -> dict[str, Any]:
+        """What the page reads of the method (GET /api/web/defaults)."""
+        return {"name": self.name, "label": self.label, "summary": self.summary, "formats": list(self.formats),
+                "defaults": dict(self.defaults), "main_metric": self.main_metric}
+
+
+def _check_kto(cfg: JobConfig) -> None:
+    if cfg.batch_size < 2:
+        raise ValueError("batch_size: method 'kto' needs a batch_size of at least 2 (its KL estimate pairs each "
+                         "row with another row of the same batch)")
+
+
+def _check_grpo(cfg: JobConfig) -> None:
+    entries = cfg.reward_functions
+    if not entries:
+        raise ValueError("reward_functions: method 'grpo' needs at least one reward function: a built-in ("
+                         f"{', '.join(BUILTIN_REWARDS)}) or path/to/file.py:function")
+    for entry in entries:
+        if entry not in BUILTIN_REWARDS and not USER_REWARD.match(entry):
+            raise ValueError(f"reward_functions: {entry!r} is neither a built-in ({', '.join(BUILTIN_REWARDS)}) "
+                             "nor path/to/file.py:function")
+    names = [reward_name(e) for e in entries]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"reward_functions: {', '.join(twice)} named twice (each reward is logged by its name)")
+    if cfg.reward_weights is not None and len(cfg.reward_weights) != len(entries):
+        raise ValueError(f"reward_weights: {len(cfg.reward_weights)} weights for {len(entries)} reward functions")
+    if "format_regex" in entries:
+        if not cfg.reward_format_pattern:
+            raise ValueError("reward_format_pattern: reward function format_regex needs a pattern")
+        try:
+            re.compile(cfg.reward_format_pattern)
+        except re.error as exc:
+            raise ValueError(f"reward_format_pattern: not a regular expression: {exc}") from None
+    elif cfg.reward_format_pattern:
+        raise ValueError("reward_format_pattern: applies to reward function format_regex, which is not in "
+                         "reward_functions")
+    if (cfg.batch_size * cfg.gradient_accumulation_steps) % cfg.num_generations:
+        raise ValueError(
+            f"num_generations: batch_size × gradient_accumulation_steps "
+            f"({cfg.batch_size * cfg.gradient_accumulation_steps}) must be a multiple of num_generations "
+            f"({cfg.num_generations}) for method 'grpo' (each prompt's completions share one batch)")
+
+
+_PAIRS = ("prompt", "chosen", "rejected")
+_SEQUENCE_OPTIONS = ("packing", "padding_free")
+_REWARD_OPTIONS = ("num_generations", "max_completion_length", "generation_temperature", "kl_beta",
+                   "reward_functions", "reward_weights", "reward_format_pattern")
+
+METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
+    MethodSpec("sft", "SFT", "supervised fine-tuning on examples", "sft",
+               formats=("alpaca", "sharegpt", "messages", "prompt_completion", "text"),
+               options=(*_SEQUENCE_OPTIONS, "train_on_completions"), aliases=("supervised",)),
+    MethodSpec("dpo", "DPO", "preference pairs: chosen over rejected", "dpo", formats=("preference",),
+               options=("beta", "dpo_loss_type"), mappings=(_PAIRS,), main_metric="rewards/margins"),
+    MethodSpec("orpo", "ORPO", "preference pairs, no reference model", "orpo", formats=("preference",),
+               options=("beta",), mappings=(_PAIRS,), main_metric="rewards/margins"),
+    # TRL's KTOTrainer splits each preference pair into a desirable and an undesirable row
+    MethodSpec("kto", "KTO", "replies labelled good or bad", "kto", formats=("unpaired", "preference"),
+               options=("beta", "desirable_weight", "undesirable_weight"),
+               mappings=(("prompt", "completion", "label"), _PAIRS), main_metric="rewards/margins",
+               check=_check_kto),
+    MethodSpec("grpo", "GRPO", "reward functions score sampled replies", "grpo", formats=("prompt_only",),
+               options=_REWARD_OPTIONS, mappings=(("prompt",),), optional_mappings=("answer",),
+               main_metric="reward", check=_check_grpo),
+    MethodSpec("pretrain", "Pretrain", "continued pretraining on plain text", "sft", formats=("text",),
+               options=_SEQUENCE_OPTIONS, mappings=(("text",),), defaults={"packing": True},
+               aliases=("continued_pretraining", "pretraining", "cpt")),
+)}
+
+METHOD_ALIASES = {alias: spec.name for spec in METHOD_SPECS.values() for alias in spec.aliases}
+
+# Views of the registry, by the names other modules have read them by.
+METHODS: tuple[str, ...] = tuple(METHOD_SPECS)
+# The dataset formats each method trains on ("auto" picks one from the columns).
+METHOD_FORMATS: dict[str, tuple[str, ...]] = {name: spec.formats for name, spec in METHOD_SPECS.items()}
+# JobConfig options that mean something for some methods only. Setting one (to other than its default)
+# for another method is a validation error naming both.
+METHOD_OPTIONS: dict[str, tuple[str, ...]] = {}
+for _spec in METHOD_SPECS.values():
+    for _option in _spec.options:
+        METHOD_OPTIONS.setdefault(_option, ())
+        METHOD_OPTIONS[_option] += (_spec.name,)
+# The metric each method is watched by (CLI progress bar, the page's method chart); sft/pretrain: the loss.
+METHOD_MAIN_METRIC: dict[str, str] = {n: s.main_metric for n, s in METHOD_SPECS.items() if s.main_metric}
+
+
+def method_spec(name: str) -> MethodSpec:
+    return METHOD_SPECS[name]

@@ -1,0 +1,85 @@
+"""The words a job config is written in: literals, enums, bounds, and the spellings each word also takes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+__all__ = [
+    "FORMAT_ALIASES", "MAX_ROWS", "MAX_STEPS", "ROLE_ALIASES", "SECRET_FIELDS", "DpoLoss", "FormatType",
+    "LrScheduler", "MappingTarget", "Method", "MethodField", "Optimizer", "Role", "TrainingType",
+]
+
+SECRET_FIELDS = ("hf_token", "wandb_token")
+
+# Upper bounds for counts: far beyond any real job, small enough for every integer column and loop.
+MAX_STEPS = 100_000_000
+MAX_ROWS = 10_000_000_000
+
+
+class TrainingType(StrEnum):
+    lora = "lora"
+    qlora = "qlora"
+    full = "full"
+
+
+Method = Literal["sft", "dpo", "orpo", "kto", "grpo", "pretrain"]
+
+FormatType = Literal[
+    "auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text",
+    # the formats of the other training methods (see methods.METHOD_SPECS)
+    "preference", "unpaired", "prompt_only",
+]
+FORMAT_ALIASES = {
+    "": "auto",
+    "openai": "messages",
+    "chatml": "messages",
+    "conversation": "messages",
+    "prompt-completion": "prompt_completion",
+    "completion": "prompt_completion",
+    "plain": "text",
+    "preferences": "preference",
+    "pairs": "preference",
+    "prompts": "prompt_only",
+}
+
+# Optimizer names this project passes to `TrainingArguments.optim`. The 8-bit
+# and paged ones need bitsandbytes kernels; the worker falls back to torch AdamW
+# (with a warning) where those cannot run.
+Optimizer = Literal[
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adamw_8bit",
+    "adamw_bnb_8bit",
+    "paged_adamw_8bit",
+    "paged_adamw_32bit",
+    "adafactor",
+    "sgd",
+    "adagrad",
+    "rmsprop",
+    "lion_8bit",
+    "lion_32bit",
+]
+
+LrScheduler = Literal[
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "cosine_with_min_lr",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "reduce_lr_on_plateau",
+    "warmup_stable_decay",
+]
+
+Role = Literal["system", "user", "assistant"]
+# custom_format_mapping maps a column to a chat role (sft) or to a field of the method's format (the others).
+MethodField = Literal["prompt", "chosen", "rejected", "completion", "label", "answer", "text"]
+MappingTarget = Role | MethodField
+ROLE_ALIASES = {"human": "user", "gpt": "assistant", "instruction": "user", "input": "user",
+                "output": "assistant", "response": "assistant", "bot": "assistant"}
+
+DpoLoss = Literal["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down",
+                  "sigmoid_norm"]
