@@ -354,3 +354,19 @@ def test_delete_offers_a_sources_exports_and_inputs_are_never_outputs(tmp_path: 
         assert gone.status_code == 204
         assert client.get(f"/api/jobs/{export}").status_code == 404
     manager.close()
+
+
+def test_a_job_says_what_it_is_so_clients_keep_no_status_sets(tmp_path: Path) -> None:
+    quick = settings(tmp_path)
+    manager = JobManager(quick, worker_target=fake_workers.writes_output)
+    with running_server(quick, manager) as url, httpx.Client(base_url=url, timeout=30) as client:
+        done = client.post("/api/jobs", json=body("org/fake", tmp_path)).json()["id"]
+        wait_until(lambda: client.get(f"/api/jobs/{done}").json()["status"] == "completed", 30, "the job")
+        job = client.get(f"/api/jobs/{done}").json()
+        assert job["is_terminal"] and job["has_result"] and not job["chattable"]  # no adapter or model files
+        events = follow(client, done)
+        assert events[-1].event == "status" and events[-1].json()["terminal"] is True
+        assert not any(e.json().get("terminal") for e in events[:-1] if e.event == "status")
+        assert client.get("/api/jobs", params={"live": True}).json()["items"] == []
+        assert [j["id"] for j in client.get("/api/jobs").json()["items"]] == [done]
+    manager.close()

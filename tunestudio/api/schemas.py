@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from tunestudio import ownership
 from tunestudio.events import Evaluation, Sample
+from tunestudio.inference.models import weights_folder
 from tunestudio.jobs.models import Job, JobKind
 from tunestudio.jobs.status import JobStatus
 
@@ -53,6 +54,9 @@ class JobOut(BaseModel):
     cancellable: bool
     resumable: bool
     deletable: bool
+    is_terminal: bool = Field(description="The job has ended (completed, stopped, cancelled, failed, interrupted).")
+    has_result: bool = Field(description="Completed or stopped with a save: a result to export or compare.")
+    chattable: bool = Field(description="It has weights one can chat with (GET /v1/models lists it).")
 
     @classmethod
     def of(cls, job: Job, with_artefacts: bool = True, queue_position: int | None = None) -> JobOut:
@@ -64,6 +68,8 @@ class JobOut(BaseModel):
             evaluation=result.get("evaluation"),
             queue_position=queue_position,
             stoppable=job.stoppable, cancellable=job.cancellable, resumable=job.resumable, deletable=job.deletable,
+            is_terminal=job.is_terminal, has_result=job.has_result,
+            chattable=job.kind == "train" and weights_folder(job) is not None,
         )
 
 

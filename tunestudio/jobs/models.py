@@ -54,6 +54,16 @@ class Job(BaseModel):
         return self.status in CANCELLABLE
 
     @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+    @property
+    def has_result(self) -> bool:
+        """Whether the job left a result one can export or compare: completed, or stopped with a save."""
+        finished = self.status in (JobStatus.completed, JobStatus.stopped)
+        return self.kind == "train" and finished and bool(self.output_dir)
+
+    @property
     def deletable(self) -> bool:
         """What JobManager.delete allows (without artefacts): a finished job no other job resumed from."""
         return self.status.is_terminal and self.resumed_by is None

@@ -48,8 +48,11 @@ def list_jobs(
     status: Annotated[list[JobStatus] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
+    live: Annotated[bool, Query(description="Only jobs that have not ended (queued or running), with status.")] = False,
 ) -> JobPage:
     """Jobs, newest first; a queued job says its place in the queue."""
+    if live:
+        status = [s for s in (status or list(JobStatus)) if s.is_live]
     jobs = manager.list(status, limit, offset)
     places = _queue_places(manager) if any(j.status is JobStatus.queued for j in jobs) else {}
     items = [JobOut.of(job, with_artefacts=False, queue_position=places.get(job.id)) for job in jobs]
@@ -155,7 +158,9 @@ async def job_events(
             if event is None:
                 yield sse.heartbeat()
             else:
-                yield ServerSentEvent(data=event.text, id=str(event.seq), event=event.kind)
+                # a status event says whether it is the last (the page closes its EventSource on it)
+                data = json.dumps({**event.data, "terminal": True}) if event.is_end else event.text
+                yield ServerSentEvent(data=data, id=str(event.seq), event=event.kind)
 
     return sse.response(items(), settings.sse_retry_ms)
 

@@ -62,8 +62,10 @@ export const api = {
   deleteJob: (id, artefacts, exports = false) =>
     call(`${job(id)}?delete_artifacts=${artefacts ? "true" : "false"}&delete_exports=${exports ? "true" : "false"}`,
       {method: "DELETE"}),
+  // "live" asks the server for the jobs that have not ended (it knows which statuses those are)
   listJobsByStatus: (statuses, limit = 100) =>
-    call(`/api/jobs?limit=${limit}${statuses.map((s) => `&status=${encodeURIComponent(s)}`).join("")}`),
+    call(`/api/jobs?limit=${limit}${statuses.map((s) => s === "live" ? "&live=true"
+      : `&status=${encodeURIComponent(s)}`).join("")}`),
   log: (id, query) => logPart(id, query),
   samples: (id) => call(`${job(id)}/samples`),
   logUrl: (id, {download = false} = {}) => withToken(`${job(id)}/log${download ? "?download=true" : "?"}`),

@@ -7,7 +7,6 @@
 import {chatStream} from "./api.js";
 import {el} from "./util.js";
 
-export const CHAT_STATUSES = new Set(["completed", "stopped", "interrupted"]);
 
 function setting(name, label, attrs) {
   return el("label", {class: "chat-setting"}, el("span", {}, label),

@@ -3,7 +3,7 @@
 import {api} from "./api.js";
 import {colour, overlayChart, overlayData} from "./charts.js";
 import {configDiff} from "./configdiff.js";
-import {basename, el, fmtNumber, statusBadge, TERMINAL} from "./util.js";
+import {basename, el, fmtNumber, statusBadge} from "./util.js";
 
 export async function showCompare(main, ids) {
   const box = el("div", {class: "chart", id: "overlay-chart"});
@@ -33,7 +33,7 @@ export async function showCompare(main, ids) {
       runs[i].losses.length ? ` final loss ${fmtNumber(runs[i].losses.at(-1))}` : "")));
     const fresh = await Promise.all(ids.map((id) => api.getJob(id)));
     fresh.forEach((j, i) => { jobs[i] = j; });
-    if (jobs.some((j) => !TERMINAL.has(j.status))) timer = setTimeout(load, 3000);
+    if (jobs.some((j) => !j.is_terminal)) timer = setTimeout(load, 3000);
   };
   await load();
   return () => { clearTimeout(timer); chart.destroy(); };

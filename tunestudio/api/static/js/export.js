@@ -2,7 +2,7 @@
 // and see where its files are. An export is a job of its own (kind "export", source_job this job).
 
 import {api, ApiError} from "./api.js";
-import {el, statusBadge, TERMINAL} from "./util.js";
+import {el, statusBadge} from "./util.js";
 
 const QUANTIZATIONS = {
   gguf: ["f16", "bf16", "q8_0", "f32", "q4_k_m"],
@@ -92,11 +92,11 @@ export function exportPanel(job, {navigate}) {
       return el("tr", {class: "export-row", "data-job-id": j.id, "data-status": j.status},
         el("td", {}, el("a", {href: `#/jobs/${j.id}`}, what)),
         el("td", {}, statusBadge(j.status)),
-        el("td", {class: "num"}, TERMINAL.has(j.status) ? "" : `${pct}%`),
+        el("td", {class: "num"}, j.is_terminal ? "" : `${pct}%`),
         el("td", {}, j.status === "completed" ? el("code", {class: "path"}, j.output_dir) : (j.error || "")));
     })));
     clearTimeout(timer);
-    if (!gone && mine.some((j) => !TERMINAL.has(j.status))) timer = setTimeout(refresh, 1000);
+    if (!gone && mine.some((j) => !j.is_terminal)) timer = setTimeout(refresh, 1000);
   };
   refresh().catch(() => {});
 

@@ -8,7 +8,7 @@
 
 import {api, ApiError} from "./api.js";
 import {lossChart, methodChart, singleChart} from "./charts.js";
-import {CHAT_STATUSES, chatPanel} from "./chat.js";
+import {chatPanel} from "./chat.js";
 import {exportPanel} from "./export.js";
 import {mountJobInfo} from "./jobinfo.js";
 import {mountLog} from "./log.js";
@@ -16,7 +16,7 @@ import {MetricSeries} from "./metrics.js";
 import {loadParent, withParent} from "./parent.js";
 import {
   basename, confirmAction, datasetLabel, el, fmtBytes, fmtDuration, fmtNumber, fmtWhen, ranFor,
-  statusBadge, TERMINAL,
+  statusBadge,
 } from "./util.js";
 
 const MAX_POINTS = 100000;
@@ -133,12 +133,12 @@ export async function showJob(main, id, {onChange, navigate}) {
     const total = p.total_steps || job.progress?.total_steps || 0, step = p.step || job.progress?.step || 0;
     const pct = total ? Math.min(100, (100 * step) / total) : (job.status === "completed" ? 100 : 0);
     bar.style.width = `${pct}%`;
-    bar.parentElement.classList.toggle("indeterminate", !total && !TERMINAL.has(job.status) && job.status !== "queued");
-    barText.textContent = total ? (isExport ? `${step}%` : `step ${step} / ${total}`) : TERMINAL.has(job.status) ? ""
+    bar.parentElement.classList.toggle("indeterminate", !total && !job.is_terminal && job.status !== "queued");
+    barText.textContent = total ? (isExport ? `${step}%` : `step ${step} / ${total}`) : job.is_terminal ? ""
       : job.status === "queued" ? `queued${job.queue_position ? `, #${job.queue_position} in line` : ""}`
         : "waiting for the first step";
     bar.parentElement.setAttribute("aria-valuenow", String(Math.round(pct)));
-    setStat("eta", TERMINAL.has(job.status) ? "–" : fmtDuration(p.eta_seconds));
+    setStat("eta", job.is_terminal ? "–" : fmtDuration(p.eta_seconds));
     // An eval-only record (the last one of a job with evals) has no throughput: take the last that has.
     const tps = [p, last].find((r) => r.tokens_per_second)?.tokens_per_second;
     setStat("tps", tps ? fmtNumber(tps, 3) : "–");
@@ -153,7 +153,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   };
   const drawStatus = () => {
     status.replaceChildren(statusBadge(job.status));
-    phase.textContent = job.phase && job.phase !== job.status && !TERMINAL.has(job.status)
+    phase.textContent = job.phase && job.phase !== job.status && !job.is_terminal
       ? `phase: ${job.phase.replace("_", " ")}` : "";
     message.textContent = job.message && job.message !== job.status && job.message !== job.phase ? job.message : "";
     // What the job allows comes from the API (stoppable, cancellable, resumable): no status sets here.
@@ -167,14 +167,14 @@ export async function showJob(main, id, {onChange, navigate}) {
     errorBox.replaceChildren(el("b", {}, "Error: "), job.error || "");
     drawResults();
     // A finished training job with a result gets the Export panel (once).
-    if (!panel && !isExport && ["completed", "stopped"].includes(job.status) && job.output_dir) {
+    if (!panel && !isExport && job.has_result) {
       panel = exportPanel(job, {navigate});
       exportBox.replaceChildren(panel);
     }
   };
   const drawResults = () => {
     // Only what exists on disk: a failed or cancelled job has no output folder to point at.
-    const finished = TERMINAL.has(job.status) && job.artefacts.length > 0;
+    const finished = job.is_terminal && job.artefacts.length > 0;
     results.hidden = !finished;
     if (!finished) return;
     const complete = job.status === "completed" || job.status === "stopped";
@@ -191,7 +191,7 @@ export async function showJob(main, id, {onChange, navigate}) {
       metrics.length ? el("p", {class: "muted small"}, metrics.map(([k, v]) => `${k} ${fmtNumber(v)}`).join(" · ")) : null,
     ].filter(Boolean));
     drawJudged();
-    if (!chat && CHAT_STATUSES.has(job.status) && job.output_dir) {
+    if (!chat && job.chattable) {
       chat = chatPanel(id);
       chatSlot.replaceChildren(chat.node);
     }
@@ -233,8 +233,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     source.addEventListener("status", (event) => {
       seen(event);
       const data = JSON.parse(event.data);
-      job = {...job, status: data.status, message: data.message, error: data.error};
-      if (TERMINAL.has(data.status)) {
+      job = {...job, status: data.status, message: data.message, error: data.error, is_terminal: !!data.terminal};
+      if (data.terminal) {
         // The server ends the stream here; without close() EventSource would reconnect for ever.
         source.close();
         source = null;
@@ -265,14 +265,14 @@ export async function showJob(main, id, {onChange, navigate}) {
   const info = mountJobInfo(infoBox, job, {navigate, onChange, onTitle: (t) => {
     document.getElementById("job-title").textContent = t || "Job";
   }});
-  const fileLog = mountLog(fileLogBox, id, () => TERMINAL.has(job.status));
+  const fileLog = mountLog(fileLogBox, id, () => job.is_terminal);
   const snapshot = await api.metrics(id, MAX_POINTS);
   series.addAll(snapshot.records);
   drawCharts();
   drawStatus();
   drawProgress();
-  if (!TERMINAL.has(job.status) && !closed) openStream();
-  const ticker = setInterval(() => { if (!TERMINAL.has(job.status)) drawProgress(); }, 1000);
+  if (!job.is_terminal && !closed) openStream();
+  const ticker = setInterval(() => { if (!job.is_terminal) drawProgress(); }, 1000);
 
   // --- controls -------------------------------------------------------------------------
   const act = async (button, action) => {

@@ -3,10 +3,9 @@
 
 import {api} from "./api.js";
 import {sparkline} from "./charts.js";
-import {basename, datasetLabel, el, fmtDuration, fmtNumber, fmtWhen, ranFor, statusBadge, TERMINAL} from "./util.js";
+import {basename, datasetLabel, el, fmtDuration, fmtNumber, fmtWhen, ranFor, statusBadge} from "./util.js";
 
 const POLL_MS = 2500;
-const LIVE = ["queued", "starting", "loading_model", "loading_dataset", "training", "saving", "stopping", "cancelling"];
 const SPARK_POINTS = 80;
 
 export class JobList {
@@ -17,7 +16,7 @@ export class JobList {
     this.selected = new Set();
     this.activeId = null;
     this.timer = null;
-    this.statuses = [];         // the status filter; empty: every job
+    this.statuses = [];         // the status filter ("live": the server's own set); empty: every job
     this.table = el("div", {class: "jobs", id: "job-rows"});
     this.empty = el("p", {class: "muted empty"}, "No jobs yet. Start one with the form.");
     container.replaceChildren(this.empty, this.table);
@@ -39,7 +38,7 @@ export class JobList {
 
   /** "live", a comma-separated list of statuses, or "" for every job. */
   setFilter(value) {
-    this.statuses = value === "live" ? LIVE : value ? value.split(",") : [];
+    this.statuses = value === "live" ? ["live"] : value ? value.split(",") : [];
     this.empty.textContent = this.statuses.length ? "No jobs with this status." : "No jobs yet. Start one with the form.";
     this.refresh();
   }
@@ -111,7 +110,7 @@ export class JobList {
     r.check.checked = this.selected.has(job.id);
     r.row.classList.toggle("active", job.id === this.activeId);
     // The sparkline (and the last loss it ends on) is fetched while a job lives, and once after it ends.
-    const key = TERMINAL.has(job.status) ? `done:${job.status}` : `live:${job.last_seq}`;
+    const key = job.is_terminal ? `done:${job.status}` : `live:${job.last_seq}`;
     if (r.sparkFor !== key) {
       r.sparkFor = key;
       api.metrics(job.id, SPARK_POINTS).then(({records}) => {
@@ -119,7 +118,7 @@ export class JobList {
         r.spark.setData([train.map((x) => x.step), train.map((x) => x.loss)]);
         r.finalLoss = train.length ? train[train.length - 1].loss : null;
         r.cells.loss.textContent = r.finalLoss === null ? "" : fmtNumber(r.finalLoss);
-        r.cells.loss.title = TERMINAL.has(job.status) ? "final loss" : "latest loss";
+        r.cells.loss.title = job.is_terminal ? "final loss" : "latest loss";
       }).catch(() => { r.sparkFor = null; });
     }
   }

@@ -1,6 +1,5 @@
 // Small DOM and formatting helpers shared by the page's views.
 
-export const TERMINAL = new Set(["completed", "stopped", "cancelled", "failed", "interrupted"]);
 export const STOPPABLE = new Set(["queued", "starting", "loading_model", "loading_dataset", "training"]);
 
 /** el("div", {class: "x", onclick: fn}, child, "text", ...) */
