@@ -10,7 +10,7 @@ import torch
 
 from tunestudio.config import JobConfig
 from tunestudio.events import Failed, Log, parse_event
-from tunestudio.worker.main import _out_of_memory
+from tunestudio.worker.errors import out_of_memory
 
 from ..helpers.channel import ListChannel
 from ..helpers.jobs import job_config
@@ -32,7 +32,7 @@ def cfg(**overrides: Any) -> JobConfig:
 
 def test_a_cuda_out_of_memory_error_names_what_to_change() -> None:
     assert torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
-    message = _out_of_memory(torch.OutOfMemoryError(CUDA_OOM), cfg(), peak_mb=131_072.4)
+    message = out_of_memory(torch.OutOfMemoryError(CUDA_OOM), cfg(), peak_mb=131_072.4)
     assert message == (
         "out of GPU memory: an allocation of 20.00 GiB failed on a GPU of 139.72 GiB; the job's peak was "
         f"131,072 MiB. To fit, try: {BATCH_ADVICE}; {SEQ_ADVICE}; {CHECKPOINTING_ADVICE}; {QLORA_ADVICE}."
@@ -40,7 +40,7 @@ def test_a_cuda_out_of_memory_error_names_what_to_change() -> None:
 
 
 def test_a_qlora_job_is_not_told_to_use_qlora() -> None:
-    message = _out_of_memory(torch.OutOfMemoryError(CUDA_OOM), cfg(training_type="qlora"))
+    message = out_of_memory(torch.OutOfMemoryError(CUDA_OOM), cfg(training_type="qlora"))
     assert message == (
         "out of GPU memory: an allocation of 20.00 GiB failed on a GPU of 139.72 GiB. "
         f"To fit, try: {BATCH_ADVICE}; {SEQ_ADVICE}; {CHECKPOINTING_ADVICE}."
@@ -51,16 +51,16 @@ def test_a_qlora_job_is_not_told_to_use_qlora() -> None:
 def test_advice_follows_the_job() -> None:
     full = cfg(training_type="full", batch_size=9, gradient_accumulation_steps=2, max_seq_length=2048,
                gradient_checkpointing=True)
-    assert _out_of_memory(torch.OutOfMemoryError("CUDA out of memory."), full) == (
+    assert out_of_memory(torch.OutOfMemoryError("CUDA out of memory."), full) == (
         "out of GPU memory: To fit, try: a smaller batch_size (3) with gradient_accumulation_steps 6, which keeps "
         "the global batch of 18; a shorter max_seq_length (1024); "
         "training_type: qlora (4-bit base weights and small adapters; or lora, full-size weights)."
     )
     prime = cfg(batch_size=7)
     assert "a smaller batch_size (1) with gradient_accumulation_steps 7, which keeps the global batch of 7" in (
-        _out_of_memory(torch.OutOfMemoryError("CUDA out of memory."), prime) or "")
+        out_of_memory(torch.OutOfMemoryError("CUDA out of memory."), prime) or "")
     smallest = cfg(training_type="qlora", batch_size=1, max_seq_length=8, gradient_checkpointing=True)
-    assert _out_of_memory(MemoryError(), smallest) == (
+    assert out_of_memory(MemoryError(), smallest) == (
         "out of memory: The job already has the settings that save the most memory: it needs a smaller model or "
         "more memory."
     )
@@ -72,7 +72,7 @@ def test_advice_follows_the_job() -> None:
     RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
 ])
 def test_allocator_messages_without_the_class_are_gpu_memory(error: Exception) -> None:
-    message = _out_of_memory(error, cfg())
+    message = out_of_memory(error, cfg())
     assert message is not None and message.startswith("out of GPU memory: ")
     assert QLORA_ADVICE in message
 
@@ -85,29 +85,29 @@ def test_a_wrapped_out_of_memory_error_is_found_through_its_cause_and_context() 
             raise RuntimeError("the training step failed") from oom
     except RuntimeError as wrapped:
         caused = wrapped
-    assert (_out_of_memory(caused, cfg()) or "").startswith("out of GPU memory: an allocation of 20.00 GiB failed")
+    assert (out_of_memory(caused, cfg()) or "").startswith("out of GPU memory: an allocation of 20.00 GiB failed")
     try:
         try:
             raise MemoryError
         except MemoryError:
             raise ValueError("while handling it, something else")  # noqa: B904 (the implicit context is the case)
     except ValueError as during:
-        assert (_out_of_memory(during, cfg()) or "").startswith("out of memory: To fit, try: ")
+        assert (out_of_memory(during, cfg()) or "").startswith("out of memory: To fit, try: ")
 
 
 def test_the_cpu_allocator_is_plain_memory() -> None:
     with pytest.raises(RuntimeError, match="can't allocate memory") as caught:
         torch.empty(2**62, dtype=torch.uint8)
-    assert _out_of_memory(caught.value, cfg(), peak_mb=2048) == (
+    assert out_of_memory(caught.value, cfg(), peak_mb=2048) == (
         "out of memory: the job's peak was 2,048 MiB. "
         f"To fit, try: {BATCH_ADVICE}; {SEQ_ADVICE}; {CHECKPOINTING_ADVICE}; {QLORA_ADVICE}."
     )
 
 
 def test_other_errors_are_not_memory() -> None:
-    assert _out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), cfg()) is None
-    assert _out_of_memory(OSError(28, "No space left on device"), cfg()) is None
-    assert _out_of_memory(None, cfg()) is None
+    assert out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), cfg()) is None
+    assert out_of_memory(OSError(28, "No space left on device"), cfg()) is None
+    assert out_of_memory(None, cfg()) is None
 
 
 # peft asks the model a deprecated question while wrapping it; the worker process shows it, this test need not fail
@@ -148,13 +148,13 @@ def test_a_job_whose_training_runs_out_of_gpu_memory_fails_with_advice(
 
 
 def test_checkpointing_that_auto_turned_on_is_not_advised_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tunestudio.worker import main
+    from tunestudio.worker import errors
 
     job = cfg(training_type="qlora", batch_size=1, max_seq_length=8)
     assert job.gradient_checkpointing == "auto"
-    assert CHECKPOINTING_ADVICE in (_out_of_memory(MemoryError(), job) or "")
-    monkeypatch.setitem(main._decided, "gradient_checkpointing", True)
-    assert CHECKPOINTING_ADVICE not in (_out_of_memory(MemoryError(), job) or "")
+    assert CHECKPOINTING_ADVICE in (out_of_memory(MemoryError(), job) or "")
+    monkeypatch.setitem(errors.decided, "gradient_checkpointing", True)
+    assert CHECKPOINTING_ADVICE not in (out_of_memory(MemoryError(), job) or "")
 
 
 TORCH_WRITE_FAILED = ("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file "

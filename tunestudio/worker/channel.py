@@ -8,10 +8,12 @@ lines (`python -m tunestudio.worker CONFIG.json`).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 import time
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -177,4 +179,14 @@ class StdioChannel(Channel):
         self._out.flush()
 
 
-__all__ = ["Channel", "Completed", "Failed", "QueueChannel", "StdioChannel"]
+def quiet_libraries() -> None:
+    """Library chatter goes to stderr at warning level; progress reaches the user as events (a job's or an
+    export's worker calls it before loading anything)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
+    os.environ.setdefault("DISABLE_TQDM", "1")
+    logging.getLogger("transformers").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*kernels.*")
+
+
+__all__ = ["Channel", "Completed", "Failed", "QueueChannel", "StdioChannel", "quiet_libraries"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import shutil
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,13 @@ from tunestudio import ownership
 from tunestudio.config import format_validation_error
 from tunestudio.export_config import ExportConfig
 from tunestudio.paths import expand
-from tunestudio.worker.channel import Channel
+from tunestudio.worker.channel import Channel, quiet_libraries
 from tunestudio.worker.errors import UserError
+from tunestudio.worker.export_source import Cancelled, ExportStep, Source, find_source
+
+__all__ = ["MARKER", "find_source", "run", "staging_dir"]
 
 MARKER = "export.json"  # written into every export folder; an existing folder is replaced only if it has one
-
-
-class Cancelled(Exception):
-    """The parent asked the export to stop; nothing is kept."""
 
 
 def run(config: ExportConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None) -> int:
@@ -43,9 +41,7 @@ def run(config: ExportConfig | dict[str, Any], channel: Channel, secrets: dict[s
     cfg: ExportConfig | None = None
     try:
         cfg = _validate(config, secrets)
-        from tunestudio.worker.main import _quiet_libraries
-
-        _quiet_libraries()
+        quiet_libraries()
         return _export(cfg, channel)
     except Cancelled:
         channel.completed(output_dir=None, stopped=True, saved=False)
@@ -73,40 +69,6 @@ def _scrub(text: str, cfg: ExportConfig | None) -> str:
     return text.replace(token, "***") if token else text
 
 
-@dataclass(frozen=True)
-class Source:
-    """What a finished job left: the folder to read, and the base model an adapter belongs to."""
-
-    path: Path
-    adapter: bool
-    base_model: str | None
-    job_config: dict[str, Any]
-
-
-def find_source(cfg: ExportConfig) -> Source:
-    root = expand(cfg.source_dir)
-    if not root.is_dir():
-        raise UserError(f"source_dir {cfg.source_dir}: no such folder (has the job finished and saved?)")
-    path = root
-    if cfg.checkpoint:
-        inside = root / cfg.checkpoint
-        path = inside if inside.is_dir() else expand(cfg.checkpoint)
-        if not path.is_dir():
-            raise UserError(f"checkpoint {cfg.checkpoint}: no such folder in {root} or on disk")
-    job_config: dict[str, Any] = {}
-    if (root / "job_config.json").is_file():
-        job_config = json.loads((root / "job_config.json").read_text(encoding="utf-8"))
-    if (path / "adapter_config.json").is_file():
-        adapter_config = json.loads((path / "adapter_config.json").read_text(encoding="utf-8"))
-        base = job_config.get("model_name") or adapter_config.get("base_model_name_or_path")
-        if not base:
-            raise UserError(f"{path}: the adapter does not say which base model it belongs to")
-        return Source(path, True, base, job_config)
-    if (path / "config.json").is_file():
-        return Source(path, False, None, job_config)
-    raise UserError(f"{path}: neither an adapter (adapter_config.json) nor a model (config.json) to export")
-
-
 def _export(cfg: ExportConfig, channel: Channel) -> int:
     from tunestudio.worker import export_gguf, export_hub, export_model
 
@@ -126,32 +88,27 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
     if cfg.target == "hub":
         export_hub.require_hub(cfg)
 
-    def check_stop() -> None:
-        if channel.stop_request is not None:
-            raise Cancelled
-
+    step = ExportStep.of(channel)
     try:
         if cfg.target == "merged":
             channel.phase("loading_model", f"merging the adapter into {source.base_model}" if source.adapter else "")
-            export_model.write_merged(source, cfg.dtype, staging, channel, check_stop, progress=(0, 90))
+            export_model.write_merged(source, cfg.dtype, staging, step.within(0, 90))
         elif cfg.target == "gguf":
             hf_dir = source.path
             if source.adapter:  # the converter reads a plain HF folder: merge first (fp32, no loss before the cast)
                 channel.phase("loading_model", f"merging the adapter into {source.base_model}")
                 hf_dir = staging / ".merged"
-                export_model.write_merged(source, "fp32", hf_dir, channel, check_stop, progress=(0, 30))
+                export_model.write_merged(source, "fp32", hf_dir, step.within(0, 30))
             channel.phase("saving", f"converting to GGUF {cfg.resolved_quantization}")
-            export_gguf.write_gguf(hf_dir, staging, cfg.resolved_quantization or "f16", channel, check_stop,
-                                   progress=(30, 98))
+            export_gguf.write_gguf(hf_dir, staging, cfg.resolved_quantization or "f16", step.within(30, 98))
             if hf_dir != source.path:
                 shutil.rmtree(hf_dir)
         elif cfg.target == "gguf-lora":
             channel.phase("saving", f"converting the adapter to a GGUF LoRA ({cfg.resolved_quantization})")
-            export_gguf.write_gguf_lora(source, staging, cfg.resolved_quantization or "f16", channel, check_stop,
-                                        progress=(0, 98))
+            export_gguf.write_gguf_lora(source, staging, cfg.resolved_quantization or "f16", step.within(0, 98))
         else:
-            export_hub.push(source, cfg, staging, channel, check_stop)
-        check_stop()
+            export_hub.push(source, cfg, staging, step)
+        step.check_stop()
         _write_marker(cfg, source, staging)
         _move_into_place(staging, output)
     except BaseException:

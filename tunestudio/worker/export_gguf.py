@@ -22,16 +22,12 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tunestudio.paths import expand
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
-from tunestudio.worker.export_model import report
+from tunestudio.worker.export_source import ExportStep, Source
 from tunestudio.worker.modelfile import write_modelfile
-
-if TYPE_CHECKING:
-    from tunestudio.worker.export import Source
 
 LLAMA_CPP_VERSION = "0.3.36"  # the llama-cpp-python release pinned in the Makefile
 POLL_S = 0.1
@@ -69,66 +65,44 @@ def require_quantize() -> str:
     return found
 
 
-def write_gguf(
-    hf_dir: Path,
-    staging: Path,
-    quantization: str,
-    channel: Channel,
-    check_stop: Callable[[], None],
-    progress: tuple[int, int],
-) -> Path:
+def write_gguf(hf_dir: Path, staging: Path, quantization: str, step: ExportStep) -> Path:
     """`model-<quantization>.gguf` and its Modelfile in `staging`; returns the GGUF's path."""
     name = f"model-{quantization}.gguf"
-    start, end = progress
+    start, end = step.progress
     if quantization == "q4_k_m":
         # The Python converter stops at q8_0; k-quants come from llama-quantize, from an f16 file.
         f16 = staging / ".model-f16.gguf"
         mid = start + (end - start) * 2 // 3
-        _convert("hf", [str(hf_dir), "--outtype", "f16", "--outfile", str(f16)], hf_dir, channel, check_stop,
-                 (start, mid))
-        channel.log("quantizing to Q4_K_M with llama-quantize")
-        _run_child([require_quantize(), str(f16), str(staging / name), "Q4_K_M"], {}, channel, check_stop, None)
+        _convert("hf", [str(hf_dir), "--outtype", "f16", "--outfile", str(f16)], hf_dir, step.within(start, mid))
+        step.channel.log("quantizing to Q4_K_M with llama-quantize")
+        _run_child([require_quantize(), str(f16), str(staging / name), "Q4_K_M"], {}, step.channel, step.check_stop,
+                   None)
         f16.unlink()
     else:
-        _convert("hf", [str(hf_dir), "--outtype", quantization, "--outfile", str(staging / name)], hf_dir, channel,
-                 check_stop, progress)
+        _convert("hf", [str(hf_dir), "--outtype", quantization, "--outfile", str(staging / name)], hf_dir, step)
     for warning in write_modelfile(hf_dir, staging / "Modelfile", name):
-        channel.warn(warning)
+        step.channel.warn(warning)
     return staging / name
 
 
-def write_gguf_lora(
-    source: Source,
-    staging: Path,
-    quantization: str,
-    channel: Channel,
-    check_stop: Callable[[], None],
-    progress: tuple[int, int],
-) -> Path:
+def write_gguf_lora(source: Source, staging: Path, quantization: str, step: ExportStep) -> Path:
     """`adapter-<quantization>.gguf` in `staging`: the LoRA alone, for llama.cpp's --lora."""
     out = staging / f"adapter-{quantization}.gguf"
     args = ["--outtype", quantization, "--outfile", str(out)]
     base = expand(source.base_model or "")
     # The converter reads the base model's config (not its weights) from a folder, else from the hub.
     args += ["--base", str(base)] if base.is_dir() else ["--base-model-id", source.base_model or ""]
-    _convert("lora", [*args, str(source.path)], None, channel, check_stop, progress)
+    _convert("lora", [*args, str(source.path)], None, step)
     return out
 
 
-def _convert(
-    which: str,
-    args: list[str],
-    model_dir: Path | None,
-    channel: Channel,
-    check_stop: Callable[[], None],
-    progress: tuple[int, int],
-) -> None:
+def _convert(which: str, args: list[str], model_dir: Path | None, step: ExportStep) -> None:
     root = require_converter()
     command = [sys.executable, "-m", "tunestudio.worker.gguf_driver", which]
     if model_dir is not None:
         command.append(f"--pre-tokenizer-fallback={model_dir}")
     env = {"TUNESTUDIO_LLAMA_CPP": str(root)}
-    _run_child([*command, *args], env, channel, check_stop, progress)
+    _run_child([*command, *args], env, step.channel, step.check_stop, step.progress)
 
 
 def _run_child(
@@ -138,11 +112,13 @@ def _run_child(
     check_stop: Callable[[], None],
     progress: tuple[int, int] | None,
 ) -> None:
-    """Run a converter or llama-quantize; its JSON lines become events, a stop request ends it.
+    """Run a converter or llama-quantize; its JSON lines become events (progress into `progress` of the
+    0–100 scale, none if None), a stop request (`check_stop` raising) ends it.
 
     stderr (the converter's own log) goes to this worker's stderr (the job's log
     file), and its last lines into the error if the child fails.
     """
+    step = ExportStep(channel, check_stop, progress) if progress is not None else None
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     full_env.pop("HF_TOKEN", None)  # a converter has no use for a hub token
     tail: deque[str] = deque(maxlen=20)
@@ -157,8 +133,8 @@ def _run_child(
                     tail.append(line.rstrip())
                 elif "warning" in message:
                     channel.warn(str(message["warning"]))
-                elif progress is not None and message.get("total"):
-                    report(channel, progress, int(message["progress"]) / int(message["total"]))
+                elif step is not None and message.get("total"):
+                    step.report(int(message["progress"]) / int(message["total"]))
 
         def pump_stderr() -> None:
             assert proc.stderr is not None

@@ -16,18 +16,15 @@ import contextlib
 import importlib
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tunestudio.export_config import ExportConfig, hub_repo_problem
 from tunestudio.worker import hub
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
-from tunestudio.worker.export_model import report, write_merged
-
-if TYPE_CHECKING:
-    from tunestudio.worker.export import Source
+from tunestudio.worker.export_model import write_merged
+from tunestudio.worker.export_source import ExportStep, Source
 
 # What an adapter folder holds that belongs on the hub (checkpoints' optimizer states do not).
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -42,19 +39,20 @@ def require_hub(cfg: ExportConfig) -> None:
         raise UserError("hf_token: pushing to the hub needs a token with write access")
 
 
-def push(source: Source, cfg: ExportConfig, staging: Path, channel: Channel, check_stop: Callable[[], None]) -> None:
+def push(source: Source, cfg: ExportConfig, staging: Path, step: ExportStep) -> None:
     """Build the folder to push in `staging`, then create the repository and upload it."""
+    channel = step.channel
     if cfg.hub_content == "merged" or not source.adapter:
         channel.phase("loading_model", "merging the adapter" if source.adapter else "loading the model")
-        write_merged(source, cfg.dtype, staging, channel, check_stop, progress=(0, 50))
+        write_merged(source, cfg.dtype, staging, step.within(0, 50))
     else:
         for name in ADAPTER_FILES:
             if (source.path / name).is_file():
                 shutil.copy2(source.path / name, staging / name)
     (staging / "README.md").write_text(model_card(source, cfg), encoding="utf-8")
-    check_stop()
+    step.check_stop()
     channel.phase("saving", f"uploading to {cfg.repo}")
-    report(channel, (50, 100), 0.0)
+    step.within(50, 100).report(0.0)
     _upload(cfg, staging, channel)
 
 

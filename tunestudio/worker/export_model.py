@@ -4,66 +4,50 @@ saved as safetensors with the tokenizer and its chat template."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tunestudio.worker.channel import Channel
-from tunestudio.worker.model import _from_pretrained
-
-if TYPE_CHECKING:
-    from tunestudio.worker.export import Source
+from tunestudio.worker.export_source import ExportStep, Source
+from tunestudio.worker.model import from_pretrained
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def report(channel: Channel, progress: tuple[int, int], fraction: float) -> None:
-    """One Progress event on the export's 0–100 scale, `fraction` of the way through this stage."""
-    start, end = progress
-    channel.progress(step=int(start + (end - start) * fraction), total_steps=100)
 
 
 def load_merged(source: Source, channel: Channel) -> tuple[torch.nn.Module, Any]:
     """The model to export in fp32, and its tokenizer (the job's own copy, else the base model's)."""
     if not source.adapter:
-        model = _from_pretrained(AutoModelForCausalLM, str(source.path), "model", dtype=torch.float32)
-        return model, _from_pretrained(AutoTokenizer, str(source.path), "tokenizer")
+        model = from_pretrained(AutoModelForCausalLM, str(source.path), "model", dtype=torch.float32)
+        return model, from_pretrained(AutoTokenizer, str(source.path), "tokenizer")
     from peft import PeftModel
 
     # A QLoRA adapter merges into the base in full precision: merging into 4-bit weights would round it away.
     if source.job_config.get("training_type") == "qlora":
         channel.log("QLoRA adapter: merged into the base model's full-precision weights")
-    base = _from_pretrained(AutoModelForCausalLM, source.base_model or "", "model", dtype=torch.float32)
+    base = from_pretrained(AutoModelForCausalLM, source.base_model or "", "model", dtype=torch.float32)
     with warnings.catch_warnings():
         # peft 0.21.2 reads transformers 5's deprecated `is_gradient_checkpointing` alias; nothing for us to fix.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         model = PeftModel.from_pretrained(base, str(source.path)).merge_and_unload()
     tokenizer_dir = source.path if (source.path / "tokenizer_config.json").is_file() else source.base_model
-    return model, _from_pretrained(AutoTokenizer, str(tokenizer_dir), "tokenizer")
+    return model, from_pretrained(AutoTokenizer, str(tokenizer_dir), "tokenizer")
 
 
-def write_merged(
-    source: Source,
-    dtype: str,
-    dest: Path,
-    channel: Channel,
-    check_stop: Callable[[], None],
-    progress: tuple[int, int],
-) -> None:
+def write_merged(source: Source, dtype: str, dest: Path, step: ExportStep) -> None:
     """Load, merge, cast and save into `dest` (a folder inside the export's staging folder)."""
-    report(channel, progress, 0.0)
-    model, tokenizer = load_merged(source, channel)
-    check_stop()
+    step.report(0.0)
+    model, tokenizer = load_merged(source, step.channel)
+    step.check_stop()
     # The job's status follows the phases, and only "saving" may end in completed.
-    channel.phase("saving", f"writing the merged model ({dtype})")
-    report(channel, progress, 0.5)
+    step.channel.phase("saving", f"writing the merged model ({dtype})")
+    step.report(0.5)
     model = model.to(DTYPES[dtype])
     model.config.use_cache = True  # training switched it off; an exported model is for inference
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(dest), safe_serialization=True)
     tokenizer.save_pretrained(str(dest))  # with transformers 5: chat_template.jinja beside it
-    check_stop()
-    report(channel, progress, 1.0)
+    step.check_stop()
+    step.report(1.0)

@@ -6,22 +6,17 @@ train → save → sample the result → report.
 
 Every way out ends in exactly one terminal event: `Completed` (possibly
 stopped) or `Failed`. A `UserError` is reported by its message alone; running
-out of memory by what to change in the config (`_out_of_memory`); anything
+out of memory or a full disk by what to change (worker/errors.py); anything
 else is a bug and carries the traceback for the logs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
-import logging
 import os
-import re
 import sys
 import traceback
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +25,9 @@ from pydantic import ValidationError
 from tunestudio import ownership, paths
 from tunestudio.config import JobConfig, format_validation_error, summary
 from tunestudio.events import Sample
-from tunestudio.worker.channel import Channel
-from tunestudio.worker.errors import UserError
+from tunestudio.worker import errors
+from tunestudio.worker.channel import Channel, quiet_libraries
+from tunestudio.worker.errors import UserError, disk_full, out_of_memory
 
 
 def run(
@@ -45,94 +41,21 @@ def run(
     cfg: JobConfig | None = None
     try:
         cfg = _validate(config, secrets)
-        _quiet_libraries()
+        quiet_libraries()
         return _train(cfg, channel, Path(cache_dir) if cache_dir else None)
     except UserError as exc:
         channel.failed(str(exc), traceback.format_exc())
     except Exception as exc:
-        oom = _out_of_memory(exc, cfg, _peak_memory_mb()) if cfg is not None else None
+        oom = out_of_memory(exc, cfg, _peak_memory_mb()) if cfg is not None else None
         if oom is not None:
             channel.failed(oom, traceback.format_exc())
-        elif _disk_full(exc):  # the library's own words (torch's inline_container.cc...) go to the log only
+        elif disk_full(exc):  # the library's own words (torch's inline_container.cc...) go to the log only
             where = f" (output_dir {cfg.output_dir})" if cfg is not None and cfg.output_dir else ""
             channel.failed(f"disk full: writing a file failed{where}; free some space, then resume the job from "
                            "its last checkpoint", traceback.format_exc())
         else:
             channel.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
     return 1
-
-
-def _causes(exc: BaseException | None, depth: int = 5) -> Iterator[BaseException]:
-    """An error and what caused it, nearest first (torch and safetensors wrap the errors that tell)."""
-    while exc is not None and depth > 0:
-        yield exc
-        exc, depth = exc.__cause__ or exc.__context__, depth - 1
-
-
-def _disk_full(exc: BaseException | None) -> bool:
-    """Whether an error (or what caused it) is a full disk."""
-    return any((isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e)
-               or "file write failed" in str(e)  # torch's writer (inline_container.cc) on a full disk
-               for e in _causes(exc))
-
-
-def _out_of_memory(exc: BaseException | None, cfg: JobConfig, peak_mb: float | None = None) -> str | None:
-    """What to change when an error (or what caused it) is running out of memory, else None.
-
-    GPU: torch's OutOfMemoryError, or a message from the device allocator ("CUDA out of memory",
-    "CUDA error: out of memory") or a CUDA library's (cuBLAS's "CUBLAS_STATUS_ALLOC_FAILED").
-    CPU: MemoryError, or torch's "DefaultCPUAllocator: can't allocate memory".
-    Pure: torch is consulted only if this process already imported it (no error of torch's otherwise).
-    """
-    torch = sys.modules.get("torch")
-    gpu_error = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    where, text = None, ""
-    for cause in _causes(exc):
-        text = str(cause)
-        if isinstance(cause, MemoryError) or "can't allocate memory" in text:
-            where = "memory"
-        elif ((gpu_error is not None and isinstance(cause, gpu_error)) or "out of memory" in text.lower()
-              or "_STATUS_ALLOC_FAILED" in text):
-            where = "GPU memory"
-        if where is not None:
-            break
-    if where is None:
-        return None
-    facts = []
-    asked = re.search(r"[Tt]ried to allocate (\d+(?:\.\d+)? ?[KMGT]i?B)", text)
-    if asked:
-        capacity = re.search(r"total capacity of (\d+(?:\.\d+)? ?[KMGT]i?B)", text)
-        facts.append(f"an allocation of {asked.group(1)} failed" + (f" on a GPU of {capacity.group(1)}"
-                                                                    if capacity else ""))
-    if peak_mb:
-        facts.append(f"the job's peak was {peak_mb:,.0f} MiB")
-    advice = _memory_advice(cfg)
-    remedy = ("To fit, try: " + "; ".join(advice) if advice else
-              "The job already has the settings that save the most memory: it needs a smaller model or more memory")
-    return f"out of {where}: " + (f"{'; '.join(facts)}. " if facts else "") + remedy + "."
-
-
-# What this worker decided for settings left to it ("auto"), for the advice of an out-of-memory failure.
-_decided: dict[str, Any] = {}
-
-
-def _memory_advice(cfg: JobConfig) -> list[str]:
-    """The config changes that need less memory, for this job (none it already has)."""
-    advice = []
-    batch, accumulation = cfg.batch_size, cfg.gradient_accumulation_steps
-    if batch > 1:
-        smaller = max(d for d in range(1, batch // 2 + 1) if batch % d == 0)  # keeps the global batch exact
-        advice.append(f"a smaller batch_size ({smaller}) with gradient_accumulation_steps "
-                      f"{accumulation * batch // smaller}, which keeps the global batch of {batch * accumulation}")
-    if cfg.max_seq_length >= 16:
-        advice.append(f"a shorter max_seq_length ({cfg.max_seq_length // 2})")
-    if cfg.gradient_checkpointing not in (True, "unsloth") and not _decided.get("gradient_checkpointing"):
-        advice.append("gradient_checkpointing: true (activations recomputed: slower, far less memory)")
-    if cfg.training_type.value == "full":
-        advice.append("training_type: qlora (4-bit base weights and small adapters; or lora, full-size weights)")
-    elif cfg.training_type.value == "lora":
-        advice.append("training_type: qlora (4-bit base weights)")
-    return advice
 
 
 def _peak_memory_mb() -> float | None:
@@ -188,7 +111,7 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     tokenizer = model_mod.load_tokenizer(cfg)
     model = model_mod.load_model(cfg, precision.compute_dtype)
     gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel, model, precision)
-    _decided["gradient_checkpointing"] = gradient_checkpointing
+    errors.decided["gradient_checkpointing"] = gradient_checkpointing
     model = model_mod.prepare_model(model, cfg, gradient_checkpointing)
     trainable, total = model_mod.count_parameters(model)
     four_bit = model_mod.count_4bit_layers(model)
@@ -321,12 +244,3 @@ def _latest_checkpoint(output_dir: Path) -> str | None:
     from tunestudio.checkpoints import latest_checkpoint
 
     return latest_checkpoint(output_dir)
-
-
-def _quiet_libraries() -> None:
-    """Library chatter goes to stderr at warning level; progress reaches the user as events."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
-    os.environ.setdefault("DISABLE_TQDM", "1")
-    logging.getLogger("transformers").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*kernels.*")

@@ -23,7 +23,7 @@ ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
 
 
-def _from_pretrained(loader: Any, name: str, what: str, **kwargs: Any) -> Any:
+def from_pretrained(loader: Any, name: str, what: str, **kwargs: Any) -> Any:
     """`loader.from_pretrained(name)` with the cache first and a clear error when offline."""
     local = expand(name)
     if local.is_dir():
@@ -46,7 +46,7 @@ def _from_pretrained(loader: Any, name: str, what: str, **kwargs: Any) -> Any:
 
 def load_tokenizer(cfg: JobConfig) -> PreTrainedTokenizerBase:
     token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
-    tokenizer = _from_pretrained(AutoTokenizer, cfg.model_name, "tokenizer", token=token)
+    tokenizer = from_pretrained(AutoTokenizer, cfg.model_name, "tokenizer", token=token)
     if tokenizer.pad_token is None:
         # Padding positions are masked out of the loss, so reusing EOS is safe.
         tokenizer.pad_token = tokenizer.eos_token
@@ -56,7 +56,7 @@ def load_tokenizer(cfg: JobConfig) -> PreTrainedTokenizerBase:
 def hidden_size(cfg: JobConfig) -> int | None:
     """The model's hidden size from its config alone (no weights loaded), or None if it has none."""
     token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
-    config = _from_pretrained(AutoConfig, cfg.model_name, "config", token=token)
+    config = from_pretrained(AutoConfig, cfg.model_name, "config", token=token)
     text = getattr(config, "get_text_config", lambda: config)()
     return getattr(text, "hidden_size", None)
 
@@ -73,7 +73,7 @@ def load_model(cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
         )
         if not torch.cuda.is_available():
             kwargs["device_map"] = {"": "cpu"}
-    model = _from_pretrained(AutoModelForCausalLM, cfg.model_name, "model", **kwargs)
+    model = from_pretrained(AutoModelForCausalLM, cfg.model_name, "model", **kwargs)
     model.config.use_cache = False  # training never reads the KV cache
     return model
 

@@ -6,19 +6,22 @@
 - sharegpt and OpenAI messages become {"messages": [...]};
 - prompt/completion strings stay plain strings, and text stays {"text"}.
 
-A row that cannot be converted raises `RowProblem`; the caller drops and counts it.
+Fields and conversations are read by worker/data/conversations.py, as for the
+other methods' formats (worker/data/method_formats.py, which `resolve_format`
+hands every method but sft). A row that cannot be converted raises
+`RowProblem`; the caller drops and counts it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from tunestudio.config import JobConfig
+from tunestudio.worker.data.conversations import HOW_TO_SET, Converter, RowProblem, conversation, text
 from tunestudio.worker.data.sources import Row
 from tunestudio.worker.errors import UserError
 
-Converter = Callable[[dict[str, Any]], dict[str, Any]]
+__all__ = ["CONVERTERS", "SIGNATURES", "Converter", "RowProblem", "candidates", "detect_format", "resolve_format"]
 
 # The columns that identify each structured format; `text` is the fallback.
 SIGNATURES: dict[str, set[str]] = {
@@ -27,14 +30,6 @@ SIGNATURES: dict[str, set[str]] = {
     "messages": {"messages"},
     "prompt_completion": {"prompt", "completion"},
 }
-_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
-          "bot": "assistant", "model": "assistant", "chatgpt": "assistant"}
-_HOW_TO_SET = ("set format_type (alpaca, sharegpt, messages, prompt_completion, text) or custom_format_mapping, "
-               'e.g. {"question": "user", "answer": "assistant"}')
-
-
-class RowProblem(Exception):
-    """One row cannot be used; the message completes "dataset F row N ..."."""
 
 
 def candidates(columns: set[str]) -> list[str]:
@@ -55,64 +50,42 @@ def detect_format(rows: list[Row]) -> str:
         return found[0]
     what = "is ambiguous: it fits " + " and ".join(found) if found else "is not a format tunestudio knows"
     raise UserError(f"dataset {first.source}: the format {what}; the columns found are {sorted(columns)}; "
-                    f"{_HOW_TO_SET}")
-
-
-def _text(data: dict[str, Any], name: str, *, required: bool = True) -> str:
-    value = data.get(name)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        if required:
-            raise RowProblem(f"has no {name!r} field (or it is empty); {_HOW_TO_SET} to match your columns")
-        return ""
-    if isinstance(value, (dict, list)):
-        raise RowProblem(f"field {name!r} is a {type(value).__name__}, not text")
-    return str(value)
+                    f"{HOW_TO_SET}")
 
 
 def _alpaca(data: dict[str, Any]) -> dict[str, Any]:
-    user = _text(data, "instruction")
-    output = _text(data, "output")
-    extra = _text(data, "input", required=False)
+    user = text(data, "instruction")
+    output = text(data, "output")
+    extra = text(data, "input", required=False)
     if extra:
         user = f"{user}\n\n{extra}"
     prompt = [{"role": "user", "content": user}]
-    system = _text(data, "system", required=False)
+    system = text(data, "system", required=False)
     if system:
         prompt.insert(0, {"role": "system", "content": system})
     return {"prompt": prompt, "completion": [{"role": "assistant", "content": output}]}
 
 
 def _turns(data: dict[str, Any], key: str) -> dict[str, Any]:
-    """A conversation; each turn is from/value (sharegpt) or role/content (OpenAI), whichever the row uses."""
+    """A conversation to learn from: it needs an assistant turn."""
     turns = data.get(key)
     if not isinstance(turns, list) or not turns:
-        raise RowProblem(f"has no {key!r} list of turns; {_HOW_TO_SET} to match your columns")
-    messages = []
-    for i, turn in enumerate(turns, start=1):
-        if not isinstance(turn, dict):
-            raise RowProblem(f"turn {i} of {key!r} is not an object")
-        role = turn.get("from", turn.get("role"))
-        content = turn.get("value", turn.get("content"))
-        if role is None or not isinstance(content, str):
-            raise RowProblem(f"turn {i} of {key!r} needs from/value or role/content text")
-        mapped = _ROLES.get(str(role).strip().lower())
-        if mapped is None:
-            raise RowProblem(f"turn {i} has unknown role {role!r}")
-        messages.append({"role": mapped, "content": content})
+        raise RowProblem(f"has no {key!r} list of turns; {HOW_TO_SET} to match your columns")
+    messages = conversation(turns, key)
     if not any(m["role"] == "assistant" for m in messages):
         raise RowProblem("has no assistant turn to learn from")
     return {"messages": messages}
 
 
 def _prompt_completion(data: dict[str, Any]) -> dict[str, Any]:
-    return {"prompt": _text(data, "prompt"), "completion": _text(data, "completion")}
+    return {"prompt": text(data, "prompt"), "completion": text(data, "completion")}
 
 
 def _custom(mapping: dict[str, str]) -> Converter:
     single_answer = list(mapping.values()).count("assistant") == 1 and list(mapping.values())[-1] == "assistant"
 
     def convert(data: dict[str, Any]) -> dict[str, Any]:
-        messages = [{"role": role, "content": _text(data, column)} for column, role in mapping.items()]
+        messages = [{"role": role, "content": text(data, column)} for column, role in mapping.items()]
         if single_answer:
             return {"prompt": messages[:-1], "completion": messages[-1:]}
         return {"messages": messages}
@@ -125,7 +98,7 @@ CONVERTERS: dict[str, Converter] = {
     "sharegpt": lambda data: _turns(data, "conversations"),
     "messages": lambda data: _turns(data, "messages"),
     "prompt_completion": _prompt_completion,
-    "text": lambda data: {"text": _text(data, "text")},
+    "text": lambda data: {"text": text(data, "text")},
 }
 
 

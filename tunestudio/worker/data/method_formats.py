@@ -13,7 +13,8 @@
 - text (continued pretraining): `text`; every token is trained on.
 
 `custom_format_mapping` renames columns to these fields ({"question": "prompt"}).
-A row that cannot be converted raises `RowProblem`, as for SFT formats.
+Fields and conversations are read by worker/data/conversations.py, as for the
+SFT formats; a row that cannot be converted raises `RowProblem`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunestudio.config import METHOD_FORMATS, JobConfig
-from tunestudio.worker.data.formats import _ROLES, Converter, RowProblem, _text
+from tunestudio.worker.data.conversations import Converter, RowProblem, conversation, text
 from tunestudio.worker.data.sources import Row
 from tunestudio.worker.errors import UserError
 
@@ -46,28 +47,13 @@ def _how_to_set(fmt: str) -> str:
     return f"set custom_format_mapping to name your columns, e.g. {_EXAMPLE_MAPPING[fmt]}"
 
 
-def _conversation(value: Any, name: str, fmt: str) -> list[dict[str, str]]:
-    """A list of role/content (or from/value) turns, checked; RowProblem names the field and turn."""
-    if not value:
-        raise RowProblem(f"has no {name!r} field (or it is empty); {_how_to_set(fmt)}")
-    messages = []
-    for i, turn in enumerate(value, start=1):
-        if not isinstance(turn, dict):
-            raise RowProblem(f"turn {i} of {name!r} is not an object")
-        role = turn.get("role", turn.get("from"))
-        content = turn.get("content", turn.get("value"))
-        mapped = _ROLES.get(str(role).strip().lower()) if role is not None else None
-        if mapped is None or not isinstance(content, str):
-            raise RowProblem(f"turn {i} of {name!r} needs role/content text (role {role!r})")
-        messages.append({"role": mapped, "content": content})
-    return messages
-
-
 def _part(data: dict[str, Any], name: str, fmt: str, *, required: bool = True) -> str | list[dict[str, str]] | None:
     """A field that is text or a conversation; None if optional and absent."""
     value = data.get(name)
     if isinstance(value, list):
-        return _conversation(value, name, fmt)
+        if not value:
+            raise RowProblem(f"has no {name!r} field (or it is empty); {_how_to_set(fmt)}")
+        return conversation(value, name)
     if value is None or (isinstance(value, str) and not value.strip()):
         if not required:
             return None
@@ -165,7 +151,7 @@ def _converter(fmt: str, cfg: JobConfig, conversational: bool) -> Converter:
         from tunestudio.worker.rewards import needs_answer
 
         return prompt_only(needs_answer(cfg), conversational)
-    return lambda data: {"text": _text(data, "text")}
+    return lambda data: {"text": text(data, "text")}
 
 
 def _holds_conversations(rows: list[Row], mapping: dict[str, str] | None) -> bool:
