@@ -1,5 +1,5 @@
 """The command line: `tunestudio train JOB.yaml`, `export JOB_ID --to TARGET`,
-`jobs list|show|stop|resume`, `serve`, `make-tiny-model DIR`.
+`jobs list|show|stop|resume`, `data inspect FILE…`, `serve`, `make-tiny-model DIR`.
 
 The CLI is the parent side: it never imports torch or the HF libraries itself;
 training runs in a supervised worker process.
@@ -27,6 +27,7 @@ from rich.table import Table
 from tunestudio import ownership
 from tunestudio.cli_chat import chat, print_evaluation
 from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, format_validation_error, load_config
+from tunestudio.data_report.cli import data_app
 from tunestudio.events import Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.export_config import ExportOptions
@@ -149,6 +150,7 @@ def export(
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Jobs recorded in the data directory.")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(data_app, name="data")  # data inspect: the dataset report (tunestudio/data_report/)
 
 
 @jobs_app.command("list")

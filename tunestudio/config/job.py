@@ -72,6 +72,12 @@ class DataPart(BaseModel):
     custom_format_mapping: dict[str, MappingTarget] | None = Field(
         default=None, description="Column → chat role (sft), or column → field of the method's format (others)."
     )
+    dedupe: Literal["off", "exact", "near"] = Field(
+        default="off",
+        description="Duplicate rows removed before the eval split, the first of each kept: exact (the same after "
+                    "normalising whitespace), or near (also rows whose word 3-grams overlap by an estimated "
+                    "Jaccard of 0.8 or more: MinHash LSH).",
+    )
 
     @field_validator("local_datasets")
     @classmethod

@@ -1,7 +1,8 @@
 """A job's dataset, from where the user keeps it to what TRL's SFTTrainer trains on.
 
 read (sources) → slice → tell the format (formats) → convert each row → render
-check (templates) → drop and count unusable rows → split off the eval rows.
+check (templates) → drop and count unusable rows → remove duplicates (dedupe, when
+the job asks) → split off the eval rows.
 
 Errors a user can cause name the file and the row (1-based, as an editor shows it).
 """
@@ -16,6 +17,7 @@ from typing import Any
 from datasets import Dataset
 
 from tunestudio.config import JobConfig
+from tunestudio.worker.data import dedupe as dedupe_mod
 from tunestudio.worker.data.formats import Converter, RowProblem, detect_format, resolve_format
 from tunestudio.worker.data.sources import SUPPORTED_SUFFIXES, Row, read_file, read_rows
 from tunestudio.worker.data.templates import (
@@ -37,6 +39,7 @@ __all__ = [
     "Row",
     "auto_eval_size",
     "detect_format",
+    "hold_out",
     "prepare",
     "read_file",
     "slice_rows",
@@ -54,6 +57,7 @@ class PreparedData:
     notes: list[str] = field(default_factory=list)  # what the user should be told, as log lines
     warnings: list[str] = field(default_factory=list)
     dropped: int = 0
+    deduplicated: int = 0  # rows removed as duplicates (JobConfig.dedupe)
 
 
 # --- slicing and splitting ------------------------------------------------------
@@ -80,8 +84,9 @@ def auto_eval_size(n_rows: int) -> int:
     return min(max(math.ceil(n_rows * 0.05), 16), 128)
 
 
-def _hold_out(examples: list[dict[str, Any]], n_eval: int, seed: int) -> tuple[list[dict], list[dict]]:
-    # Deterministic from the job's seed, so a resumed job sees the same split.
+def hold_out(examples: list[Any], n_eval: int, seed: int) -> tuple[list[Any], list[Any]]:
+    """(the rows kept for training, the n_eval held out), in their order: deterministic from the job's seed, so
+    a resumed job sees the same split (and the dataset report names the same rows)."""
     order = list(range(len(examples)))
     random.Random(seed).shuffle(order)
     held = set(order[:n_eval])
@@ -174,6 +179,11 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     if drop_warning:
         warnings.append(drop_warning)
     dropped = len(problems)
+    deduplicated = 0
+    if cfg.dedupe != "off":  # before the split, so no held-out row repeats a training row it removes
+        kept, deduplicated = dedupe_mod.dedupe(examples, cfg.dedupe)
+        notes.append(dedupe_mod.describe(cfg.dedupe, deduplicated, len(examples)))
+        examples = kept
 
     eval_examples: list[dict[str, Any]] = []
     if rows.eval is not None:
@@ -192,7 +202,7 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     elif cfg.eval_steps > 0:
         n_eval = auto_eval_size(len(examples))
         if n_eval:
-            examples, eval_examples = _hold_out(examples, n_eval, cfg.random_seed)
+            examples, eval_examples = hold_out(examples, n_eval, cfg.random_seed)
             notes.append(f"eval: held out {n_eval} of {n_eval + len(examples)} rows for evaluation")
         else:
             warnings.append(f"eval_steps is set but the dataset has only {len(examples)} rows (fewer than 32) "
@@ -209,6 +219,7 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
         notes=notes,
         warnings=warnings,
         dropped=dropped,
+        deduplicated=deduplicated,
     )
 
 

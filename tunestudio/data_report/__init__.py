@@ -1,0 +1,16 @@
+"""The dataset report's parent side: what is asked (`ReportRequest`), the bounded child that answers
+(`run_report`, `run_report_async`), and `tunestudio data inspect` (`data_report/cli.py`, imported by the CLI
+only). The report itself is computed by `tunestudio.worker.data.report`, in the child."""
+
+from tunestudio.data_report.runner import (
+    ReportBusy,
+    ReportError,
+    ReportRequest,
+    ReportTimeout,
+    ReportTooLarge,
+    run_report,
+    run_report_async,
+)
+
+__all__ = ["ReportBusy", "ReportError", "ReportRequest", "ReportTimeout", "ReportTooLarge", "run_report",
+           "run_report_async"]

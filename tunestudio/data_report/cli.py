@@ -1,0 +1,136 @@
+"""`tunestudio data inspect FILE…`: the dataset report in the terminal, or as one JSON object (--json, the
+same object `POST /api/datasets/report` answers).
+
+Exit codes: 0 with a report; 1 when the report could not be made (the dataset cannot be read, it took too
+long or too much memory); 2 for arguments a job would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tunestudio.config import format_validation_error
+from tunestudio.data_report.runner import ReportError, ReportRequest, run_report
+from tunestudio.paths import PathRefused, resolve
+
+data_app = typer.Typer(no_args_is_help=True, help="Look at a dataset before training on it.")
+console = Console()
+err = Console(stderr=True)
+SHOWN = 8  # refused rows, duplicate groups and overlapping rows shown in the terminal (--json has more)
+SHOWN_COPIES = 4  # rows named per group of duplicates
+BAR = 40  # characters of the longest histogram bar
+
+
+@data_app.command("inspect")
+def inspect(
+    files: Annotated[list[Path], typer.Argument(help="Dataset files or folders (.jsonl .json .csv .parquet).")],
+    model: Annotated[str | None, typer.Option(help="Model whose tokenizer measures the rows (folder or hub id).")]
+    = None,
+    max_seq_length: Annotated[int | None, typer.Option(help="As the job's (default: JobConfig's).")] = None,
+    format_type: Annotated[str | None, typer.Option("--format", help="auto, alpaca, sharegpt, messages, "
+                                                                     "prompt_completion, text, ...")] = None,
+    method: Annotated[str | None, typer.Option(help="Training method (sft, dpo, orpo, kto, grpo, pretrain).")]
+    = None,
+    eval_split: Annotated[str | None, typer.Option("--eval", help="An eval file, or a split name among FILES: "
+                                                                  "its overlap with the training rows.")] = None,
+    held_out: Annotated[bool, typer.Option(help="The rows a job with eval_steps > 0 holds out: their overlap with "
+                                                "the training rows.")] = False,
+    seed: Annotated[int | None, typer.Option(help="random_seed of the job (the held-out split).")] = None,
+    dedupe: Annotated[str, typer.Option(help="The job's dedupe (off, exact, near): removed before the held-out "
+                                             "split.")] = "off",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+) -> None:
+    """Rows, refused rows, duplicates, token lengths, eval overlap, columns and roles: the data as a job reads it."""
+    try:
+        request = ReportRequest.model_validate({
+            "local_datasets": [str(f) for f in files], "model_name": model, "max_seq_length": max_seq_length,
+            "format_type": format_type, "method": method, "eval_split": eval_split, "held_out": held_out,
+            "random_seed": seed, "dedupe": dedupe})
+        config = resolve(request.job_config())
+    except ValidationError as exc:
+        for error in format_validation_error(exc):
+            err.print(f"[red]{escape(error['field'] or 'arguments')}: {escape(error['message'])}[/red]")
+        raise typer.Exit(2) from None
+    except PathRefused as exc:
+        err.print(f"[red]{escape(str(exc))}[/red]")
+        raise typer.Exit(2) from None
+    try:
+        report = run_report(config, tokenize=model is not None, dedupe=request.dedupe)
+    except ReportError as exc:
+        err.print(f"[red]{escape(str(exc))}[/red]")
+        raise typer.Exit(1) from None
+    if as_json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        show(report)
+
+
+def _where(place: dict[str, Any]) -> str:
+    return f"{Path(place['file']).name}:{place['line']}"
+
+
+def show(report: dict[str, Any]) -> None:
+    """The report for a person: one section per part, the first SHOWN items of each list."""
+    console.print(f"[bold]{escape(report['description'])}[/]: format {report['format']}"
+                  + (" (detected)" if report["detected"] else ""))
+    console.print(f"rows: {report['rows']:,} read, {report['usable']:,} usable, {report['refused_count']:,} refused")
+    for item in report["refused"][:SHOWN]:
+        console.print(f"  [yellow]{escape(_where(item))}[/] {escape(item['reason'])}")
+    if report["refused_count"] > SHOWN:
+        console.print(f"  … and {report['refused_count'] - SHOWN:,} more (--json lists up to 100)")
+
+    dup = report["duplicates"]
+    console.print(f"\n[bold]duplicates[/]: {dup['exact']:,} exact (after normalising whitespace), {dup['near']:,} near "
+                  f"({escape(dup['method'])})"
+                  + (f"; dedupe {dup['dedupe']} removes {dup['removed']:,}" if dup["dedupe"] != "off" else ""))
+    for example in dup["examples"][:SHOWN]:
+        rows = ", ".join(_where(r) for r in example["rows"][:SHOWN_COPIES]) + (
+            ", …" if example["count"] > SHOWN_COPIES else "")
+        what = f"{example['count']} copies" if example["kind"] == "exact" else f"similarity {example['similarity']}"
+        console.print(f"  {example['kind']} ({what}): {escape(rows)}  [dim]{escape(example['text'][:80])!r}[/dim]")
+
+    lengths = report["lengths"]
+    if lengths and lengths["rows"]:
+        console.print(f"\n[bold]lengths[/] ({lengths['unit']}, {escape(str(report.get('model')))}): min "
+                      f"{lengths['min']:,}, median {lengths['median']:,}, mean {lengths['mean']:,}, "
+                      f"max {lengths['max']:,}")
+        console.print(f"  max_seq_length {lengths['max_seq_length']:,} cuts {lengths['cut_rows']:,} rows "
+                      f"({lengths['cut_tokens']:,} tokens lost); {lengths['keep_95']:,} keeps 95 % of rows whole, "
+                      f"{lengths['keep_99']:,} keeps 99 %")
+        _histogram(lengths)
+    overlap = report["eval_overlap"]
+    console.print("\n[bold]eval overlap[/]: " + (
+        f"{overlap['eval_rows']:,} eval rows ({escape(overlap['source'])}): {overlap['exact']:,} exact and "
+        f"{overlap['near']:,} near copies of training rows" if overlap["source"] else escape(overlap["note"])))
+    for item in overlap["rows"][:SHOWN]:
+        console.print(f"  {item['kind']}: eval {escape(_where(item['eval']))} = train {escape(_where(item['train']))}")
+
+    table = Table("column", "rows", "empty", box=None, title_justify="left")
+    for name, counts in report["columns"].items():
+        table.add_row(escape(name), f"{counts['rows']:,}", f"{counts['empty']:,}")
+    console.print()
+    console.print(table)
+    if report["roles"]:
+        roles = Table("role", "turns", "empty", box=None)
+        for name, counts in report["roles"].items():
+            roles.add_row(escape(name), f"{counts['turns']:,}", f"{counts['empty']:,}")
+        console.print(roles)
+    for note in report["notes"]:
+        console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def _histogram(lengths: dict[str, Any]) -> None:
+    edges, counts = lengths["histogram"]["edges"], lengths["histogram"]["counts"]
+    top = max(counts, default=0) or 1
+    for low, high, count in zip(edges, edges[1:], counts, strict=False):
+        cut = "[red]" if low >= lengths["max_seq_length"] else ""
+        console.print(f"  {low:>7,}–{high - 1:<7,} {cut}{'█' * round(BAR * count / top)}{'[/red]' if cut else ''}"
+                      f" {count:,}")
