@@ -53,9 +53,6 @@ KNOWN = {
     "tunestudio.worker.generation -> tunestudio.inference.protocol",
     "tunestudio.worker.inference -> tunestudio.inference.protocol",
     "tunestudio.worker.generation <-> tunestudio.worker.inference",
-    # issue 24: config/methods.py names JobConfig in its checks' annotations (under TYPE_CHECKING), and
-    # config/job.py reads the method registry
-    "tunestudio.config.job <-> tunestudio.config.methods",
 }
 
 
