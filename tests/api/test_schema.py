@@ -16,8 +16,9 @@ from ..helpers import fake_workers
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
 
-# The preview starts a child process per call: it has its own tests, and is too slow to fuzz here.
-SKIP = {"/api/web/preview"}
+# The preview and the dataset report start a child process per call: they have their own tests, and are too slow
+# to fuzz here.
+SKIP = {"/api/web/preview", "/api/datasets/report"}
 
 
 @pytest.mark.timeout(900)

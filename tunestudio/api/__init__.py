@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tunestudio.api import errors
 from tunestudio.api.deps import require_token
-from tunestudio.api.routes import jobs, logs, models, openai, system, train, uploads, web
+from tunestudio.api.routes import datasets, jobs, logs, models, openai, system, train, uploads, web
 from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import BodyLimit, RequestGuard
 from tunestudio.inference import InferencePool
@@ -55,6 +55,7 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(train.router, dependencies=guarded)
     app.include_router(system.router, dependencies=guarded)
     app.include_router(web.router, dependencies=guarded)
+    app.include_router(datasets.router, dependencies=guarded)
     app.include_router(openai.router, dependencies=guarded)
     app.include_router(openai.status_router, dependencies=guarded)
     app.include_router(system.health)

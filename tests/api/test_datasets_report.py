@@ -1,0 +1,114 @@
+"""POST /api/datasets/report: the dataset report through the API, its refusals and its bounds."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+from fastapi.testclient import TestClient
+
+from tunestudio.api import create_app
+from tunestudio.data_report import runner
+from tunestudio.settings import Settings
+
+from ..helpers.planted import MAX_SEQ_LENGTH, Planted, write_planted
+from ..helpers.wait import wait_until
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Planted:
+    return write_planted(tmp_path)
+
+
+@pytest.fixture
+def client(tmp_path: Path, tiny_model: Path):
+    settings = Settings(home=tmp_path / "home", dataset_roots=[tmp_path], model_roots=[tiny_model.parent])
+    with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
+        yield client
+
+
+def spawned() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()}
+
+
+@pytest.mark.timeout(240)
+def test_the_report_answers_every_part_with_the_planted_counts(client: TestClient, planted: Planted,
+                                                               tiny_model: Path) -> None:
+    answer = client.post("/api/datasets/report", json={
+        "local_datasets": [str(planted.train)], "eval_split": str(planted.eval), "model_name": str(tiny_model),
+        "max_seq_length": MAX_SEQ_LENGTH, "dedupe": "near"})
+    assert answer.status_code == 200, answer.text
+    report = answer.json()
+    assert {"rows", "refused", "format", "duplicates", "lengths", "eval_overlap", "columns", "roles"} <= set(report)
+    assert [(r["line"], planted.refused[r["line"]] in r["reason"]) for r in report["refused"]] == [
+        (line, True) for line in sorted(planted.refused)]
+    assert (report["duplicates"]["exact"], report["duplicates"]["near"], report["duplicates"]["removed"]) == (
+        len(planted.exact), len(planted.near), len(planted.exact) + len(planted.near))
+    assert report["lengths"]["cut_rows"] == len(planted.long) and report["model"] == str(tiny_model)
+    assert (report["eval_overlap"]["exact"], report["eval_overlap"]["near"]) == (len(planted.eval_exact),
+                                                                                 len(planted.eval_near))
+
+
+def test_what_a_job_would_refuse_is_a_422_naming_the_field(client: TestClient, planted: Planted,
+                                                           tmp_path: Path) -> None:
+    outside = client.post("/api/datasets/report", json={"local_datasets": ["/etc/hostname"]})
+    assert outside.status_code == 422 and outside.json()["detail"]["code"] == "path_not_allowed"
+    missing = client.post("/api/datasets/report", json={"local_datasets": [str(tmp_path / "nope.jsonl")]})
+    assert missing.status_code == 422 and missing.json()["detail"]["errors"][0]["field"] == "local_datasets"
+    hub = client.post("/api/datasets/report", json={"local_datasets": [str(planted.train)], "hf_dataset": "x/y"})
+    assert hub.status_code == 422  # local files only
+    bad = client.post("/api/datasets/report", json={"local_datasets": [str(planted.train)], "dedupe": "fuzzy"})
+    assert bad.status_code == 422
+
+
+@pytest.mark.timeout(120)
+def test_a_dataset_that_cannot_be_read_is_a_422_with_the_workers_message(client: TestClient,
+                                                                        tmp_path: Path) -> None:
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"question": "q", "answer": "a"}\n')
+    answer = client.post("/api/datasets/report", json={"local_datasets": [str(odd)]})
+    assert answer.status_code == 422 and answer.json()["detail"]["code"] == "dataset_error"
+    assert "not a format tunestudio knows" in answer.json()["detail"]["message"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("bound", "value", "status", "code"), [
+    ("REPORT_TIMEOUT_S", 0.3, 504, "timeout"),
+    ("REPORT_MAX_RSS", 1 << 20, 413, "too_large"),
+])
+def test_a_report_past_its_time_or_memory_is_stopped_and_its_child_is_gone(
+        client: TestClient, planted: Planted, monkeypatch: pytest.MonkeyPatch, bound: str, value: float,
+        status: int, code: str) -> None:
+    monkeypatch.setattr(runner, bound, value)
+    before = spawned()
+    answer = client.post("/api/datasets/report", json={"local_datasets": [str(planted.train)]})
+    assert answer.status_code == status and answer.json()["detail"]["code"] == code
+    wait_until(lambda: not (spawned() - before), 30, "the report's child to be gone")
+
+
+@pytest.mark.timeout(120)
+def test_one_report_runs_at_a_time_and_one_too_many_waiting_is_a_429(client: TestClient, planted: Planted,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def held(*args: object, **kwargs: object) -> dict:
+        started.set()
+        assert release.wait(60)
+        return {"held": True}
+
+    monkeypatch.setattr(runner, "run_report", held)
+    monkeypatch.setattr(runner, "MAX_WAITING", 0)
+    body = {"local_datasets": [str(planted.train)]}
+    first: dict = {}
+    thread = threading.Thread(target=lambda: first.update(r=client.post("/api/datasets/report", json=body)))
+    thread.start()
+    try:
+        assert started.wait(60)
+        busy = client.post("/api/datasets/report", json=body)
+        assert busy.status_code == 429 and busy.json()["detail"]["code"] == "busy"
+    finally:
+        release.set()
+        thread.join(60)
+    assert first["r"].status_code == 200 and first["r"].json() == {"held": True}
