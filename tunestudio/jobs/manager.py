@@ -29,12 +29,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tunestudio import paths
-from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
-from tunestudio.events import Log, StatusEvent, WarningEvent
+from tunestudio.events import StatusEvent, WarningEvent
 from tunestudio.export_config import ExportConfig, ExportOptions
 from tunestudio.jobs import admission, artefacts, prewarm
-from tunestudio.jobs.executor import executor_for
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound, QueueFull
 from tunestudio.jobs.owners import Owners
 from tunestudio.jobs.slots import Slots
@@ -133,11 +131,7 @@ class JobManager:
                     self._queue.append(row["id"])
                 continue
             artefacts.seal(row["id"], row["output_dir"])
-            message = f"interrupted: the process running this job ended while it was {row['status']}"
-            self._tracker.track(row["id"], row["last_seq"], status=JobStatus(row["status"]))
-            self._tracker.set_status(row["id"], S.interrupted, message=message, finished_at=time.time(),
-                             checkpoint=latest_checkpoint(row["output_dir"]))
-            self._jobs.pop(row["id"], None)
+            self._tracker.interrupt(row)
         self._store.flush()
 
     # --- the public face -------------------------------------------------------
@@ -341,11 +335,11 @@ class JobManager:
         while self._queue and len(self._running) < self.settings.max_concurrent_jobs:
             head = self._queue[0]
             if self._owners.older_job_waits_elsewhere(head):
-                self._note_waiting(head)  # first come, first served across processes too
+                self._tracker.note_waiting(head)  # first come, first served across processes too
                 return
             slot = self._slots.acquire(self.settings.max_concurrent_jobs)
             if slot is None:  # another process on this data directory holds every slot: retry next round
-                self._note_waiting(head)
+                self._tracker.note_waiting(head)
                 return
             job_id = self._queue.popleft()
             started = False
@@ -360,16 +354,6 @@ class JobManager:
                 if not started:
                     self._slots.release(slot)
 
-    def _note_waiting(self, job_id: str) -> None:
-        """Say once in a queued job's stream why it has not started although this process has a free slot."""
-        running = self._jobs.get(job_id)
-        if running is None or running.waiting_noted:
-            return
-        running.waiting_noted = True
-        message = "waiting: another process on this data directory runs as many jobs as max_concurrent_jobs allows"
-        with running.feed.lock:
-            running.feed.emit([Log(seq=0, level="info", message=message)], message=message)
-
     def _start(self, job_id: str, slot: int) -> bool:
         """Start a queued job's worker in the given slot; False if it was not started (the slot is free again)."""
         row = self._store.get_job(job_id)
@@ -379,26 +363,9 @@ class JobManager:
         # A job another process queued (adopted at start-up) is validated from its stored config here.
         config = running.config or admission.stored_config(row, running.secrets)
         Path(row["log_path"]).parent.mkdir(parents=True, exist_ok=True)
-        supervisor = Supervisor(
-            config,
-            lambda events: self._tracker.on_events(job_id, events),
-            on_exit=lambda outcome: self._on_exit(job_id, outcome),
-            target=self.worker_target,
-            log_path=Path(row["log_path"]),
-            stop_grace_seconds=self.settings.stop_grace_seconds,
-            save_grace_seconds=self.settings.save_grace_seconds,
-            kill_after_seconds=self.settings.kill_after_seconds,
-            exit_after_terminal_seconds=self.settings.exit_after_terminal_seconds,
-            executor=executor_for(
-                config,
-                self.worker_target,
-                prewarm=self.settings.prewarm,
-                kind=self.settings.executor,
-                ray_address=self.settings.ray_address,
-                private_network=self.settings.private_network,
-                cache_dir=str(self.settings.cache_dir()),
-            ),
-        )
+        supervisor = Supervisor.for_job(config, self.settings, self.worker_target, Path(row["log_path"]),
+                                        lambda events: self._tracker.on_events(job_id, events),
+                                        lambda outcome: self._on_exit(job_id, outcome))
         if (refused := artefacts.take(job_id, row["output_dir"])) is not None:
             self._tracker.finish_without_worker(job_id, S.failed, refused)
             return False

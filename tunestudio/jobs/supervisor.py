@@ -24,6 +24,7 @@ from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Stop, parse_event
 from tunestudio.export_config import ExportConfig
 from tunestudio.jobs.executor import Executor, executor_for
+from tunestudio.settings import Settings
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerEntry, WorkerKind
 
@@ -98,6 +99,20 @@ class Supervisor:
         self._done = threading.Event()
         self._outcome: Outcome | None = None
         self._last_seq = 0
+
+    @classmethod
+    def for_job(
+        cls, config: JobConfig | ExportConfig, settings: Settings, target: WorkerEntry, log_path: Path,
+        on_events: Callable[[list[Event]], None], on_exit: Callable[[Outcome], None],
+    ) -> Supervisor:
+        """The supervisor of a manager's job: its timings and its executor (executor_for) from the settings."""
+        executor = executor_for(config, target, prewarm=settings.prewarm, kind=settings.executor,
+                                ray_address=settings.ray_address, private_network=settings.private_network,
+                                cache_dir=str(settings.cache_dir()))
+        return cls(config, on_events, on_exit=on_exit, target=target, log_path=log_path, executor=executor,
+                   stop_grace_seconds=settings.stop_grace_seconds, save_grace_seconds=settings.save_grace_seconds,
+                   kill_after_seconds=settings.kill_after_seconds,
+                   exit_after_terminal_seconds=settings.exit_after_terminal_seconds)
 
     # --- lifecycle -------------------------------------------------------------
     def start(self) -> None:
@@ -194,8 +209,9 @@ class Supervisor:
     def _classify(self, code: int | None) -> Outcome:
         end = self._terminal
         if isinstance(end, Completed):
-            if not end.stopped:
-                return Outcome("completed", "completed", end)
+            if not end.stopped:  # early stopping ends a job completed, with its reason
+                best = f"completed; {end.best.describe()}" if end.best else "completed"
+                return Outcome("completed", end.reason or best, end)
             if end.saved:
                 return Outcome("stopped", "stopped and saved", end)
             return Outcome("cancelled", "cancelled", end)

@@ -14,7 +14,7 @@ from typing import Any
 
 from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
-from tunestudio.events import Event, Failed, Phase, Progress, StatusEvent
+from tunestudio.events import Event, Failed, Log, Phase, Progress, StatusEvent
 from tunestudio.export_config import ExportConfig
 from tunestudio.jobs.status import RUNNING, IllegalTransition, JobStatus, can_transition, transition
 from tunestudio.jobs.store import Store
@@ -72,6 +72,24 @@ class Tracker:
         running.feed.emit([event], wait=wait, status=status.value, **fields)
 
     # --- from the pump ---------------------------------------------------------------
+    def interrupt(self, row: dict[str, Any]) -> None:
+        """A live job whose process died (found at start-up): interrupted, with its newest complete checkpoint."""
+        message = f"interrupted: the process running this job ended while it was {row['status']}"
+        self.track(row["id"], row["last_seq"], status=JobStatus(row["status"]))
+        self.set_status(row["id"], JobStatus.interrupted, message=message, finished_at=time.time(),
+                        checkpoint=latest_checkpoint(row["output_dir"]))
+        self.jobs.pop(row["id"], None)
+
+    def note_waiting(self, job_id: str) -> None:
+        """Say once in a queued job's stream why it has not started although its process has a free slot."""
+        running = self.jobs.get(job_id)
+        if running is None or running.waiting_noted:
+            return
+        running.waiting_noted = True
+        message = "waiting: another process on this data directory runs as many jobs as max_concurrent_jobs allows"
+        with running.feed.lock:
+            running.feed.emit([Log(seq=0, level="info", message=message)], message=message)
+
     def on_events(self, job_id: str, events: list[Event]) -> None:
         """One burst from the pump, under one lock: its progress events go to the store as one write."""
         running = self.jobs[job_id]
@@ -110,7 +128,7 @@ class Tracker:
         fields: dict[str, Any] = {"finished_at": time.time()}
         if done is not None:
             fields["final_metrics"] = done.metrics
-            fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation"})
+            fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation", "best"})
             if done.output_dir:
                 fields["output_dir"] = done.output_dir
         row = self.store.get_job(job_id) or {}
