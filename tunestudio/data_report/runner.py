@@ -157,7 +157,7 @@ def _child(send: Connection, public_config: dict[str, Any], tokenize: bool, dedu
 def _report(public_config: dict[str, Any], tokenize: bool, dedupe: Any) -> dict[str, Any]:
     import os
 
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # a child that never forks: batches on every core
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from tunestudio.worker.data.report import build, load_tokenizer
 

@@ -19,6 +19,8 @@ export const ADVANCED = {
   padding_free: ["data", "Padding-free batches",
     "A batch as one row without padding; the loss is the same. auto: per batch, whichever costs less."],
   train_on_completions: ["data", "Train on answers only", "Compute the loss on the completion, not the prompt."],
+  dedupe: ["data", "Remove duplicates", "Before the eval split: exact (same after normalising whitespace) or "
+    + "near (also ≥ 0.8 similar word 3-grams); the first of each is kept. The dataset report counts them."],
   target_modules: ["lora", "Target modules", "Module names to adapt, one a line; empty: every linear layer."],
   use_rslora: ["lora", "Rank-stabilised LoRA", "Scale adapters by alpha/√r instead of alpha/r."],
   use_loftq: ["lora", "LoftQ initialisation", "Start the adapters from a quantisation-aware estimate."],

@@ -6,6 +6,7 @@ import {GROUPS, describe} from "./advanced.js";
 import {api, ApiError} from "./api.js";
 import {mountEstimate} from "./estimate.js";
 import {mountModelPicker} from "./models.js";
+import {mountReport} from "./report.js";
 import {mountUpload} from "./upload.js";
 import {el} from "./util.js";
 
@@ -379,6 +380,8 @@ export async function showForm(main, {onCreated}) {
     fill(JSON.parse(cloned));
     runPreview();
   }
+  // The dataset report, below the preview: every row of the form's files, as this config would read them.
+  const report = mountReport(preview, () => (sourceMode() === "local" ? collect().config : null));
   mountUpload(localBox, {local, onChosen: () => { source.querySelector('input[value="local"]').checked = true;
     runPreview(); }});
   mountModelPicker(modelBox, model);
@@ -405,5 +408,5 @@ export async function showForm(main, {onCreated}) {
       submit.disabled = false;
     }
   });
-  return () => { clearTimeout(previewTimer); estimate.dispose(); };
+  return () => { clearTimeout(previewTimer); estimate.dispose(); report.dispose(); };
 }

@@ -1,0 +1,56 @@
+"""The dataset report panel in a real browser: the form's files and model, reported on every row, with the
+histogram drawn by uPlot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page
+
+from tunestudio.settings import Settings
+
+from ..helpers.planted import MAX_SEQ_LENGTH, Planted, write_planted
+from ..helpers.server import running_server
+from . import test_web as web
+from .test_web import screenshot
+
+playwright, browser, page = web.playwright, web.browser, web.page  # test_web's browser fixtures, shared
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Planted:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    return write_planted(folder)
+
+
+@pytest.fixture
+def server(tmp_path: Path, tiny_model: Path) -> Iterator[str]:
+    settings = Settings(home=tmp_path / "home", dataset_roots=[tmp_path / "data"], model_roots=[tiny_model.parent])
+    with running_server(settings) as url:
+        yield url
+
+
+@pytest.mark.timeout(300)
+def test_the_report_panel_shows_the_planted_faults_and_a_histogram(planted: Planted, tiny_model: Path,
+                                                                  server: str, page: Page) -> None:
+    page.goto(server)
+    page.locator("#f-model_name").fill(str(tiny_model))
+    page.locator("#f-local_datasets").fill(str(planted.train))
+    page.locator("#f-max_seq_length").fill(str(MAX_SEQ_LENGTH))
+    page.locator("#report-run").click()
+    page.locator("#report-summary").wait_for(timeout=180_000)
+    assert page.locator("#report-refused-count").inner_text() == f"{len(planted.refused)} refused"
+    assert [row.inner_text().split("\t")[0] for row in page.locator("#report-refused tbody tr").all()] == [
+        f"train.jsonl:{line}" for line in sorted(planted.refused)]
+    duplicates = page.locator("#report-duplicates").inner_text()
+    assert f"{len(planted.exact)} exact" in duplicates and f"{len(planted.near)} near" in duplicates
+    assert page.locator("#report-cut-rows").inner_text() == f"{len(planted.long)} rows"
+    page.locator("#report-histogram canvas").wait_for()  # uPlot drew it
+    points = page.locator("#report-histogram").get_attribute("data-points")
+    assert points is not None and int(points) > 1
+    screenshot(page, "report-panel.png")

@@ -1,0 +1,139 @@
+// The dataset report panel, beside the preview (POST /api/datasets/report): the form's files as a job would
+// read them, every row: refused rows, duplicates, token lengths (a histogram, the rows max_seq_length cuts),
+// the eval rows that repeat training rows, columns and roles. It reads the whole dataset and tokenises it in
+// a child process, so it runs when asked, not on every keystroke.
+
+import {ApiError, call} from "./api.js";
+import {Chart, colour} from "./charts.js";
+import {basename, el} from "./util.js";
+
+// The form's fields the report reads as a job does (unset: JobConfig's defaults, as for a job).
+const FIELDS = ["max_seq_length", "method", "format_type", "custom_format_mapping", "reward_functions", "train_split",
+  "eval_split", "random_seed", "dataset_slice_start", "dataset_slice_end", "train_on_completions", "dedupe"];
+const SHOWN = 12;
+
+/** The request for the form's config (only the fields the user changed are in it), or null for a hub dataset. */
+export function reportRequest(config) {
+  if (!config || !config.local_datasets || !config.local_datasets.length) return null;
+  const body = {local_datasets: config.local_datasets};
+  if (config.model_name) body.model_name = config.model_name;
+  for (const name of FIELDS) if (config[name] !== undefined) body[name] = config[name];
+  // A job holds rows out when it evaluates without an eval split: the report shows the same rows.
+  body.held_out = Boolean(config.eval_steps) && !config.eval_split;
+  return body;
+}
+
+const where = (place) => `${basename(place.file)}:${place.line}`;
+const count = (n) => Number(n).toLocaleString("en");
+
+/** Mounts the panel after `anchor`; `currentConfig()` gives the form's config. Returns {dispose}. */
+export function mountReport(anchor, currentConfig) {
+  const button = el("button", {type: "button", class: "button", id: "report-run"}, "Report on every row");
+  const hint = el("span", {class: "muted small"}, " duplicates, lengths with the model's tokenizer, eval overlap");
+  const out = el("div", {class: "report", id: "report", "aria-live": "polite"});
+  const panel = el("div", {class: "preview report-panel", id: "report-panel"}, el("p", {}, button, hint), out);
+  anchor.after(panel);
+  let token = 0;
+  let chart = null;
+
+  const run = async () => {
+    const mine = ++token;
+    const body = reportRequest(currentConfig());
+    if (!body) {
+      out.replaceChildren(el("p", {class: "muted"}, "The report reads local files; a hub dataset is read when the "
+        + "job starts."));
+      return;
+    }
+    button.disabled = true;
+    out.replaceChildren(el("p", {class: "muted"}, "Reading and tokenising every row…"));
+    try {
+      const report = await call("/api/datasets/report", {method: "POST", body});
+      if (mine !== token) return;
+      if (chart) chart.destroy();
+      chart = null;
+      out.replaceChildren(...render(report));
+      const box = out.querySelector("#report-histogram");
+      if (box && report.lengths && report.lengths.rows) {
+        chart = histogram(box, report.lengths);
+      }
+    } catch (err) {
+      if (mine !== token) return;
+      out.replaceChildren(el("p", {class: "error-text"}, err instanceof ApiError ? err.message : String(err)));
+    } finally {
+      if (mine === token) button.disabled = false;
+    }
+  };
+  button.addEventListener("click", run);
+  return {dispose() { token++; if (chart) chart.destroy(); }};
+}
+
+function render(r) {
+  const parts = [el("p", {class: "preview-head", id: "report-summary"},
+    `${count(r.rows)} rows read · ${count(r.usable)} usable · `,
+    el("b", {id: "report-refused-count"}, `${count(r.refused_count)} refused`),
+    ` · format ${r.format}${r.detected ? " (detected)" : ""} · ${r.description}`)];
+  if (r.refused.length) {
+    parts.push(table("report-refused", ["row", "why it is dropped"],
+      r.refused.slice(0, SHOWN).map((x) => [where(x), x.reason]), r.refused_count));
+  }
+  const d = r.duplicates;
+  parts.push(el("p", {id: "report-duplicates"}, el("b", {}, "Duplicates: "),
+    `${count(d.exact)} exact (after normalising whitespace), ${count(d.near)} near (${d.method})`,
+    d.dedupe !== "off" ? ` · dedupe ${d.dedupe} removes ${count(d.removed)}` : ""));
+  if (d.examples.length) {
+    parts.push(table("report-duplicate-examples", ["kind", "rows", "text"], d.examples.slice(0, SHOWN).map((x) => [
+      x.kind === "exact" ? `exact ×${x.count}` : `near ${x.similarity}`,
+      x.rows.slice(0, 4).map(where).join(", ") + (x.rows.length > 4 ? ", …" : ""), x.text])));
+  }
+  const l = r.lengths;
+  if (!l) {
+    parts.push(el("p", {class: "muted"}, "Token lengths need a model: fill in the model to measure the rows."));
+  } else if (l.rows) {
+    parts.push(el("p", {id: "report-lengths"}, el("b", {}, "Lengths "), `(tokens, ${basename(r.model)}): `,
+      `min ${count(l.min)}, median ${count(l.median)}, max ${count(l.max)} · max_seq_length ${count(l.max_seq_length)} `,
+      "cuts ", el("b", {id: "report-cut-rows"}, `${count(l.cut_rows)} rows`), ` (${count(l.cut_tokens)} tokens lost) · `,
+      `${count(l.keep_95)} keeps 95 % of rows whole, ${count(l.keep_99)} keeps 99 %`),
+    el("div", {class: "chart", id: "report-histogram", role: "img",
+      "aria-label": `histogram of row lengths in tokens, ${l.rows} rows`}));
+  }
+  const o = r.eval_overlap;
+  parts.push(el("p", {id: "report-overlap"}, el("b", {}, "Eval overlap: "), o.source
+    ? `${count(o.eval_rows)} eval rows (${o.source}): ${count(o.exact)} exact and ${count(o.near)} near copies of `
+      + "training rows" : o.note));
+  if (o.rows.length) {
+    parts.push(table("report-overlap-rows", ["eval row", "training row", "kind"],
+      o.rows.slice(0, SHOWN).map((x) => [where(x.eval), where(x.train), x.kind === "exact" ? "exact"
+        : `near ${x.similarity}`]), o.exact + o.near));
+  }
+  const columns = Object.entries(r.columns).map(([name, c]) => [name, count(c.rows), count(c.empty)]);
+  const roles = Object.entries(r.roles).map(([name, c]) => [`${name} (role)`, count(c.turns), count(c.empty)]);
+  parts.push(table("report-columns", ["column / role", "rows / turns", "empty"], [...columns, ...roles]));
+  for (const note of r.notes) parts.push(el("p", {class: "muted small"}, note));
+  return parts;
+}
+
+function table(id, head, rows, total = rows.length) {
+  return el("div", {},
+    el("table", {class: "preview-rows", id},
+      el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) => el("td", {}, String(c))))))),
+    total > rows.length ? el("p", {class: "muted small"}, `… and ${count(total - rows.length)} more`) : null);
+}
+
+/** Rows per length bin as bars; the bins past max_seq_length (every row in them is cut) in a second colour. */
+function histogram(box, lengths) {
+  const {edges, counts} = lengths.histogram;
+  const cut = lengths.max_seq_length;
+  const bars = () => uPlot.paths.bars({size: [0.9, 100], align: 1});
+  const chart = new Chart(box, () => ({
+    xLabel: "tokens",
+    series: [
+      {label: "rows", stroke: colour(0), fill: colour(0), paths: bars(), points: {show: false}},
+      {label: `cut at ${cut}`, stroke: colour(3), fill: colour(3), paths: bars(), points: {show: false}},
+    ],
+  }), {height: 180});
+  const starts = edges.slice(0, -1);
+  chart.setData([starts, counts.map((c, i) => (starts[i] > cut ? null : c)),
+    counts.map((c, i) => (starts[i] > cut ? c : null))]);
+  return chart;
+}
