@@ -180,3 +180,44 @@ def writes_output(args: WorkerArgs) -> None:
         write_checkpoint(output, 1)
     emit("completed", output_dir=str(output), stopped=False, saved=True, global_step=1)
     emit.close()
+
+
+def fine_tunes(args: WorkerArgs) -> None:
+    """An OpenAI fine-tuning job (api/fine_tuning.py), paced at 20 ms a step: `save_steps` steps an epoch for
+    `num_epochs` epochs, a checkpoint at each epoch's end, an adapter in output_dir at the end. It obeys stop
+    commands (with save: a checkpoint at the step reached) and resumes from `resume_from_checkpoint`'s step."""
+    import re
+    from pathlib import Path
+
+    from tunestudio.events import Completed, Phase, Progress
+    from tunestudio.worker.channel import QueueChannel
+
+    _setup(args)
+    config = args.public_config
+    output = Path(config["output_dir"])
+    output.mkdir(parents=True, exist_ok=True)
+    per_epoch = int(config["save_steps"])
+    total = per_epoch * int(config["num_epochs"])
+    resumed = re.search(r"checkpoint-(\d+)$", config.get("resume_from_checkpoint") or "")
+    channel = QueueChannel(args.events, args.commands)
+    for phase in ("loading_model", "loading_dataset", "training"):
+        channel.emit(Phase, phase=phase)
+    for step in range(int(resumed.group(1)) + 1 if resumed else 1, total + 1):
+        stop = channel.stop_request
+        if stop is not None:
+            folder = write_checkpoint(output, step - 1) if stop.save else None
+            channel.emit(Completed, output_dir=str(output), stopped=True, saved=stop.save,
+                         checkpoint=str(folder) if folder else None, global_step=step - 1)
+            channel.close()
+            sys.exit(0)
+        time.sleep(0.02)
+        channel.emit(Progress, step=step, total_steps=total, epoch=step / per_epoch, loss=2.0 / step,
+                     learning_rate=float(config["learning_rate"]), num_tokens=step * 100)
+        if step % per_epoch == 0:
+            channel.emit(Progress, step=step, total_steps=total, eval_loss=3.0 / step)
+            write_checkpoint(output, step)
+    channel.emit(Phase, phase="saving")
+    (output / "adapter_config.json").write_text("{}")
+    channel.emit(Completed, output_dir=str(output), stopped=False, saved=True, global_step=total)
+    channel.close()
+    sys.exit(0)

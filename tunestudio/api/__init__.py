@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tunestudio.api import errors
 from tunestudio.api.deps import require_token
-from tunestudio.api.routes import datasets, jobs, logs, models, openai, system, train, uploads, web
+from tunestudio.api.routes import datasets, files, fine_tuning, jobs, logs, models, openai, system, train, uploads, web
 from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import BodyLimit, RequestGuard
 from tunestudio.inference import InferencePool
@@ -58,8 +58,11 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(datasets.router, dependencies=guarded)
     app.include_router(openai.router, dependencies=guarded)
     app.include_router(openai.status_router, dependencies=guarded)
+    app.include_router(files.router, dependencies=guarded)
+    app.include_router(fine_tuning.router, dependencies=guarded)
     app.include_router(system.health)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/api/uploads": settings.max_upload_bytes})
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/api/uploads": settings.max_upload_bytes,
+                                                                             "/v1/files": settings.max_upload_bytes})
     app.add_middleware(RequestGuard, settings=settings)  # added last: outermost, so it sees every request
     if VENDOR.is_dir():
         app.mount("/vendor/uplot", StaticFiles(directory=VENDOR), name="vendor-uplot")

@@ -1,0 +1,453 @@
+"""OpenAI's fine-tuning API as a view over the studio's uploads and train jobs (routes/files.py and
+routes/fine_tuning.py answer with what this module makes).
+
+Ids, derived, so nothing is kept beside the store and the uploads folder:
+- a file is `file-<name>`, `<name>` the upload's name in `data/uploads/` (unique: an upload never replaces
+  another); the copy a job trains on (OpenAI's rows in the studio's format) is `data/uploads/converted/
+  <format>/<name>`, and maps back to the same id. A job's metrics CSV is `file-results-<job id>`.
+- a fine-tuning job is `ftjob-<studio job id>`: the first job of its resume chain. A pause is a stop with a
+  save; a resume makes a new studio job (`resumed_from`); the OpenAI job follows the chain to its newest
+  studio job for its status, result, events and checkpoints. Any studio job id of the chain names it.
+- the result is the model `ft:<base>:<suffix>:<studio job id>` (inference/models.py), the suffix kept as the
+  studio job's name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Request, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tunestudio.api.errors import ApiError
+from tunestudio.api.routes.openai import OpenAIRoute, error_response
+from tunestudio.api.upload_store import CONVERTED
+from tunestudio.config import JobConfig, format_validation_error
+from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
+from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs.store import StoreUnavailable
+from tunestudio.paths import PathRefused
+from tunestudio.settings import Settings
+
+S = JobStatus
+FILE_PREFIX = "file-"
+RESULTS_PREFIX = "file-results-"
+JOB_PREFIX = "ftjob-"
+SUFFIX = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+DEFAULTS = JobConfig.model_fields
+DEFAULT_LEARNING_RATE: float = DEFAULTS["learning_rate"].default
+DEFAULT_BATCH: int = DEFAULTS["batch_size"].default
+DEFAULT_ACCUMULATION: int = DEFAULTS["gradient_accumulation_steps"].default
+# With a validation file, the validation loss is measured this often (a fraction of the total steps).
+EVAL_EVERY = 0.25
+# The studio's names of what OpenAI's request sets, for errors that name a config field.
+PARAMS = {"model_name": "model", "num_epochs": "n_epochs", "batch_size": "batch_size",
+          "gradient_accumulation_steps": "batch_size", "learning_rate": "learning_rate_multiplier",
+          "beta": "beta", "random_seed": "seed", "local_datasets": "training_file", "eval_split": "validation_file"}
+
+
+# --- errors in OpenAI's shape ------------------------------------------------------------------
+class FineTuningRoute(OpenAIRoute):
+    """/v1/files and /v1/fine_tuning: the manager's refusals in OpenAI's shape too (a 422 is OpenAI's 400)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except JobNotFound as exc:
+                return error_response(404, str(exc), "not_found", "fine_tuning_job_id")
+            except JobConflict as exc:
+                return error_response(400, str(exc), "invalid_state")
+            except PathRefused as exc:
+                return error_response(400, str(exc), exc.code, PARAMS.get(exc.field, exc.field))
+            except QueueFull as exc:
+                return error_response(429, str(exc), "queue_full")
+            except StoreUnavailable as exc:
+                return error_response(503, str(exc), "store_unavailable")
+            if response.status_code == 422:  # an ApiError of shared code (uploads): OpenAI says 400
+                response.status_code = 400
+            return response
+
+        return handle
+
+
+def not_found(what: str, given: str, param: str) -> ApiError:
+    return ApiError(404, "not_found", f"no {what} {given!r}", field=param)
+
+
+# --- files ---------------------------------------------------------------------------------------
+def upload_id(path: Path) -> str:
+    return FILE_PREFIX + path.name
+
+
+def upload_path(settings: Settings, file_id: str, param: str = "file_id") -> Path:
+    """The upload a file id names; a 404 for anything else (another folder, a results file, no such file)."""
+    name = file_id.removeprefix(FILE_PREFIX)
+    folder = settings.uploads_dir()
+    if (not file_id.startswith(FILE_PREFIX) or file_id.startswith(RESULTS_PREFIX) or Path(name).name != name
+            or name.startswith(".") or not (folder / name).is_file()):
+        raise not_found("file", file_id, param)
+    return folder / name
+
+
+def converted_path(settings: Settings, source: Path, fmt: str) -> Path:
+    return settings.uploads_dir() / CONVERTED / fmt / source.name
+
+
+def dataset_id(settings: Settings, raw: str | None) -> str | None:
+    """The file id of a dataset a job reads (an upload, or a converted copy of one); else the path as written."""
+    if not raw:
+        return None
+    path, uploads = Path(raw), settings.uploads_dir()
+    if path.parent == uploads or (path.parent.parent == uploads / CONVERTED and (uploads / path.name).is_file()):
+        return upload_id(path)
+    return raw
+
+
+# --- a resume chain: one OpenAI job -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Chain:
+    """The studio jobs of one OpenAI job, oldest first: the job created, then each job resumed from the one before."""
+
+    jobs: list[Job]
+
+    @property
+    def root(self) -> Job:
+        return self.jobs[0]
+
+    @property
+    def last(self) -> Job:
+        return self.jobs[-1]
+
+    @property
+    def id(self) -> str:
+        return JOB_PREFIX + self.root.id
+
+
+def chain_from(manager: JobManager, root: Job) -> Chain:
+    jobs, seen = [root], {root.id}
+    while (nxt := jobs[-1].resumed_by) is not None and nxt not in seen:
+        try:
+            jobs.append(manager.get(nxt))
+        except JobNotFound:
+            break
+        seen.add(nxt)
+    return Chain(jobs)
+
+
+def chain_of(manager: JobManager, openai_id: str) -> Chain:
+    """The chain `ftjob-<id>` names (any of its studio jobs); JobNotFound for anything else."""
+    studio_id = openai_id.removeprefix(JOB_PREFIX)
+    if not openai_id.startswith(JOB_PREFIX) or not studio_id:
+        raise JobNotFound(openai_id)
+    try:
+        job = manager.get(studio_id)
+    except JobNotFound:
+        raise JobNotFound(openai_id) from None
+    if job.kind != "train":
+        raise JobNotFound(openai_id)
+    seen = {job.id}
+    while job.resumed_from is not None and job.resumed_from not in seen:
+        try:
+            job = manager.get(job.resumed_from)
+        except JobNotFound:
+            break
+        seen.add(job.id)
+    return chain_from(manager, job)
+
+
+def chains(manager: JobManager, after: str | None, limit: int) -> tuple[list[Chain], bool]:
+    """Up to `limit` OpenAI jobs, newest first, after the one named `after`; and whether more follow."""
+    found: list[Chain] = []
+    passed = after is None
+    offset, page = 0, 200
+    while True:
+        jobs = manager.list(limit=page, offset=offset)
+        for job in jobs:
+            if job.kind != "train" or job.resumed_from is not None:
+                continue
+            if not passed:
+                passed = JOB_PREFIX + job.id == after
+                continue
+            if len(found) == limit:
+                return found, True
+            found.append(chain_from(manager, job))
+        if len(jobs) < page:
+            return found, False
+        offset += page
+
+
+# --- the status ---------------------------------------------------------------------------------------
+OpenAIStatus = Literal["validating_files", "queued", "running", "succeeded", "failed", "cancelled", "paused"]
+STATUSES: dict[JobStatus, OpenAIStatus] = {
+    S.queued: "queued",
+    # the worker loads the model and reads (checks) the rows before the first step
+    S.starting: "validating_files", S.loading_model: "validating_files", S.loading_dataset: "validating_files",
+    S.training: "running", S.saving: "running", S.stopping: "running",  # a pause ends at "paused"
+    S.completed: "succeeded",
+    S.cancelling: "cancelled", S.cancelled: "cancelled",
+    S.failed: "failed",
+    S.stopped: "paused", S.interrupted: "paused",  # both resume from their checkpoint (else failed)
+}
+
+
+def status_of(chain: Chain) -> OpenAIStatus:
+    job = chain.last
+    status = STATUSES[job.status]
+    if status == "paused" and not job.resumable:
+        return "failed"
+    return status
+
+
+# --- hyperparameters and the config -----------------------------------------------------------------------
+Auto = Literal["auto"]
+
+
+class HyperparametersIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    n_epochs: Auto | Annotated[int, Field(ge=1, le=10_000)] | None = None
+    batch_size: Auto | Annotated[int, Field(ge=1, le=65_536)] | None = None
+    learning_rate_multiplier: Auto | Annotated[float, Field(gt=0, le=5000)] | None = None
+    beta: Auto | Annotated[float, Field(gt=0, le=100)] | None = None
+
+
+class MethodConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hyperparameters: HyperparametersIn | None = None
+
+
+class MethodIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["supervised", "dpo"]
+    supervised: MethodConfig | None = None
+    dpo: MethodConfig | None = None
+
+
+class CreateJob(BaseModel):
+    """POST /v1/fine_tuning/jobs. `integrations` are refused (none runs here); `metadata` is not kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=1000)
+    training_file: str = Field(min_length=1, max_length=300)
+    validation_file: str | None = Field(default=None, max_length=300)
+    suffix: str | None = Field(default=None, max_length=64)
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+    method: MethodIn | None = None
+    hyperparameters: HyperparametersIn | None = None
+    integrations: list[dict[str, Any]] | None = None
+    metadata: dict[str, str] | None = None
+
+    @property
+    def kind(self) -> Literal["supervised", "dpo"]:
+        return self.method.type if self.method else "supervised"
+
+    def hyper(self) -> HyperparametersIn:
+        """The hyperparameters asked for: the method's, or the older top-level ones (not both)."""
+        inner = getattr(self.method, self.kind) if self.method else None
+        given = inner.hyperparameters if inner is not None else None
+        if given is not None and self.hyperparameters is not None:
+            raise ApiError(400, "invalid_request", "give hyperparameters in method (method."
+                           f"{self.kind}.hyperparameters) or at the top level, not both", field="hyperparameters")
+        return given or self.hyperparameters or HyperparametersIn()
+
+
+def _given(value: Any) -> Any:
+    return None if value in (None, "auto") else value
+
+
+def config_fields(body: CreateJob, training: Path, validation: Path | None, rows: int) -> dict[str, Any]:
+    """The JobConfig fields of an OpenAI request: "auto" is the studio's default.
+
+    batch_size N is examples per optimizer step: per step batch_size x gradient_accumulation_steps, the
+    per-device batch the largest divisor of N up to the studio's default (2). learning_rate_multiplier scales
+    the studio's default learning rate (2e-4, a LoRA rate). One checkpoint per epoch (save_steps).
+    """
+    hyper = body.hyper()
+    if body.kind != "dpo" and _given(hyper.beta) is not None:
+        raise ApiError(400, "invalid_request", "beta is a hyperparameter of method dpo", field="beta")
+    fields: dict[str, Any] = {
+        "model_name": body.model, "local_datasets": [str(training)],
+        "method": "dpo" if body.kind == "dpo" else "sft",
+        "format_type": "preference" if body.kind == "dpo" else "messages",
+        "eval_generate_rows": 0,
+    }
+    if (epochs := _given(hyper.n_epochs)) is not None:
+        fields["num_epochs"] = epochs
+    batch = _given(hyper.batch_size)
+    per_device = math.gcd(batch, DEFAULT_BATCH) if batch is not None else DEFAULT_BATCH
+    accumulation = batch // per_device if batch is not None else DEFAULT_ACCUMULATION
+    fields |= {"batch_size": per_device, "gradient_accumulation_steps": accumulation}
+    if (multiplier := _given(hyper.learning_rate_multiplier)) is not None:
+        fields["learning_rate"] = DEFAULT_LEARNING_RATE * multiplier
+    if (beta := _given(hyper.beta)) is not None:
+        fields["beta"] = beta
+    if body.seed is not None:
+        fields["random_seed"] = body.seed
+    if validation is not None:
+        fields |= {"eval_split": str(validation), "eval_steps": EVAL_EVERY}
+    fields["save_steps"] = max(1, math.ceil(rows / (per_device * accumulation)))
+    return fields
+
+
+def job_config(fields: dict[str, Any]) -> JobConfig:
+    """The validated config; a 400 naming OpenAI's parameter for a value the studio refuses."""
+    try:
+        return JobConfig.model_validate(fields)
+    except ValidationError as exc:
+        errors = format_validation_error(exc)
+        first = errors[0]["field"].split(".")[0] if errors else ""
+        summary = "; ".join(f"{PARAMS.get(e['field'].split('.')[0], e['field'])}: {e['message']}" for e in errors)
+        raise ApiError(400, "invalid_request", summary, field=PARAMS.get(first, first or None)) from None
+
+
+# --- the job object ------------------------------------------------------------------------------------------
+class JobError(BaseModel):
+    code: str
+    message: str
+    param: str | None = None
+
+
+class Hyperparameters(BaseModel):
+    n_epochs: int | float
+    batch_size: int
+    learning_rate_multiplier: float
+    beta: float | None = None
+
+
+class MethodSettings(BaseModel):
+    hyperparameters: Hyperparameters
+
+
+class MethodOut(BaseModel):
+    type: str
+    supervised: MethodSettings | None = None
+    dpo: MethodSettings | None = None
+
+
+class FineTuningJob(BaseModel):
+    id: str
+    object: Literal["fine_tuning.job"] = "fine_tuning.job"
+    created_at: int
+    finished_at: int | None
+    model: str
+    fine_tuned_model: str | None
+    organization_id: str = "tunestudio"
+    status: OpenAIStatus
+    error: JobError | None
+    hyperparameters: Hyperparameters
+    method: MethodOut
+    training_file: str
+    validation_file: str | None
+    result_files: list[str]
+    trained_tokens: int | None
+    seed: int
+    user_provided_suffix: str | None
+    estimated_finish: int | None
+    integrations: list[Any] = Field(default_factory=list)
+    metadata: dict[str, str] | None = None
+
+
+class JobList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[FineTuningJob]
+    has_more: bool
+
+
+def hyperparameters(config: dict[str, Any]) -> Hyperparameters:
+    """What the studio trains with, in OpenAI's terms (see config_fields)."""
+    epochs = float(config.get("num_epochs") or DEFAULTS["num_epochs"].default)
+    batch = (int(config.get("batch_size") or DEFAULT_BATCH) * int(config.get("gradient_accumulation_steps") or 1)
+             * int(config.get("num_processes") or 1))
+    multiplier = float(config.get("learning_rate") or DEFAULT_LEARNING_RATE) / DEFAULT_LEARNING_RATE
+    beta = float(config["beta"]) if config.get("method") == "dpo" and config.get("beta") is not None else None
+    return Hyperparameters(n_epochs=int(epochs) if epochs.is_integer() else epochs, batch_size=batch,
+                           learning_rate_multiplier=float(f"{multiplier:.6g}"), beta=beta)
+
+
+def method_of(config: dict[str, Any], hyper: Hyperparameters) -> MethodOut:
+    name = str(config.get("method") or "sft")
+    kind = {"sft": "supervised", "pretrain": "supervised", "dpo": "dpo", "grpo": "reinforcement"}.get(name, name)
+    settings = MethodSettings(hyperparameters=hyper)
+    return MethodOut(type=kind, supervised=settings if kind == "supervised" else None,
+                     dpo=settings if kind == "dpo" else None)
+
+
+def suffix_of(job: Job) -> str | None:
+    return job.name if job.name and SUFFIX.match(job.name) else None
+
+
+def fine_tuned_name(job: Job) -> str:
+    raw = str(job.config.get("model_name", ""))
+    base = Path(raw).name if raw.startswith(("/", ".", "~")) else raw
+    return f"ft:{base}:{suffix_of(job) or ''}:{job.id}"
+
+
+def error_of(chain: Chain, status: OpenAIStatus) -> JobError | None:
+    job = chain.last
+    if status != "failed":
+        return None
+    if job.status is S.interrupted:
+        return JobError(code="interrupted", message=job.message or "the server stopped while the job ran, and "
+                        "it has no checkpoint to resume from")
+    return JobError(code="job_failed", message=job.error or job.message or "the job failed")
+
+
+def trained_tokens(manager: JobManager, chain: Chain) -> int | None:
+    """Tokens trained on, the trainer's count (it carries on through a resume): the newest record that says
+    (an eval record, often the last, does not)."""
+    for job in reversed(chain.jobs):
+        step = int((job.progress or {}).get("step") or 0)
+        for record in reversed(manager.metrics(job.id, since_step=max(0, step - 2)) if step else []):
+            if record.get("num_tokens") is not None:
+                return int(record["num_tokens"])
+    return None
+
+
+def estimated_finish(job: Job) -> int | None:
+    eta = (job.progress or {}).get("eta_seconds")
+    return int(job.progress["ts"] + eta) if eta is not None and "ts" in (job.progress or {}) else None
+
+
+def job_object(manager: JobManager, chain: Chain, settings: Settings) -> FineTuningJob:
+    root, last = chain.root, chain.last
+    config = root.config
+    status = status_of(chain)
+    hyper = hyperparameters(config)
+    datasets = config.get("local_datasets") or []
+    return FineTuningJob(
+        id=chain.id,
+        created_at=int(root.created_at),
+        finished_at=int(last.finished_at) if status in ("succeeded", "failed", "cancelled") and last.finished_at
+        else None,
+        model=str(config.get("model_name", "")),
+        fine_tuned_model=fine_tuned_name(last) if status == "succeeded" else None,
+        status=status,
+        error=error_of(chain, status),
+        hyperparameters=hyper,
+        method=method_of(config, hyper),
+        training_file=dataset_id(settings, datasets[0] if datasets else None) or str(config.get("hf_dataset") or ""),
+        validation_file=dataset_id(settings, config.get("eval_split")) if _is_path(config.get("eval_split")) else None,
+        result_files=[RESULTS_PREFIX + root.id] if status == "succeeded" else [],
+        trained_tokens=trained_tokens(manager, chain),
+        seed=int(config.get("random_seed", DEFAULTS["random_seed"].default)),
+        user_provided_suffix=suffix_of(root),
+        estimated_finish=estimated_finish(last) if status == "running" else None,
+    )
+
+
+def _is_path(raw: Any) -> bool:
+    return isinstance(raw, str) and ("/" in raw or Path(raw).suffix != "")
+
+
