@@ -13,6 +13,10 @@ from pathlib import Path
 
 import yaml
 
+from tunestudio.jobs.manager import JobManager
+from tunestudio.settings import Settings
+
+from .helpers import fake_workers
 from .helpers.jobs import DATA, job_config
 from .helpers.wait import wait_until
 
@@ -56,6 +60,18 @@ def test_train_prints_the_summary_and_jobs_list_shows_it(tiny_model: Path, tmp_p
     assert "exact match" in out and "ROUGE-L" in out and "held-out rows" in out  # the evaluation table
     listing = subprocess.run([*CLI, "jobs", "list"], capture_output=True, text=True, env=env(tmp_path), timeout=60)
     assert listing.returncode == 0 and "completed" in listing.stdout
+
+
+def test_jobs_show_says_why_a_job_stopped_early_and_its_best_step(tmp_path: Path) -> None:
+    with JobManager(Settings(home=tmp_path / "home"), worker_target=fake_workers.stops_early) as manager:
+        job = manager.submit(job_config("org/fake", tmp_path / "out", eval_steps=5,
+                                        early_stopping={"metric": "exact_match", "patience": 2}))
+        wait_until(lambda: manager.get(job.id).is_terminal, 30, "the job's end")
+    shown = subprocess.run([*CLI, "jobs", "show", job.id], capture_output=True, text=True, env=env(tmp_path),
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"status\s+completed", shown.stdout) and "stopped early at step 20" in shown.stdout
+    assert re.search(r"best\s+step 10: exact_match 0\.7500 \(the artefacts are its weights\)", shown.stdout)
 
 
 def test_failed_job_exits_1(tmp_path: Path) -> None:

@@ -64,6 +64,22 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("unknown format", {"format_type": "xml"}, "format_type"),
     ("latest without output_dir", {"resume_from_checkpoint": "latest"}, "resume_from_checkpoint"),
     ("batch size as text", {"batch_size": "eight"}, "batch_size"),
+    ("early stopping without evaluations", {"early_stopping": {"metric": "eval_loss"}}, "early_stopping"),
+    ("early stopping on an unknown metric", {"eval_steps": 5, "early_stopping": {"metric": "bleu"}},
+     "early_stopping.metric"),
+    ("early stopping on another method's metric", {"eval_steps": 5, "early_stopping": {"metric": "rewards/margins"}},
+     "early_stopping.metric"),
+    ("early stopping on answers of rows without replies",
+     {"eval_steps": 5, "format_type": "text", "early_stopping": {"metric": "exact_match"}}, "early_stopping.metric"),
+    ("early stopping with an unknown key", {"eval_steps": 5, "early_stopping": {"metric": "eval_loss", "wait": 3}},
+     "early_stopping.wait"),
+    ("early stopping patience 0", {"eval_steps": 5, "early_stopping": {"patience": 0}}, "early_stopping.patience"),
+    ("early stopping NaN delta", {"eval_steps": 5, "early_stopping": {"min_delta": "NaN"}}, "early_stopping.min_delta"),
+    ("early stopping rows with eval_loss", {"eval_steps": 5, "early_stopping": {}, "early_stopping_rows": 8},
+     "early_stopping_rows"),
+    ("generation metric without rows", {"eval_steps": 5, "eval_generate_rows": 0,
+                                        "early_stopping": {"metric": "token_f1"}}, "early_stopping_rows"),
+    ("keep_best off without early stopping", {"keep_best": False}, "keep_best"),
 ]
 
 
@@ -167,6 +183,21 @@ def test_public_dict_round_trips() -> None:
     assert JobConfig.model_validate(cfg.public_dict()) == cfg
 
 
+def test_early_stopping_takes_the_jobs_metrics_and_keeps_the_best_by_default() -> None:
+    cfg = JobConfig.model_validate(valid(eval_steps=10, early_stopping={"metric": "exact_match"}))
+    assert cfg.early_stopping is not None and cfg.keep_best and cfg.early_stopping_rows is None
+    assert (cfg.early_stopping.patience, cfg.early_stopping.min_delta, cfg.early_stopping.direction) == (3, 0.0, "max")
+    assert JobConfig.model_validate(valid(eval_steps=0.2, early_stopping={})).early_stopping.direction == "min"
+    # The method's metric on the eval split, as TRL logs it: "eval_" + its name, either spelling accepted.
+    dpo = JobConfig.model_validate(valid(method="dpo", eval_steps=10, early_stopping={"metric": "rewards/margins"}))
+    assert dpo.early_stopping.metric == "eval_rewards/margins" and dpo.early_stopping.direction == "max"
+    as_logged = {"metric": "eval_exact_match", "mode": "min"}
+    again = JobConfig.model_validate(valid(eval_steps=10, early_stopping=as_logged, early_stopping_rows=4))
+    assert again.early_stopping.metric == "exact_match" and again.early_stopping.direction == "min"
+    assert JobConfig.model_validate(valid(early_stopping="")).early_stopping is None  # blank is unset
+    assert JobConfig.model_validate(again.public_dict()) == again
+
+
 def test_load_yaml_and_json(tmp_path: Path) -> None:
     yml = tmp_path / "job.yaml"
     yml.write_text(f"model_name: org/model\nlocal_datasets: {ALPACA}\nlearning_rate: 2e-4\n")
@@ -220,6 +251,12 @@ _FIELD_VALUES = {
     "hf_token": st.sampled_from([None, "", "hf_abc"]),
     "wandb_token": st.sampled_from([None, "wb_abc"]),
     "dataset_slice_start": st.one_of(st.none(), st.integers(0, 10)),
+    "early_stopping": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+        "metric": st.sampled_from(["eval_loss", "exact_match", "eval_rouge_l", "token_f1", "rewards/margins"]),
+        "patience": st.integers(1, 100), "min_delta": st.floats(0, 10), "mode": st.sampled_from(["auto", "min", "max"]),
+    })),
+    "keep_best": st.booleans(),
+    "early_stopping_rows": st.one_of(st.none(), st.integers(1, 1000)),
 }
 
 

@@ -28,7 +28,7 @@ from tunestudio import ownership
 from tunestudio.cli_chat import chat, print_evaluation
 from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, format_validation_error, load_config
 from tunestudio.data_report.cli import data_app
-from tunestudio.events import Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
+from tunestudio.events import Best, Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.export_config import ExportOptions
 from tunestudio.jobs.manager import JobManager
@@ -191,6 +191,9 @@ def jobs_show(job_id: str) -> None:
             if value not in (None, ""):
                 table.add_row(name, str(value.value if isinstance(value, JobStatus) else value))
         table.add_row("resumable", "yes" if job.resumable else "no")
+        best = (job.result or {}).get("best")
+        if best:
+            table.add_row("best", _best_text(Best.model_validate(best)))
         console.print(table)
         if job.progress:
             console.print("[bold]last metrics[/]", {k: v for k, v in job.progress.items() if v is not None})
@@ -416,12 +419,20 @@ def _summary(job: Job, done: Completed | None, records: list[ProgressEvent], mai
     if evals:
         table.add_row("eval loss", f"{evals[0].eval_loss:.4f} (step {evals[0].step}) → "
                                    f"{evals[-1].eval_loss:.4f} (step {evals[-1].step})")
+    if done and done.best:
+        table.add_row("best", _best_text(done.best))
     console.print(table)
     for sample in done.samples if done else []:
         console.print(f"\n[bold]prompt[/]      {sample.prompt!r}")
         console.print(f"[bold]base model[/]  {sample.before!r}")
         console.print(f"[bold]fine-tuned[/]  {sample.after!r}")
     print_evaluation(console, done.evaluation if done else None)
+
+
+def _best_text(best: Best) -> str:
+    """A job's best evaluation (early stopping), and whether its artefacts are that step's weights (keep_best)."""
+    return f"step {best.step}: {best.metric} {best.value:.4f}" + (" (the artefacts are its weights)"
+                                                                  if best.checkpoint else "")
 
 
 @app.command()

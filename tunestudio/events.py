@@ -123,8 +123,31 @@ class Evaluation(BaseModel):
     examples: list[EvalExample] = Field(default_factory=list)
 
 
+class Best(BaseModel):
+    """The best evaluation of a job with early stopping (worker/best.py): its step, the metric and its value.
+
+    checkpoint: the checkpoint of that step (keep_best), whose weights the job's artefacts are; None when the job
+    kept the last step's weights instead.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=0)
+    metric: str
+    value: float
+    checkpoint: str | None = None
+
+    def describe(self) -> str:
+        """As the log and the summaries say it: "best at step 40: exact_match 0.8200"."""
+        return f"best at step {self.step}: {self.metric} {self.value:.4f}"
+
+
 class Completed(_Message):
-    """Training ended. stopped: a stop command ended it early; saved: artefacts were written."""
+    """Training ended. stopped: a stop command ended it early; saved: artefacts were written.
+
+    reason: why training ended before max_steps without a stop command (early stopping); best: the best
+    evaluation when early stopping watched one.
+    """
 
     kind: Literal["completed"] = "completed"
     output_dir: str | None
@@ -135,6 +158,8 @@ class Completed(_Message):
     metrics: dict[str, float] = Field(default_factory=dict)
     samples: list[Sample] = Field(default_factory=list)
     evaluation: Evaluation | None = None
+    best: Best | None = None
+    reason: str = ""
 
 
 class Failed(_Message):

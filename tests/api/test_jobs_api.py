@@ -370,3 +370,24 @@ def test_a_job_says_what_it_is_so_clients_keep_no_status_sets(tmp_path: Path) ->
         assert client.get("/api/jobs", params={"live": True}).json()["items"] == []
         assert [j["id"] for j in client.get("/api/jobs").json()["items"]] == [done]
     manager.close()
+
+
+def test_a_job_stopped_early_is_completed_with_its_reason_and_says_its_best_step(tmp_path: Path) -> None:
+    quick = settings(tmp_path)
+    manager = JobManager(quick, worker_target=fake_workers.stops_early)
+    request = body("org/fake", tmp_path, eval_steps=5, early_stopping={"metric": "exact_match", "patience": 2})
+    with running_server(quick, manager) as url, httpx.Client(base_url=url, timeout=30) as client:
+        job_id = client.post("/api/jobs", json=request, headers=JSON).json()["id"]
+        wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["is_terminal"], 30, "the job's end")
+        job = client.get(f"/api/jobs/{job_id}").json()
+        assert job["status"] == "completed" and job["message"] == fake_workers.EARLY_REASON
+        assert job["best"] == {"step": 10, "metric": "exact_match", "value": 0.75,
+                               "checkpoint": f"{job['output_dir']}/checkpoint-10"}
+        assert job["config"]["early_stopping"] == {"metric": "exact_match", "patience": 2, "min_delta": 0.0,
+                                                   "mode": "auto"}
+        records = client.get(f"/api/jobs/{job_id}/metrics").json()["records"]
+        assert {r["step"]: r["extra"]["eval_exact_match"] for r in records if r["eval_loss"] is not None} == \
+            fake_workers.EARLY_SCORES  # the watched metric, for the page's chart
+        refused = client.post("/api/jobs", json={**request, "eval_steps": 0}, headers=JSON)
+        assert refused.status_code == 422 and "early_stopping" in refused.text and "eval_steps" in refused.text
+    manager.close()

@@ -162,6 +162,29 @@ def killed_while_saving_second_checkpoint(args: WorkerArgs) -> None:
     child.main(args)
 
 
+# What `stops_early` reports: exact match at each evaluation, the best, and why it stopped.
+EARLY_SCORES = {5: 0.5, 10: 0.75, 15: 0.75, 20: 0.625}
+EARLY_REASON = ("stopped early at step 20: exact_match did not improve for 2 evaluations; "
+                "best at step 10: exact_match 0.7500")
+
+
+def stops_early(args: WorkerArgs) -> None:
+    """A job watched by early stopping (exact_match, patience 2): evaluations every 5 steps, best at step 10, stopped
+    at step 20 of 40, the artefacts the best checkpoint's."""
+    _setup(args)
+    emit = _Emitter(args.events)
+    output = args.public_config["output_dir"]
+    emit("phase", phase="training")
+    for step in range(1, 21):
+        emit("progress", step=step, total_steps=40, loss=1.0 / step)
+        if step in EARLY_SCORES:
+            emit("progress", step=step, total_steps=40, eval_loss=2.0 - step / 20,
+                 extra={"eval_exact_match": EARLY_SCORES[step]})
+    emit("completed", output_dir=output, stopped=False, saved=True, global_step=20, reason=EARLY_REASON,
+         best={"step": 10, "metric": "exact_match", "value": 0.75, "checkpoint": f"{output}/checkpoint-10"})
+    emit.close()
+
+
 def writes_output(args: WorkerArgs) -> None:
     """Writes `weights.bin` (and, for a training job, `checkpoint-1/`) into its output folder and completes;
     an export to the hub fails having written nothing."""

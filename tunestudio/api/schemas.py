@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from tunestudio import ownership
-from tunestudio.events import Evaluation, Sample
+from tunestudio.events import Best, Evaluation, Sample
 from tunestudio.inference.models import weights_folder
 from tunestudio.jobs.models import Job, JobKind
 from tunestudio.jobs.status import JobStatus
@@ -44,6 +44,9 @@ class JobOut(BaseModel):
     evaluation: Evaluation | None = Field(
         default=None, description="Before/after metrics on held-out rows: {metrics: {name: {before, after}}, "
                                   "rows, examples}.")
+    best: Best | None = Field(
+        default=None, description="With early stopping: the best evaluation {step, metric, value, checkpoint}; "
+                                  "with keep_best the artefacts are that step's weights.")
 
     name: str | None = None
     notes: str | None = None
@@ -66,6 +69,7 @@ class JobOut(BaseModel):
             artefacts=_artefacts(job.output_dir) if with_artefacts else [],
             samples=result.get("samples") or [],
             evaluation=result.get("evaluation"),
+            best=result.get("best"),
             queue_position=queue_position,
             stoppable=job.stoppable, cancellable=job.cancellable, resumable=job.resumable, deletable=job.deletable,
             is_terminal=job.is_terminal, has_result=job.has_result,

@@ -30,9 +30,9 @@ def field_errors(items: Iterable[Any]) -> list[dict[str, str]]:
     for item in items:
         field = ".".join(str(p) for p in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
-        if not field:  # whole-model checks name their field first: "field: reason"
+        if not field:  # whole-model checks name their field first: "field: reason" (or "field.part: reason")
             head, _, rest = message.partition(":")
-            if head.isidentifier() and rest:
+            if rest and all(part.isidentifier() for part in head.split(".")):
                 field, message = head, rest.strip()
         out.append({"field": field, "message": message})
     return out

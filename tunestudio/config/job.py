@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from tunestudio.config.methods import METHOD_OPTIONS, METHOD_SPECS
 from tunestudio.config.seed import normalise
 from tunestudio.config.vocabulary import (
+    GENERATION_METRICS,
     MAX_ROWS,
     MAX_STEPS,
     SECRET_FIELDS,
@@ -29,7 +30,7 @@ from tunestudio.config.vocabulary import (
     TrainingType,
 )
 
-__all__ = ["JobConfig"]
+__all__ = ["EarlyStopping", "JobConfig"]
 
 _ROLES = {"system", "user", "assistant"}
 
@@ -241,9 +242,81 @@ class MethodPart(BaseModel):
 
 
 
+# The methods' own metrics as early stopping names them: measured on the eval split, so "eval_" + TRL's name.
+_METHOD_METRICS: dict[str, tuple[str, ...]] = {}
+for _name, _spec in METHOD_SPECS.items():
+    if _spec.main_metric:
+        _METHOD_METRICS[f"eval_{_spec.main_metric}"] = (*_METHOD_METRICS.get(f"eval_{_spec.main_metric}", ()), _name)
+_NO_REPLY_FORMATS = {"text", "prompt_only"}  # rows without a reference reply: nothing to compare answers with
+
+
+class EarlyStopping(BaseModel):
+    """Stop when the eval metric has not improved for `patience` evaluations (worker/best.py)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    metric: str = Field(
+        default="eval_loss", max_length=100,
+        description="eval_loss; exact_match, token_f1 or rouge_l (answers generated for held-out rows at each "
+                    "evaluation); or the method's metric on the eval split (dpo, orpo, kto: eval_rewards/margins; "
+                    "grpo: eval_reward).",
+    )
+    patience: int = Field(default=3, ge=1, le=100_000,
+                          description="Evaluations in a row without an improvement before the job stops.")
+    min_delta: float = Field(default=0.0, ge=0, le=1e9,
+                             description="An improvement counts when it is larger than this.")
+    mode: Literal["auto", "min", "max"] = Field(
+        default="auto", description="Whether lower (min) or higher (max) is better; auto: min for eval_loss, "
+                                    "max for the others.")
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, value: str) -> str:
+        value = value.strip()
+        name = value.removeprefix("eval_")
+        if name in GENERATION_METRICS:
+            return name
+        if value == "eval_loss" or f"eval_{name}" in _METHOD_METRICS:
+            return f"eval_{name}"
+        known = ["eval_loss", *GENERATION_METRICS, *_METHOD_METRICS]
+        raise ValueError(f"{value!r} is not a metric early stopping can watch; use one of {', '.join(known)}")
+
+    @property
+    def direction(self) -> Literal["min", "max"]:
+        """Which way is better (mode, or the metric's own way for auto)."""
+        if self.mode != "auto":
+            return self.mode
+        return "min" if self.metric == "eval_loss" else "max"
+
+    @property
+    def generates(self) -> bool:
+        """Whether the metric is measured on answers generated at each evaluation."""
+        return self.metric in GENERATION_METRICS
+
+
+class EarlyStoppingPart(BaseModel):
+    """Early stopping and keep-best: the job watches one eval metric, stops when it stalls, keeps its best."""
+
+    early_stopping: EarlyStopping | None = Field(
+        default=None,
+        description='{metric, patience, min_delta, mode}, e.g. {"metric": "exact_match", "patience": 3}; needs '
+                    "eval_steps > 0. null: train to the end.",
+    )
+    keep_best: bool = Field(
+        default=True,
+        description="With early_stopping: save a checkpoint at each improvement and make the job's artefacts the "
+                    "best step's weights; false: the last step's.",
+    )
+    early_stopping_rows: int | None = Field(
+        default=None, ge=1, le=1000,
+        description="For a generation metric: held-out rows answered at each evaluation; unset: "
+                    "eval_generate_rows.",
+    )
+
+
 # Fields in the order of the parts: pydantic collects a model's fields from its bases in reverse MRO.
-class JobConfig(MethodPart, OutputPart, LoggingPart, SeedMediaPart, AdapterPart, OptimisationPart, DataPart,
-                ModelPart):
+class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMediaPart, AdapterPart, OptimisationPart,
+                DataPart, ModelPart):
     """One fine-tuning job. Unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True, use_enum_values=False, allow_inf_nan=False)
@@ -295,6 +368,39 @@ class JobConfig(MethodPart, OutputPart, LoggingPart, SeedMediaPart, AdapterPart,
                 + (f"; {', '.join(wrong)} is not one of them" if wrong else "")
                 + (f"; nothing maps to {', '.join(missing)}" if missing else "")
                 + ("; two columns map to one field" if len(set(targets)) != len(targets) else ""))
+
+    @model_validator(mode="after")
+    def _early_stopping_rules(self) -> JobConfig:
+        """The watched metric is one this job measures; keep_best and the rows apply with early stopping only."""
+        stopping = self.early_stopping
+        if stopping is None:
+            if not self.keep_best:
+                raise ValueError("keep_best: applies with early_stopping (its metric says which step is best)")
+            if self.early_stopping_rows is not None:
+                raise ValueError("early_stopping_rows: applies with early_stopping only")
+            return self
+        if self.eval_steps <= 0:
+            raise ValueError("early_stopping: needs evaluations during training: set eval_steps above 0 (held-out "
+                             "rows are evaluated every eval_steps)")
+        metric = stopping.metric
+        if metric in _METHOD_METRICS and self.method not in _METHOD_METRICS[metric]:
+            raise ValueError(f"early_stopping.metric: {metric} is a metric of method "
+                             f"{', '.join(_METHOD_METRICS[metric])}, not of {self.method!r}; use eval_loss or one of "
+                             f"{', '.join(GENERATION_METRICS)}")
+        if stopping.generates:
+            formats = (set(METHOD_SPECS[self.method].formats) if self.format_type == "auto"
+                       else {self.format_type})
+            if formats <= _NO_REPLY_FORMATS:
+                rows = f"method {self.method!r}" if self.format_type == "auto" else f"format {self.format_type!r}"
+                raise ValueError(f"early_stopping.metric: {metric} compares generated answers with the reference "
+                                 f"replies of held-out rows, and the rows of {rows} have none; use eval_loss")
+            if self.early_stopping_rows is None and self.eval_generate_rows == 0:
+                raise ValueError(f"early_stopping_rows: {metric} is measured on held-out rows answered at each "
+                                 "evaluation, and eval_generate_rows is 0: set early_stopping_rows")
+        elif self.early_stopping_rows is not None:
+            raise ValueError(f"early_stopping_rows: applies to a generation metric ({', '.join(GENERATION_METRICS)}), "
+                             f"not to {metric}")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> JobConfig:

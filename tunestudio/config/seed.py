@@ -88,7 +88,7 @@ def _modules(value: Any) -> Any:
 
 _BLANK_IS_UNSET = ("hf_dataset", "subset", "eval_split", "output_dir", "resume_from_checkpoint", "hf_token",
                    "wandb_token", "warmup_steps", "warmup_ratio", "dataset_slice_start", "dataset_slice_end",
-                   "reward_format_pattern")
+                   "reward_format_pattern", "early_stopping", "early_stopping_rows")
 _FIELDS: dict[str, Callable[[Any], Any]] = {
     **dict.fromkeys(_BLANK_IS_UNSET, blank_to_none),
     "reward_weights": lambda value: None if value == [] else blank_to_none(value),

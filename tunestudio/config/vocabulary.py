@@ -6,8 +6,8 @@ from enum import StrEnum
 from typing import Literal
 
 __all__ = [
-    "FORMAT_ALIASES", "MAX_ROWS", "MAX_STEPS", "ROLE_ALIASES", "SECRET_FIELDS", "DpoLoss", "FormatType",
-    "LrScheduler", "MappingTarget", "Method", "MethodField", "Optimizer", "Role", "TrainingType",
+    "FORMAT_ALIASES", "GENERATION_METRICS", "MAX_ROWS", "MAX_STEPS", "ROLE_ALIASES", "SECRET_FIELDS", "DpoLoss",
+    "FormatType", "LrScheduler", "MappingTarget", "Method", "MethodField", "Optimizer", "Role", "TrainingType",
 ]
 
 SECRET_FIELDS = ("hf_token", "wandb_token")
@@ -80,6 +80,9 @@ MethodField = Literal["prompt", "chosen", "rejected", "completion", "label", "an
 MappingTarget = Role | MethodField
 ROLE_ALIASES = {"human": "user", "gpt": "assistant", "instruction": "user", "input": "user",
                 "output": "assistant", "response": "assistant", "bot": "assistant"}
+
+# What the held-out evaluation measures on generated answers (worker/evaluation.py's METRICS, by these names).
+GENERATION_METRICS: tuple[str, ...] = ("exact_match", "token_f1", "rouge_l")
 
 DpoLoss = Literal["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down",
                   "sigmoid_norm"]

@@ -30,7 +30,7 @@ class Job(BaseModel):
     resumed_from: str | None = None
     request_id: str | None = None
     final_metrics: dict[str, Any] | None = None
-    result: dict[str, Any] | None = None  # the Completed event's samples and evaluation
+    result: dict[str, Any] | None = None  # the Completed event's samples, evaluation and best
     progress: dict[str, Any] | None = None
     log_path: str | None = None
     worker_pid: int | None = None

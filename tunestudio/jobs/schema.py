@@ -90,7 +90,7 @@ ADDED_COLUMNS = (
     *(("metrics", name, "TEXT" if kind == "JSON" else kind) for name, kind in PROGRESS_TYPES.items()
       if name != "step"),
     ("jobs", "stop_request", "TEXT"),
-    ("jobs", "result", "TEXT"),  # {"samples", "evaluation"} of the job's Completed event
+    ("jobs", "result", "TEXT"),  # {"samples", "evaluation", "best"} of the job's Completed event
     # Job kinds: "train", or "export" (source_job: the job whose result it exports).
     ("jobs", "kind", "TEXT NOT NULL DEFAULT 'train'"),
     ("jobs", "source_job", "TEXT"),

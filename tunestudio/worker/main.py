@@ -85,6 +85,7 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     import torch
 
     from tunestudio.worker import batching, calibrate, integrations, lmhead, performance
+    from tunestudio.worker import best as best_mod
     from tunestudio.worker import data as data_mod
     from tunestudio.worker import evaluation as evaluation_mod
     from tunestudio.worker import model as model_mod
@@ -186,6 +187,7 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     if isinstance(collator, batching.ChoosingCollator) and collator.batches:  # how many batches were flattened
         channel.log(batching.describe(trainer, cfg.padding_free))
     stop = reporter.stop
+    stopper = best_mod.stopper_of(trainer)  # early stopping's watch, if the job has one
     if stop is not None and not stop.save:
         channel.completed(output_dir=None, stopped=True, saved=False, global_step=trainer.state.global_step)
         return 0
@@ -193,6 +195,8 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     # 6. save
     channel.phase("saving")
     saved_checkpoint = _latest_checkpoint(output_dir) if stop is not None else None
+    # keep_best: the best step's weights back into the model (every rank), for the artefacts and the evaluation
+    weights_step = stopper.restore_best(trainer) if stopper is not None else trainer.state.global_step
     trainer.save_model(str(output_dir))  # every rank calls it; the trainer writes on rank 0 only
     if not channel.is_main:
         return 0  # under torchrun, rank 0 writes the rest and reports
@@ -209,7 +213,8 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     ]
     evaluation = None
     if evaluator is not None and stop is None:  # a stopped job is not judged: the stop asked for a quick end
-        evaluation = evaluator.result(trainer.model, tokenizer, _final_eval_loss(trainer, reporter.records))
+        evaluation = evaluator.result(trainer.model, tokenizer,
+                                      _final_eval_loss(trainer, reporter.records, weights_step))
     metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     channel.completed(
         output_dir=str(output_dir),
@@ -220,18 +225,17 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
         metrics=metrics,
         samples=samples,
         evaluation=evaluation,
+        best=stopper.best() if stopper is not None else None,
+        reason=stopper.reason if stopper is not None else "",
     )
     return 0
 
 
-def _final_eval_loss(trainer: Any, records: list[dict[str, Any]]) -> float | None:
-    """The eval loss of the trained model: the trainer's last evaluation if it ran at the last step, else a new one."""
-    step = trainer.state.global_step
+def _final_eval_loss(trainer: Any, records: list[dict[str, Any]], step: int) -> float | None:
+    """The eval loss of the model's weights, those of `step`: the trainer's evaluation at that step, else a new one."""
     for record in reversed(records):
-        if record.get("eval_loss") is not None:
-            if record["step"] == step:
-                return record["eval_loss"]
-            break
+        if record.get("eval_loss") is not None and record["step"] == step:
+            return record["eval_loss"]
     return trainer.evaluate().get("eval_loss")
 
 

@@ -6,9 +6,9 @@ plain text, where every token is trained on and packing is on by default.
 Each builder takes the arguments every method shares (train.py builds them from
 the JobConfig: precision, schedule, logging, checkpoints) and adds its own. The
 model arrives prepared (LoRA, QLoRA or full), the data in the method's format
-(data/method_formats.py), and the reporting callback that turns logs into
-Progress events and obeys stop commands, so stop/save, cancel and resume work
-the same for every method.
+(data/method_formats.py), and the callbacks (the one that turns logs into
+Progress events and obeys stop commands; early stopping's, worker/best.py), so
+stop/save, cancel, resume and early stopping work the same for every method.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def build_trainer(
     tokenizer: Any,
     data: PreparedData,
     common: dict[str, Any],
-    callback: Any,
+    callbacks: list[Any],
     has_eval: bool,
 ) -> Any:
     """The TRL trainer of `cfg.method`'s trainer family (config.METHOD_SPECS: dpo, orpo, kto or grpo)."""
@@ -54,7 +54,7 @@ def build_trainer(
         "train_dataset": data.train,
         "eval_dataset": data.eval if has_eval else None,
         "processing_class": tokenizer,
-        "callbacks": [callback],
+        "callbacks": callbacks,
     }
     return BUILDERS[METHOD_SPECS[cfg.method].trainer](cfg, common, shared)
 

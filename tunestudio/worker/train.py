@@ -16,6 +16,7 @@ from tunestudio.config import JobConfig
 from tunestudio.events import Progress, Stop
 from tunestudio.paths import expand
 from tunestudio.worker import batching, memory, methods, performance
+from tunestudio.worker.best import EarlyStopper
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.checkpointing import save_checkpoints_atomically
 from tunestudio.worker.data import PreparedData
@@ -176,6 +177,10 @@ def build_trainer(
         channel.warn("train_on_completions has no effect on plain text data (it has no prompt and completion): "
                      "every token is trained on; use prompt/completion or a chat format to mask prompts")
     has_eval = data.eval is not None and cfg.eval_steps > 0
+    if cfg.early_stopping is not None and not has_eval:
+        raise UserError("early_stopping: the job has no eval split to watch (the dataset has too few rows to hold "
+                        "some out); give an eval_split, or train without early_stopping")
+    keeps_best = cfg.early_stopping is not None and cfg.keep_best
     # Below 1, eval_steps is a fraction of the total steps (TrainingArguments reads floats < 1 that way).
     eval_steps = (cfg.eval_steps if cfg.eval_steps < 1 else int(cfg.eval_steps)) if has_eval else None
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else (cfg.warmup_ratio or 0)
@@ -204,6 +209,9 @@ def build_trainer(
         eval_steps=eval_steps,
         save_strategy="steps" if cfg.save_steps > 0 else "no",
         save_steps=cfg.save_steps if cfg.save_steps > 0 else 500,
+        # keep_best saves at each new best (worker/best.py); with no periodic checkpoints only the best one and
+        # the newest are kept (rotation never deletes the best)
+        save_total_limit=1 if keeps_best and cfg.save_steps == 0 else None,
         report_to=report_to or [],
         disable_tqdm=True,
         dataloader_num_workers=0,
@@ -212,8 +220,11 @@ def build_trainer(
         ddp_find_unused_parameters=False,
     )
     callback = ReportingCallback(channel)
+    # The early stopper sees an evaluation's figures first: the generation metrics it adds reach the Progress event.
+    callbacks = [callback] if cfg.early_stopping is None else [EarlyStopper(cfg, channel, tokenizer, data.eval),
+                                                                 callback]
     if not methods.uses_sft_trainer(cfg):
-        return methods.build_trainer(cfg, model, tokenizer, data, common, callback, has_eval), callback
+        return methods.build_trainer(cfg, model, tokenizer, data, common, callbacks, has_eval), callback
     args = SFTConfig(
         **common,
         max_length=cfg.max_seq_length,
@@ -227,7 +238,7 @@ def build_trainer(
         train_dataset=data.train,
         eval_dataset=data.eval if has_eval else None,
         processing_class=tokenizer,
-        callbacks=[callback],
+        callbacks=callbacks,
     )
     try:
         batching.install(trainer, cfg.padding_free)  # after TRL has tokenised and cut the rows to max_length

@@ -36,6 +36,13 @@ export const ADVANCED = {
     "Recompute activations to save memory; slower (3.5× on CPU). auto: on only if the job would not fit."],
   random_seed: ["optimisation", "Random seed", "The same seed and data give the same run."],
   eval_split: ["evaluation", "Evaluation split or file", "A split name (test) or a file (data/val.jsonl)."],
+  early_stopping: ["evaluation", "Early stopping (JSON)",
+    'Stop when the eval metric stalls, e.g. {"metric": "exact_match", "patience": 3, "min_delta": 0.01}; metric: '
+    + "eval_loss, exact_match, token_f1, rouge_l or the method's (eval_rewards/margins). Needs Eval every > 0."],
+  keep_best: ["evaluation", "Keep the best checkpoint",
+    "With early stopping: the job's result is the best evaluation's weights, not the last step's."],
+  early_stopping_rows: ["evaluation", "Early stopping rows",
+    "Held-out rows answered at each evaluation for exact_match, token_f1 or rouge_l; empty: as the evaluation."],
   save_steps: ["logging", "Checkpoint every", "Steps between checkpoints; 0: only at a stop and the end."],
   sample_prompts: ["logging", "Sample prompts", "Prompts answered before and after training, one a line."],
   output_dir: ["logging", "Output folder", "Where the result goes; empty: the job's own folder."],

@@ -34,9 +34,34 @@ function axis(extra = {}) {
   };
 }
 
+/** Draw each mark ({step, label}) as a dashed vertical line across the plot, its label at the top. */
+function drawMarks(u, marks) {
+  if (!marks.length) return;
+  const ctx = u.ctx, dpr = devicePixelRatio || 1, {left, top, width, height} = u.bbox;
+  ctx.save();
+  ctx.strokeStyle = ctx.fillStyle = css("--ok");
+  ctx.lineWidth = 1.5 * dpr;
+  ctx.font = `${11 * dpr}px ${css("--font") || "sans-serif"}`;
+  for (const {step, label} of marks) {
+    const x = u.valToPos(step, "x", true);
+    if (!Number.isFinite(x) || x < left - 1 || x > left + width + 1) continue;
+    ctx.setLineDash([4 * dpr, 3 * dpr]);
+    ctx.beginPath();
+    ctx.moveTo(x, top);
+    ctx.lineTo(x, top + height);
+    ctx.stroke();
+    ctx.setLineDash([]);
+    const right = x > left + width / 2;  // the label on the side with room
+    ctx.textAlign = right ? "right" : "left";
+    ctx.fillText(label, x + (right ? -7 : 7) * dpr, top + 12 * dpr);  // clear of a point on the line
+  }
+  ctx.restore();
+}
+
 /**
  * A chart in `container`. `spec()` returns {series: [uPlot series after x], scales?, axes?, legend?, sparkline?};
- * `setData(data)` redraws at most once per animation frame, however often it is called.
+ * `setData(data)` redraws at most once per animation frame, however often it is called; `setMarks(marks)`
+ * draws [{step, label}] as vertical lines (the best step of early stopping).
  */
 export class Chart {
   constructor(container, spec, {height = 220} = {}) {
@@ -46,6 +71,7 @@ export class Chart {
     this.data = null;
     this.plot = null;
     this.pending = false;
+    this.marks = [];
     this.observer = new ResizeObserver(() => this.resize());
     this.observer.observe(container);
     live.add(this);
@@ -72,7 +98,16 @@ export class Chart {
       // show the nearest non-null value of a series with a gap there (another step's value).
       cursor: {drag: {x: true, y: false}, dataIdx: (u, seriesIdx, hoveredIdx) => hoveredIdx},
       series: [{label: "step"}, ...spec.series],
+      hooks: {draw: [(u) => drawMarks(u, this.marks)]},
     };
+  }
+
+  setMarks(marks) {
+    const key = JSON.stringify(marks);
+    if (key === JSON.stringify(this.marks)) return;
+    this.marks = marks;
+    this.container.dataset.marks = marks.map((m) => m.step).join(",");
+    if (this.plot) this.plot.redraw(false);
   }
 
   build() {
@@ -131,6 +166,13 @@ export function singleChart(container, label, cssColour, {log = false} = {}) {
     series: [{label, stroke: css(cssColour), width: 1.5, points: {show: false}}],
     scales: log ? {y: {distr: 3}} : undefined,
   }), {height: 160});
+}
+
+/** The metric early stopping watches, one point per evaluation. */
+export function watchChart(container, label) {
+  return new Chart(container, () => ({
+    series: [{label, stroke: css("--c5"), width: 2, spanGaps: true, points: {show: true, size: 6}}],
+  }), {height: 200});
 }
 
 /** A training method's own metrics (reward margin, rewards per function, ...): one line per label. */

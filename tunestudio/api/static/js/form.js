@@ -31,6 +31,9 @@ const LABELS = {
   sample_prompts: "Sample prompts (one a line)", target_modules: "Target modules (one a line; empty: all linear)",
   format_type: "Format", hf_token: "Hub token", wandb_token: "W&B token", optim: "Optimizer", lr_scheduler_type: "LR schedule",
 };
+// Examples shown in empty JSON fields.
+const PLACEHOLDERS = {custom_format_mapping: '{"question": "user", "answer": "assistant"}',
+  early_stopping: '{"metric": "exact_match", "patience": 3}'};
 const METHODS = [["lora", "LoRA", "small adapters on a frozen model"],
   ["qlora", "QLoRA", "LoRA on 4-bit weights (bitsandbytes; CPU or GPU)"], ["full", "Full", "every weight is trained"]];
 
@@ -91,7 +94,7 @@ function control(f) {
       set = (v) => { input.value = (v || []).join("\n"); };
       break;
     case "mapping":
-      input = el("textarea", {id, name: f.name, rows: "2", placeholder: '{"question": "user", "answer": "assistant"}'});
+      input = el("textarea", {id, name: f.name, rows: "2", placeholder: PLACEHOLDERS[f.name] || ""});
       input.value = f.default ? JSON.stringify(f.default) : "";
       get = () => {
         const raw = input.value.trim();

@@ -7,7 +7,7 @@
 // own reconnects send Last-Event-ID, so a dropped connection resumes the same way.
 
 import {api, ApiError} from "./api.js";
-import {lossChart, methodChart, singleChart} from "./charts.js";
+import {lossChart, methodChart, singleChart, watchChart} from "./charts.js";
 import {chatPanel} from "./chat.js";
 import {exportPanel} from "./export.js";
 import {mountJobInfo} from "./jobinfo.js";
@@ -64,6 +64,11 @@ export async function showJob(main, id, {onChange, navigate}) {
   const methodSpec = METHOD_CHART[cfg.method];
   const methodBox = el("div", {class: "chart", id: "method-chart"});
   const isExport = job.kind === "export";
+  // Early stopping: the metric it watches (as the eval records name it), charted with its best step marked.
+  const stopping = isExport ? null : cfg.early_stopping;
+  const watchKey = stopping && (stopping.metric.startsWith("eval_") ? stopping.metric : `eval_${stopping.metric}`);
+  const watchBox = el("div", {class: "chart", id: "watch-chart"});
+  const bestLine = el("p", {class: "muted small", id: "best-step"});
   const exportBox = el("div", {id: "export-box"});
   let panel = null;
 
@@ -93,6 +98,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     errorBox, results, judged, chatSlot, exportBox, infoBox,
     el("section", {class: "chart-card wide", hidden: isExport}, el("h3", {}, "Loss"), lossBox),
     methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h3", {}, methodSpec[1]), methodBox) : null,
+    stopping ? el("section", {class: "chart-card wide"},
+      el("h3", {}, `Early stopping: ${METRIC_LABELS[stopping.metric] || stopping.metric}`), watchBox, bestLine) : null,
     el("div", {class: "chart-row", hidden: isExport},
       el("section", {class: "chart-card"}, el("h3", {}, "Learning rate"), lrBox),
       el("section", {class: "chart-card"}, el("h3", {}, "Gradient norm"), gradBox)),
@@ -102,6 +109,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   const parent = job.resumed_from ? await loadParent(job.resumed_from) : null;
   const charts = {loss: lossChart(lossBox, {parent: Boolean(parent)}), lr: singleChart(lrBox, "learning rate", "--c2"),
     grad: singleChart(gradBox, "grad norm", "--c4")};
+  if (stopping) charts.watch = watchChart(watchBox, METRIC_LABELS[stopping.metric] || stopping.metric);
 
   // --- rendering ----------------------------------------------------------------
   const setStat = (name, text) => { document.getElementById(`stat-${name}`).textContent = text; };
@@ -125,6 +133,27 @@ export async function showJob(main, id, {onChange, navigate}) {
     charts.lr.setData(series.seriesData("learning_rate"));
     charts.grad.setData(series.seriesData("grad_norm"));
     lossBox.dataset.steps = String(series.train.length);
+    drawBest();
+  };
+  // The best step: the job's own once it has ended (GET /api/jobs/{id} best), the best evaluation so far before.
+  const drawBest = () => {
+    if (!stopping) return;
+    const [steps, values] = series.evalData(watchKey);
+    charts.watch.setData([steps, values]);
+    let best = job.best ? {...job.best, final: true} : null;
+    if (!best) {
+      const lower = stopping.mode === "min" || (stopping.mode === "auto" && stopping.metric === "eval_loss");
+      steps.forEach((step, i) => {
+        if (!best || (lower ? values[i] < best.value : values[i] > best.value)) best = {step, value: values[i]};
+      });
+    }
+    const marks = best ? [{step: best.step, label: `best: step ${best.step}`}] : [];
+    charts.loss.setMarks(marks);
+    charts.watch.setMarks(marks);
+    bestLine.textContent = !best ? "No evaluation yet."
+      : `Best at step ${best.step}: ${METRIC_LABELS[stopping.metric] || stopping.metric} `
+        + `${metricCell(stopping.metric, best.value)}${best.final ? "" : " (so far)"}`
+        + (best.final && best.checkpoint ? " — the job's artefacts are this step's weights." : "");
   };
   const drawProgress = () => {
     const p = series.latest || job.progress || {};
@@ -166,6 +195,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     errorBox.hidden = !job.error;
     errorBox.replaceChildren(el("b", {}, "Error: "), job.error || "");
     drawResults();
+    drawBest();
     // A finished training job with a result gets the Export panel (once).
     if (!panel && !isExport && job.has_result) {
       panel = exportPanel(job, {navigate});
@@ -325,9 +355,12 @@ const METRIC_LABELS = {exact_match: "exact match", token_f1: "token F1", rouge_l
   perplexity: "perplexity"};
 const SHARES = new Set(["exact_match", "token_f1", "rouge_l"]);
 
+function metricCell(name, v) {
+  return v === null || v === undefined ? "–" : SHARES.has(name) ? `${(100 * v).toFixed(1)}%` : fmtNumber(v);
+}
+
 function evaluationTable(evaluation) {
-  const cell = (name, v) => (v === null || v === undefined ? "–"
-    : SHARES.has(name) ? `${(100 * v).toFixed(1)}%` : fmtNumber(v));
+  const cell = metricCell;
   const rows = Object.entries(evaluation.metrics).filter(([, m]) => m.before !== null || m.after !== null);
   return el("section", {class: "evaluation", id: "evaluation"},
     el("h3", {}, evaluation.rows ? `Evaluation on ${evaluation.rows} held-out rows` : "Evaluation"),

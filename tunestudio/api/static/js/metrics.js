@@ -80,6 +80,13 @@ export class MetricSeries {
     return [rows.map((r) => r.step), ...keys.map((k) => rows.map((r) => r.extra[k] ?? null))];
   }
 
+  /** uPlot data of one figure of the evaluations during training (step > 0): eval_loss, or a key of `extra`. */
+  evalData(key) {
+    const value = (r) => (key === "eval_loss" ? r.eval_loss : (r.extra || {})[key]);
+    const rows = this.evals.filter((r) => r.step > 0 && value(r) !== undefined && value(r) !== null);
+    return [rows.map((r) => r.step), rows.map(value)];
+  }
+
   seriesData(key) {
     const rows = this.train.filter((r) => r[key] !== null && r[key] !== undefined);
     return [rows.map((r) => r.step), rows.map((r) => r[key])];
