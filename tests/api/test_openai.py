@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-from collections.abc import Iterator
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
+from tunestudio.inference.protocol import Delta, Done, Started
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
@@ -134,6 +140,82 @@ def test_a_client_that_disconnects_mid_stream_frees_the_worker(server: str, job:
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] > 0
 
 
+def test_a_client_that_leaves_a_whole_answer_cancels_it_at_once(server: str, job: Job) -> None:
+    warm = httpx.post(f"{server}/v1/chat/completions", timeout=60,
+                      json={"model": job.id, "messages": MESSAGES, "max_tokens": 1})
+    assert warm.status_code == 200  # the worker is up and holds the model: tokens follow each other closely
+    cancelled = status(server)["cancelled"]
+    body = json.dumps({"model": job.id, "messages": MESSAGES, "stream": False,
+                       "max_tokens": 480, "min_tokens": 480}).encode()
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        wait_until(lambda: status(server)["in_flight"] == 1, 30, "the request to reach the worker")
+    # The client is gone while tokens keep coming: the generation is cancelled, not finished 480 tokens later.
+    wait_until(lambda: (s := status(server))["in_flight"] == 0 and s["cancelled"] == cancelled + 1, 10,
+               "the whole answer's generation to be cancelled")
+    answer = httpx.post(f"{server}/v1/chat/completions", timeout=60,
+                        json={"model": job.id, "messages": MESSAGES, "temperature": 0, "max_tokens": 5})
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] > 0
+
+
+class _SteadyGeneration:
+    """A generation that yields a token every 5 ms for 3 s, never pausing 0.5 s; records a cancel before its end."""
+
+    def __init__(self, deliver: Callable[[Any], None]) -> None:
+        self.deliver = deliver
+        self.streaming = threading.Event()
+        self.stop = threading.Event()
+        self.cancelled_at: float | None = None
+        self.finished = False
+
+    def run(self) -> None:
+        self.deliver(Started(1, 3))
+        for _ in range(600):
+            if self.stop.wait(0.005):
+                break
+            self.deliver(Delta(1, "a"))
+            self.streaming.set()
+        self.finished = True
+        self.deliver(Done(1, "cancelled" if self.stop.is_set() else "length", 3, 600))
+
+    def cancel(self) -> None:
+        if not self.finished and not self.stop.is_set():
+            self.cancelled_at = time.monotonic()
+            self.stop.set()
+
+
+class _SteadyPool:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.generations: list[_SteadyGeneration] = []
+
+    def generate(self, spec: Any, messages: Any, params: Any, deliver: Callable[[Any], None]) -> _SteadyGeneration:
+        generation = _SteadyGeneration(deliver)
+        self.generations.append(generation)
+        threading.Thread(target=generation.run, daemon=True).start()
+        return generation
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_whole_answer_is_cancelled_while_tokens_keep_coming(job: Job, home: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's leaving is seen at once, not after 0.5 s without a token (which a steady stream never has)."""
+    pool = _SteadyPool()
+    monkeypatch.setattr("tunestudio.api.InferencePool", lambda *args, **kwargs: pool)
+    with running_server(Settings(home=home)) as url:
+        body = json.dumps({"model": job.id, "messages": MESSAGES}).encode()
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            wait_until(lambda: pool.generations and pool.generations[0].streaming.is_set(), 10, "the tokens")
+        # Before the fix, the 600 tokens ran to their end (3 s) and nothing was cancelled.
+        wait_until(lambda: pool.generations[0].cancelled_at, 2, "the generation's cancel")
+
+
 def test_a_crashed_worker_fails_the_request_in_flight_and_restarts(client: openai.OpenAI, server: str,
                                                                    job: Job) -> None:
     client.chat.completions.create(model=job.id, messages=MESSAGES, max_tokens=1)  # the worker is up
@@ -161,3 +243,65 @@ def test_the_token_rules_of_the_api_apply(job: Job, home: Path) -> None:
         with openai.OpenAI(base_url=f"{url}/v1", api_key="s3cret", max_retries=0) as right:
             assert job.id in [m.id for m in right.models.list()]
         assert httpx.get(f"{url}/api/inference", timeout=10).status_code == 401
+
+
+def test_middleware_refusals_on_v1_are_in_openai_shape(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", max_body_bytes=2048)
+    with running_server(settings) as url, \
+            openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30) as client:
+        with pytest.raises(openai.NotFoundError) as caught:  # no such route: routing's 404
+            client.get("/no-such-route", cast_to=httpx.Response)
+        assert caught.value.code == "not_found" and caught.value.type == "invalid_request_error"
+        with pytest.raises(openai.APIStatusError) as caught:  # BodyLimit's 413
+            client.chat.completions.create(model="any", messages=[{"role": "user", "content": "x" * 4096}])
+        assert caught.value.status_code == 413 and caught.value.code == "too_large"
+        with openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30,
+                           default_headers={"Origin": "http://evil.example"}) as foreign, \
+                pytest.raises(openai.PermissionDeniedError) as caught:  # RequestGuard's 403
+            foreign.chat.completions.create(model="any", messages=MESSAGES)
+        assert caught.value.code == "cross_origin"
+        # RequestGuard's 400 for a Host this server does not answer to (the client cannot set Host: raw HTTP).
+        for path in ("/v1/models", "/v1/chat/completions"):
+            refused = httpx.get(f"{url}{path}", headers={"Host": "evil.example"}, timeout=10)
+            assert refused.status_code == 400
+            assert refused.json() == {"error": {"message": refused.json()["error"]["message"],
+                                                "type": "invalid_request_error", "param": None, "code": "bad_host"}}
+        # Outside /v1 the API's own shape stays.
+        assert httpx.get(f"{url}/api/no-such-route", timeout=10).json()["detail"]["code"] == "not_found"
+        assert httpx.get(f"{url}/api/jobs", headers={"Host": "evil.example"}, timeout=10).json()["detail"]["code"] \
+            == "bad_host"
+
+
+def test_an_export_is_no_chat_model(client: openai.OpenAI, server: str, job: Job, home: Path) -> None:
+    # Outside the job's folder: the last test runs another job into that folder.
+    created = httpx.post(f"{server}/api/jobs/{job.id}/exports", timeout=30,
+                         json={"target": "merged", "output_dir": str(home / "exported")})
+    assert created.status_code == 201, created.text
+    export_id = created.json()["id"]
+    done = wait_until(lambda: (j := httpx.get(f"{server}/api/jobs/{export_id}", timeout=10).json())["status"]
+                      in ("completed", "failed", "cancelled") and j, 300, "the export's end")
+    assert done["status"] == "completed", done
+    assert [m.id for m in client.models.list()] == [job.id, f"{job.id}:base"]
+    for model in (export_id, f"{export_id}:base"):
+        with pytest.raises(openai.NotFoundError) as caught:
+            client.chat.completions.create(model=model, messages=MESSAGES)
+        assert caught.value.code == "model_not_found"
+        assert f"job {export_id} is an export; chat with its source job {job.id}" in caught.value.message
+
+
+def test_a_job_whose_folder_a_later_job_wrote_over_says_so(client: openai.OpenAI, job: Job, tiny_model: Path,
+                                                            home: Path) -> None:
+    """Last in the module: a second job runs into the first one's folder (a job file run again)."""
+    before = client.chat.completions.create(model=job.id, messages=MESSAGES, temperature=0, max_tokens=40)
+    assert before.choices[0].message.content.strip() == job.result["samples"][0]["after"]  # its adapter is cached
+    # The same job file run again, shorter: its weights go where the first job's were.
+    second = train_chat_job(tiny_model, home, output_dir=job.output_dir, max_steps=12, eval_steps=0,
+                            eval_generate_rows=0, learning_rate=1e-2, random_seed=3)
+    for model in (job.id, f"{job.id}:base"):
+        with pytest.raises(openai.ConflictError) as caught:
+            client.chat.completions.create(model=model, messages=MESSAGES, temperature=0, max_tokens=40)
+        assert caught.value.code == "model_replaced"
+        assert (f"job {job.id}'s weights in {job.output_dir} were replaced by a later job ({second.id}); its model is "
+                "no longer on disk") in caught.value.message
+    answer = client.chat.completions.create(model=second.id, messages=MESSAGES, temperature=0, max_tokens=40)
+    assert answer.choices[0].message.content.strip() == second.result["samples"][0]["after"]

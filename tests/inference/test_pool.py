@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, ModelSpec, resolve
-from tunestudio.inference.models import spec_for, weights_folder
+from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, ModelSpec, chat_models, resolve
+from tunestudio.inference.models import SLACK_S, UnknownModel, WeightsReplaced, spec_for, weights_folder
 from tunestudio.inference.pool import threads_for
 from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job
+from tunestudio.jobs.models import Job, JobNotFound
 from tunestudio.process import pid_alive
 from tunestudio.settings import Settings
 
@@ -112,6 +114,26 @@ def test_sampling_with_a_seed_repeats(spec: ModelSpec, home: Path) -> None:
         pool.close()
 
 
+def test_requests_queued_behind_a_dying_one_go_to_the_next_worker(spec: ModelSpec, job: Job, home: Path) -> None:
+    pool = InferencePool(Settings(home=home))
+    try:
+        in_flight = pool.generate(spec, MESSAGES, GenerateParams(max_tokens=400, min_tokens=400))
+        deltas = iter(in_flight)
+        next(deltas)  # the worker is answering it
+        queued = [pool.generate(spec, MESSAGES, GREEDY) for _ in range(2)]  # sent to the worker, not begun
+        cancelled = pool.generate(spec, MESSAGES, GREEDY)
+        cancelled.cancel()  # sent, then cancelled before it began: answered as cancelled, not sent again
+        os.kill(pool.status()["pid"], signal.SIGKILL)
+        with pytest.raises(InferenceUnavailable) as caught:
+            list(deltas)
+        assert caught.value.status == 503 and caught.value.code == "inference_worker_died"
+        assert ["".join(g).strip() for g in queued] == [job.result["samples"][0]["after"]] * 2
+        assert cancelled.result().finish_reason == "cancelled"
+        assert (pool.status()["starts"], pool.status()["crashes"]) == (2, 1)
+    finally:
+        pool.close()
+
+
 def test_the_worker_dies_with_its_parent(spec: ModelSpec, home: Path, tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(f"""
@@ -196,3 +218,63 @@ def test_a_full_fine_tune_and_its_checkpoint_answer_beside_the_base(full_job: Jo
     sample = full_job.result["samples"][0]
     assert (answers["base"], answers["tuned"]) == (sample["before"], sample["after"])
     assert answers["checkpoint"]  # a checkpoint folder loads as a model of its own
+
+
+def test_weights_rewritten_on_disk_load_again(full_job: Job, tiny_model: Path, home: Path, tmp_path: Path) -> None:
+    """A folder whose weights change (another job's run into it) answers with what it holds now, not the cache."""
+    folder = tmp_path / "out"
+    shutil.copytree(full_job.output_dir, folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    job = full_job.model_copy(update={"output_dir": str(folder), "checkpoint": None})
+    sample = full_job.result["samples"][0]
+    pool = InferencePool(Settings(home=home))
+    try:
+        tuned = spec_for(job, base=False)
+        assert "".join(pool.generate(tuned, MESSAGES, GREEDY)).strip() == sample["after"]
+        # The base model's weights now, as a new file (a file rewritten in place would change what a worker has
+        # memory-mapped from it, cached or not).
+        shutil.copy(Path(tiny_model) / "model.safetensors", folder / "new.tmp")
+        os.replace(folder / "new.tmp", folder / "model.safetensors")
+        rewritten = spec_for(job, base=False)
+        assert rewritten.fingerprint != tuned.fingerprint
+        assert "".join(pool.generate(rewritten, MESSAGES, GREEDY)).strip() == sample["before"]
+    finally:
+        pool.close()
+
+
+def test_replaced_weights_and_exports_are_no_chat_models(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "adapter_config.json").write_text("{}")
+    (out / "adapter_model.safetensors").write_text("first")
+    ended = time.time() + 1
+    first = _job(tmp_path, "completed", output_dir=str(out), finished_at=ended)
+    second = first.model_copy(update={"id": "j2", "created_at": 5.0})
+    export = first.model_copy(update={"id": "e1", "kind": "export", "source_job": "j1"})
+    manager = _Jobs(first, second, export)
+    assert resolve(manager, "j1").fingerprint  # its weights' names, sizes and times: the worker's cache key
+    assert [m.id for m in chat_models(manager)] == ["j2", "j2:base", "j1", "j1:base"]  # newest first, no export
+    for model_id in ("e1", "e1:base"):
+        with pytest.raises(UnknownModel, match="job e1 is an export; chat with its source job j1") as caught:
+            resolve(manager, model_id)
+        assert caught.value.status == 404
+    later = ended + SLACK_S + 5
+    os.utime(out / "adapter_model.safetensors", (later, later))  # written after j1 ended: j2's
+    with pytest.raises(WeightsReplaced, match=r"job j1's weights in .* were replaced by a later job \(j2\)") as caught:
+        resolve(manager, "j1:base")
+    assert caught.value.status == 409
+
+
+class _Jobs:
+    """What resolve() and chat_models() ask of a JobManager."""
+
+    def __init__(self, *jobs: Job) -> None:
+        self.jobs = {job.id: job for job in jobs}
+
+    def get(self, job_id: str) -> Job:
+        if job_id not in self.jobs:
+            raise JobNotFound(job_id)
+        return self.jobs[job_id]
+
+    def list(self, status: list | None = None, limit: int = 50) -> list[Job]:
+        jobs = sorted(self.jobs.values(), key=lambda j: j.created_at, reverse=True)
+        return [j for j in jobs if status is None or j.status in status][:limit]

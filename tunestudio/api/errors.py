@@ -1,4 +1,9 @@
-"""Every error answer is {"detail": {"code", "message", ...}}, without internals."""
+"""Every error answer is {"detail": {"code", "message", ...}}, without internals.
+
+Under /v1 (OpenAI's API shape) it is {"error": {"message", "type", "param", "code"}} instead: the routes'
+own errors (api/routes/openai.py), and those of the middleware and of routing (a 413, a refused Host or
+Origin, an unknown path), so OpenAI's clients read every one.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +31,18 @@ class ApiError(Exception):
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"detail": {"code": code, "message": message, **extra}}
+
+
+def is_openai_path(path: str) -> bool:
+    return path == "/v1" or path.startswith("/v1/")
+
+
+def openai_error_body(status: int, message: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    """An error in OpenAI's shape; `type` as OpenAI puts it for the status."""
+    kind = ("invalid_request_error" if status in (400, 404, 405, 409, 413, 422)
+            else "authentication_error" if status == 401 else "permission_error" if status == 403
+            else "server_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def request_field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
@@ -72,12 +89,16 @@ def install(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "too_large"}.get(
             exc.status_code, "http_error"
         )
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        body = (openai_error_body(exc.status_code, str(exc.detail), code) if is_openai_path(request.url.path)
+                else error_body(code, str(exc.detail)))
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         # Starlette sends this answer from outside every middleware, so it carries the security headers itself.
-        return JSONResponse(error_body("internal_error", "internal error; see the server log"), status_code=500,
+        message = "internal error; see the server log"
+        body = (openai_error_body(500, message, "internal_error") if is_openai_path(request.url.path)
+                else error_body("internal_error", message))
+        return JSONResponse(body, status_code=500,
                             headers={"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff"})

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tunestudio import paths
-from tunestudio.api.errors import ApiError
+from tunestudio.api.errors import ApiError, is_openai_path, openai_error_body
 from tunestudio.config import JobConfig
 from tunestudio.export_config import ExportOptions
 from tunestudio.settings import Settings
@@ -160,7 +160,7 @@ class RequestGuard:
         refusal = self.refusal(scope)
         if refusal is not None:
             status, code, text = refusal
-            await send_error(with_headers, status, code, text)
+            await send_error(with_headers, status, code, text, scope.get("path", ""))
             return
         await self.app(scope, receive, with_headers)
 
@@ -225,7 +225,7 @@ class BodyLimit:
         limit = self.per_path.get(scope.get("path", ""), self.default_limit)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _too_large(send, limit)
+            await _too_large(send, limit, scope)
             return
         seen = 0
 
@@ -241,7 +241,7 @@ class BodyLimit:
         try:
             await self.app(scope, limited, send)
         except _TooLarge:
-            await _too_large(send, limit)
+            await _too_large(send, limit, scope)
 
 
 class _TooLarge(HTTPException):
@@ -252,13 +252,15 @@ class _TooLarge(HTTPException):
         super().__init__(413, f"request body over {limit} bytes")
 
 
-async def _too_large(send: Send, limit: int) -> None:
-    await send_error(send, 413, "too_large", f"request body over {limit} bytes")
+async def _too_large(send: Send, limit: int, scope: Scope) -> None:
+    await send_error(send, 413, "too_large", f"request body over {limit} bytes", scope.get("path", ""))
 
 
-async def send_error(send: Send, status: int, code: str, message: str) -> None:
-    """An error answer in the API's shape, straight from middleware."""
-    body = json.dumps({"detail": {"code": code, "message": message}}).encode()
+async def send_error(send: Send, status: int, code: str, message: str, path: str = "") -> None:
+    """An error answer in the API's shape (OpenAI's under /v1), straight from middleware."""
+    shape = (openai_error_body(status, message, code) if is_openai_path(path)
+             else {"detail": {"code": code, "message": message}})
+    body = json.dumps(shape).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

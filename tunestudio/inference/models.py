@@ -4,11 +4,21 @@ A job can answer once it has weights: a completed or stopped job in its
 output folder (a stop with save writes the model trained so far there), an
 interrupted one in its latest checkpoint. Its id names the result; `<id>:base`
 names the base model it was trained from, spoken to with the job's tokenizer
-and chat template, so both answer the same prompt text.
+and chat template, so both answer the same prompt text. An export job is no
+chat model (its source job is).
+
+A job's weights are the files its worker wrote before the job ended. Another
+job may run into the same output folder later (a job file run again) and write
+over them: weights written after the job's `finished_at` (+ `SLACK_S`) are not
+its own any more, and asking for it is a 409 (`WeightsReplaced`), not another
+job's answer under its name. `fingerprint()` (the weights files' names, sizes
+and modification times) goes with each spec, so the worker's cache reloads
+weights that changed on disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,14 +30,24 @@ from tunestudio.jobs.status import JobStatus
 
 CHAT_STATUSES = [JobStatus.completed, JobStatus.stopped, JobStatus.interrupted]
 BASE_SUFFIX = ":base"
+SLACK_S = 2.0  # a job's weights may be this much newer than its finished_at (clock and timestamp granularity)
+WEIGHT_FILES = ("*.safetensors", "adapter_model.bin", "pytorch_model*.bin", "adapter_config.json", "config.json")
 
 
 class UnknownModel(LookupError):
     """No job answers to this model id; the message says why, for the user."""
 
+    status, code = 404, "model_not_found"
+
     def __init__(self, model_id: str, reason: str) -> None:
         super().__init__(f"model {model_id!r} {reason}")
         self.model_id = model_id
+
+
+class WeightsReplaced(UnknownModel):
+    """The job's folder holds weights written after it ended: another job's, not its own."""
+
+    status, code = 409, "model_replaced"
 
 
 def _has_weights(folder: Path) -> bool:
@@ -48,6 +68,31 @@ def weights_folder(job: Job) -> Path | None:
     return None
 
 
+def _weights_files(folder: Path) -> list[Path]:
+    return sorted({p for pattern in WEIGHT_FILES for p in folder.glob(pattern) if p.is_file()})
+
+
+def fingerprint(folder: Path) -> str:
+    """What the weights in `folder` are, as far as the file system tells: each file's name, size, mtime."""
+    parts = []
+    for path in _weights_files(folder):
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return ";".join(parts)
+
+
+def replaced(job: Job, folder: Path) -> bool:
+    """Whether weights in the job's folder were written after the job ended (so not by it)."""
+    if job.finished_at is None:
+        return False
+    newest = 0
+    for path in _weights_files(folder):
+        with contextlib.suppress(OSError):
+            newest = max(newest, path.stat().st_mtime_ns)
+    return newest / 1e9 > job.finished_at + SLACK_S
+
+
 def spec_for(job: Job, base: bool) -> ModelSpec | None:
     folder = weights_folder(job)
     if folder is None:
@@ -61,6 +106,7 @@ def spec_for(job: Job, base: bool) -> ModelSpec | None:
         kind="adapter" if (folder / "adapter_config.json").is_file() else "full",
         tokenizer=str(folder) if has_tokenizer else str(job.config.get("model_name", "")),
         load_in_4bit=bool(job.config.get("load_in_4bit", False)),
+        fingerprint=fingerprint(folder),
     )
 
 
@@ -75,7 +121,7 @@ def chat_models(manager: JobManager, limit: int = 1000) -> list[ChatModel]:
     """Every job one can chat with, newest first, each followed by its base model."""
     out: list[ChatModel] = []
     for job in manager.list(CHAT_STATUSES, limit=limit):
-        if weights_folder(job) is not None:
+        if job.kind == "train" and weights_folder(job) is not None:
             out += [ChatModel(job.id, job, False), ChatModel(job.id + BASE_SUFFIX, job, True)]
     return out
 
@@ -88,7 +134,13 @@ def resolve(manager: JobManager, model_id: str) -> ModelSpec:
     except JobNotFound:
         raise UnknownModel(model_id, "does not exist: give a job id, or a job id followed by ':base' "
                                      "(GET /v1/models lists them)") from None
+    if job.kind == "export":
+        raise UnknownModel(model_id, f"is not a chat model: job {job_id} is an export; chat with its source job "
+                                     f"{job.source_job}")
     spec = spec_for(job, base)
+    if spec is not None and replaced(job, Path(spec.weights)):
+        raise WeightsReplaced(model_id, f"is not available: job {job_id}'s weights in {spec.weights} were replaced "
+                                        f"{_by_whom(manager, job)}; its model is no longer on disk")
     if spec is None:
         if job.status not in CHAT_STATUSES:
             reason = (f"is not available: job {job_id} is {job.status.value}; a job answers once it is completed, "
@@ -97,3 +149,13 @@ def resolve(manager: JobManager, model_id: str) -> ModelSpec:
             reason = f"is not available: job {job_id} has no saved weights (its output folder is empty or gone)"
         raise UnknownModel(model_id, reason)
     return spec
+
+
+def _by_whom(manager: JobManager, job: Job) -> str:
+    """'by a later job (ID)': the newest other job with the same output folder, created after this one."""
+    out = Path(job.output_dir or "").resolve()
+    for other in manager.list(limit=1000):  # newest first
+        if (other.id != job.id and other.kind == "train" and other.output_dir and other.created_at > job.created_at
+                and Path(other.output_dir).resolve() == out):
+            return f"by a later job ({other.id})"
+    return "after the job ended (by another job, or by hand)"

@@ -12,8 +12,9 @@ replies, notices its death, and unloads it:
   device is training's); on a CPU the two share the cores instead: while a
   job trains, the worker generates with half of them (`threads_for`).
 
-A worker that dies fails the requests it held with a clear error (503); the
-next request starts a new one.
+A worker that dies fails the request it was answering with a clear error
+(503); the requests queued behind it (sent, but not begun) go to a new worker,
+which starts at once.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class Generation:
         self._deliver = deliver
         self._queue: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         self.started: Started | None = None
+        self.cancel_asked = False  # a Cancel went to the worker
         self.done: Done | None = None
         self.error: Error | None = None
 
@@ -150,6 +152,7 @@ class InferencePool:
         self._ids = itertools.count(1)
         self._inflight: dict[int, Generation] = {}
         self._waiting: list[Generate] = []  # asked for before the worker was up
+        self._sent: dict[int, Generate] = {}  # sent to the worker and not answered yet, in the order it takes them
         self._proc: Any = None
         self._ending: Any = None  # a detached worker being shut down: "stopping" until it has exited
         self._requests: Any = None
@@ -188,6 +191,7 @@ class InferencePool:
             threads = threads_for(self._training_now())
             request = Generate(request_id, spec, messages, params.model_dump(), threads)
             if self._proc is not None:
+                self._sent[request_id] = request
                 self._requests.put(request)
             else:
                 self._waiting.append(request)
@@ -233,6 +237,7 @@ class InferencePool:
                 generation._push(Done(request_id, "cancelled"))
                 return
             if self._proc is not None:
+                self._inflight[request_id].cancel_asked = True
                 self._requests.put(Cancel(request_id))
 
     def _keep(self) -> None:
@@ -295,6 +300,7 @@ class InferencePool:
             self.device = None
             waiting, self._waiting = self._waiting, []
             for request in waiting:
+                self._sent[request.request_id] = request
                 requests.put(request)
         log.info("inference worker %s started", proc.pid)
 
@@ -319,6 +325,7 @@ class InferencePool:
                 return
             if isinstance(reply, (Done, Error)):
                 del self._inflight[reply.request_id]
+                self._sent.pop(reply.request_id, None)
                 self._last_used = time.monotonic()
                 if isinstance(reply, Done) and reply.finish_reason == "cancelled":
                     self.cancelled += 1
@@ -331,25 +338,35 @@ class InferencePool:
     def _finish(self, request_id: int, reply: Done | Error) -> None:
         with self._cond:
             generation = self._inflight.pop(request_id, None)
+            self._sent.pop(request_id, None)
         if generation is not None:
             with contextlib.suppress(Exception):
                 generation._push(reply)
 
     def _lost(self, proc: Any) -> None:
-        """The worker died: fail what it held; the next request starts a new one."""
+        """The worker died: fail the request it was answering; those queued behind it go to a new worker."""
         proc.join(timeout=1)
         # Replies it sent before it died still count (a request it answered in full).
         while (reply := self._receive(0.05)) is not None:
             self._dispatch(reply)
         why = describe_exit(proc.exitcode).replace("worker", "inference worker", 1)
         with self._cond:
+            # The worker takes requests in the order they were sent: the first unanswered one was its own, the
+            # others had not begun. They are sent again (a cancelled one is answered here).
+            queued = [(r, self._inflight[r.request_id]) for r in list(self._sent.values())[1:]
+                      if r.request_id in self._inflight]
+            retried = [r for r, generation in queued if not generation.cancel_asked]
+            dropped = [r.request_id for r, generation in queued if generation.cancel_asked]
             _, requests, replies = self._detach()  # no request is sent to the dead one from here on
             self._ending = None  # dead already: nothing to shut down
             self.crashes += 1
+            self._waiting[:0] = retried
             if self._waiting:
                 self._want_start = True
         _close(requests, replies)
-        log.warning("%s", why)
+        log.warning("%s%s", why, f"; {len(retried)} queued request(s) go to a new worker" if retried else "")
+        for rid in dropped:
+            self._finish(rid, Done(rid, "cancelled"))
         self._fail_all(f"{why} while answering this request; the next request starts a new one", 503,
                        "inference_worker_died", keep_waiting=True)
 
@@ -397,6 +414,7 @@ class InferencePool:
         proc, requests, replies = self._proc, self._requests, self._replies
         self._ending = proc if proc is not None and proc.is_alive() else None
         self._proc = None
+        self._sent = {}
         self.loaded.clear()
         self.device = None
         return proc, requests, replies

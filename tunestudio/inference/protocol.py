@@ -22,7 +22,8 @@ class ModelSpec:
     """Which weights answer: a job's result (`base=False`) or the base model it was trained from.
 
     weights: the folder holding the job's adapter or full model (its output, or a checkpoint);
-    tokenizer: the folder whose tokenizer and chat template the job trained with, used for both sides.
+    tokenizer: the folder whose tokenizer and chat template the job trained with, used for both sides;
+    fingerprint: the weights files' names, sizes and modification times (the worker's cache key with `weights`).
     """
 
     job_id: str
@@ -32,6 +33,7 @@ class ModelSpec:
     kind: Literal["adapter", "full"]
     tokenizer: str
     load_in_4bit: bool = False
+    fingerprint: str = ""
 
     @property
     def model_id(self) -> str:

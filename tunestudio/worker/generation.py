@@ -5,7 +5,9 @@ LoRA job trained on it: each job's adapter is loaded onto it under its own
 name, `set_adapter` picks one, and `disable_adapter()` answers as the base
 model. A full fine-tune is its own model; its base is loaded beside it. At most
 `MAX_MODELS` models and `MAX_ADAPTERS` adapters per model stay loaded (least
-recently used out first).
+recently used out first). What a job wrote is cached under its folder and its
+spec's `fingerprint` (the weights files' sizes and modification times): weights
+rewritten on disk load again.
 
 Tokens reach the parent as they are made: a streamer receives each token from
 `generate`, detokenises incrementally (a character split across tokens waits
@@ -64,33 +66,37 @@ def _adapter_name(job_id: str) -> str:
 @dataclass
 class _Entry:
     model: Any
-    adapters: OrderedDict[str, str] = field(default_factory=OrderedDict)  # adapter name → weights folder
+    adapters: OrderedDict[str, tuple[str, str]] = field(default_factory=OrderedDict)  # name → (folder, fingerprint)
 
 
 class Models:
-    """What is in memory: models by what they were loaded from, tokenizers by folder."""
+    """What is in memory: models by what they were loaded from (and its fingerprint), tokenizers by folder too."""
 
     def __init__(self, replies: Any) -> None:
         self.replies = replies
         self.device = _device()
-        self._models: OrderedDict[tuple[str, bool], _Entry] = OrderedDict()
-        self._tokenizers: dict[str, Any] = {}
+        self._models: OrderedDict[tuple[str, str, bool], _Entry] = OrderedDict()
+        self._tokenizers: dict[tuple[str, str], Any] = {}
 
-    def tokenizer(self, folder: str) -> Any:
-        if folder not in self._tokenizers:
+    def tokenizer(self, folder: str, fingerprint: str = "") -> Any:
+        key = (folder, fingerprint)
+        if key not in self._tokenizers:
             try:
                 tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
             except (OSError, ValueError) as exc:
                 raise UserFacing(f"cannot load the tokenizer from {folder}: {exc}", 409, "model_unavailable") from None
             if tokenizer.pad_token is None:
                 tokenizer.pad_token = tokenizer.eos_token
-            self._tokenizers[folder] = tokenizer
-        return self._tokenizers[folder]
+            self._tokenizers = {k: v for k, v in self._tokenizers.items() if k[0] != folder}  # an older fingerprint's
+            self._tokenizers[key] = tokenizer
+        return self._tokenizers[key]
 
-    def _load(self, name: str, load_in_4bit: bool) -> _Entry:
-        key = (name, load_in_4bit)
+    def _load(self, name: str, load_in_4bit: bool, fingerprint: str = "") -> _Entry:
+        key = (name, fingerprint, load_in_4bit)
         entry = self._models.pop(key, None)
         if entry is None:
+            for stale in [k for k in self._models if k[0] == name and k[1] != fingerprint]:
+                del self._models[stale]  # the same folder's weights as they were: rewritten on disk since
             while len(self._models) >= MAX_MODELS:
                 self._models.popitem(last=False)
                 if self.device == "cuda":
@@ -118,24 +124,25 @@ class Models:
 
     def for_spec(self, spec: ModelSpec) -> tuple[Any, Any, bool]:
         """(model, tokenizer, adapter off) for a spec, loading what is missing."""
-        tokenizer = self.tokenizer(spec.tokenizer)
+        tokenizer = self.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "")
         if spec.kind == "full":
-            name = spec.base_model if spec.base else spec.weights
-            return self._load(name, spec.load_in_4bit).model, tokenizer, False
+            if spec.base:
+                return self._load(spec.base_model, spec.load_in_4bit).model, tokenizer, False
+            return self._load(spec.weights, spec.load_in_4bit, spec.fingerprint).model, tokenizer, False
         entry = self._load(spec.base_model, spec.load_in_4bit)
         if spec.base:
             from peft import PeftModel
 
             return entry.model, tokenizer, isinstance(entry.model, PeftModel)
         name = _adapter_name(spec.job_id)
-        if entry.adapters.get(name) != spec.weights:
-            self._add_adapter(entry, name, spec.weights)
+        if entry.adapters.get(name) != (spec.weights, spec.fingerprint):
+            self._add_adapter(entry, name, spec.weights, spec.fingerprint)
         entry.adapters.move_to_end(name)
         if entry.model.active_adapter != name:  # set_adapter walks every module: only when it changes
             entry.model.set_adapter(name)
         return entry.model, tokenizer, False
 
-    def _add_adapter(self, entry: _Entry, name: str, folder: str) -> None:
+    def _add_adapter(self, entry: _Entry, name: str, folder: str, fingerprint: str) -> None:
         from peft import PeftModel
 
         if not (Path(folder) / "adapter_config.json").is_file():
@@ -143,7 +150,7 @@ class Models:
         started = time.monotonic()
         try:
             if isinstance(entry.model, PeftModel):
-                if name in entry.adapters:  # the same job, saved again (a resumed job's new weights)
+                if name in entry.adapters:  # the same job's weights, another folder or rewritten on disk
                     entry.model.delete_adapter(name)
                     del entry.adapters[name]
                 while len(entry.adapters) >= MAX_ADAPTERS:
@@ -155,7 +162,7 @@ class Models:
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise UserFacing(f"cannot load the adapter in {folder}: {exc}", 409, "model_unavailable") from None
         entry.model.eval()
-        entry.adapters[name] = folder
+        entry.adapters[name] = (folder, fingerprint)
         self.replies.put(Loaded(f"{folder} (adapter)", self.device, time.monotonic() - started))
 
 

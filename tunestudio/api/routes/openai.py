@@ -4,8 +4,9 @@
 model as `<job id>:base`. `POST /v1/chat/completions` answers, whole or as
 Server-Sent Events chunks ending with `data: [DONE]`. Errors take OpenAI's
 shape, `{"error": {"message", "type", "param", "code"}}`, with OpenAI's
-statuses (400 for a bad request, 404 for an unknown model). The token rules of
-/api apply. `GET /api/inference` says what the inference worker holds.
+statuses (400 for a bad request, 404 for an unknown model or an export job,
+409 for a job whose weights a later job replaced). The token rules of /api apply.
+`GET /api/inference` says what the inference worker holds.
 
 Beyond OpenAI's fields, a request may give `min_tokens` (as vLLM does).
 """
@@ -17,7 +18,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -27,11 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunestudio.api.deps import ManagerDep
-from tunestudio.api.errors import ApiError, request_field_errors
+from tunestudio.api.errors import ApiError, openai_error_body, request_field_errors
 from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, UnknownModel, chat_models, resolve
 from tunestudio.inference.protocol import Delta, Done, Error, Reply, Started
 
-WAIT_S = 0.5  # how often a request waiting on the worker checks that its client is still there
+T = TypeVar("T")
 
 
 # --- errors in OpenAI's shape ------------------------------------------------------------
@@ -47,10 +48,7 @@ class OpenAIError(BaseModel):
 
 
 def error_response(status: int, message: str, code: str | None, param: str | None = None) -> JSONResponse:
-    kind = ("invalid_request_error" if status in (400, 404, 409, 413, 422)
-            else "authentication_error" if status == 401 else "server_error")
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(openai_error_body(status, message, code, param), status_code=status)
 
 
 class OpenAIRoute(APIRoute):
@@ -68,8 +66,8 @@ class OpenAIRoute(APIRoute):
                 return error_response(400, summary, "invalid_request", errors[0]["field"] if errors else None)
             except ApiError as exc:
                 return error_response(exc.status, exc.message, exc.code, exc.extra.get("field"))
-            except UnknownModel as exc:
-                return error_response(404, str(exc), "model_not_found", "model")
+            except UnknownModel as exc:  # 404, or 409 for a job whose weights another job replaced
+                return error_response(exc.status, str(exc), exc.code, "model")
             except InferenceUnavailable as exc:
                 return error_response(exc.status, str(exc), exc.code, exc.extra.get("param"))
             except StarletteHTTPException as exc:
@@ -81,7 +79,8 @@ class OpenAIRoute(APIRoute):
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": OpenAIError, "description": what} for code, what in (
         (400, "Invalid request"), (401, "A token is required"), (404, "No such model"),
-        (409, "The model's files cannot be loaded"), (503, "The inference worker could not answer"))
+        (409, "The model's files cannot be loaded, or are another job's now"),
+        (503, "The inference worker could not answer"))
 }
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible chat"], route_class=OpenAIRoute, responses=_ERRORS)
 status_router = APIRouter(prefix="/api/inference", tags=["chat"])
@@ -212,55 +211,66 @@ async def chat_completions(
         spec, [m.plain() for m in body.messages], params,
         deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.model}
+    # Until the answer is sent, a client that goes away cancels the generation at once (the worker stops before
+    # its next token); a stream's client is watched by StreamingResponse instead.
+    gone = asyncio.ensure_future(_gone(request))
+    streaming = False
     try:
-        first = await _next(replies, request)  # Started, or an Error (a bad prompt, an unloadable model)
+        first = await _unless_gone(replies.get(), gone)  # Started, or an Error (a bad prompt, an unloadable model)
         if first is None:
-            generation.cancel()
             return Response(status_code=499)
         if isinstance(first, Error):
             raise InferenceUnavailable(first.message, first.status, first.code, **first.extra)
-    except BaseException:
-        generation.cancel()
-        raise
-    assert isinstance(first, Started)
-    if body.stream:
-        usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(_chunks(replies, generation, meta, usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-    return await _whole(replies, generation, request, meta)
-
-
-async def _next(replies: asyncio.Queue[Reply], request: Request) -> Reply | None:
-    """The next reply; None if the client went away meanwhile."""
-    while True:
-        try:
-            return await asyncio.wait_for(replies.get(), timeout=WAIT_S)
-        except TimeoutError:
-            if await request.is_disconnected():
-                return None
-
-
-async def _whole(replies: asyncio.Queue[Reply], generation: Any, request: Request, meta: dict) -> Response:
-    parts: list[str] = []
-    try:
-        while True:
-            reply = await _next(replies, request)
-            if reply is None:
-                generation.cancel()
-                return Response(status_code=499)
-            if isinstance(reply, Delta):
-                parts.append(reply.text)
-            elif isinstance(reply, Error):
-                raise InferenceUnavailable(reply.message, reply.status, reply.code)
-            elif isinstance(reply, Done):
-                break
+        assert isinstance(first, Started)
+        if body.stream:
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            streaming = True
+            return StreamingResponse(_chunks(replies, generation, meta, usage), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        done = await _unless_gone(_whole(replies), gone)
+        if done is None:
+            return Response(status_code=499)
+        reply, text = done
     finally:
-        generation.cancel()  # a no-op once it is done
-    answer = ChatCompletion(**meta, choices=[Choice(message=AssistantMessage(content="".join(parts)),
+        gone.cancel()
+        if not streaming:
+            generation.cancel()  # a no-op once it is done
+    answer = ChatCompletion(**meta, choices=[Choice(message=AssistantMessage(content=text),
                                                     finish_reason="length" if reply.finish_reason == "length"
                                                     else "stop")],
                             usage=_usage(reply))
     return JSONResponse(answer.model_dump())
+
+
+async def _gone(request: Request) -> None:
+    """Returns once the client has gone away. The body is read already: the server's next message is the
+    disconnect (uvicorn sends it when the connection closes, or once the answer is sent)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(work: Coroutine[Any, Any, T], gone: asyncio.Future[None]) -> T | None:
+    """The work's result; None (the work cancelled) if the client goes away first."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+    return task.result() if task.done() and not task.cancelled() else None
+
+
+async def _whole(replies: asyncio.Queue[Reply]) -> tuple[Done, str]:
+    """The whole answer: the final Done and the text; an Error raises InferenceUnavailable."""
+    parts: list[str] = []
+    while True:
+        reply = await replies.get()
+        if isinstance(reply, Delta):
+            parts.append(reply.text)
+        elif isinstance(reply, Error):
+            raise InferenceUnavailable(reply.message, reply.status, reply.code)
+        elif isinstance(reply, Done):
+            return reply, "".join(parts)
 
 
 def _usage(done: Done) -> Usage:
