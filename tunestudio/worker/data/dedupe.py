@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 NEAR_THRESHOLD = 0.8
 NUM_PERM = 128
-SHINGLE_WORDS = 3
+SHINGLE_WORDS = 3  # shingles() spells out three
 _SEED = 1  # the MinHash permutations: fixed, so a job and its report decide alike
 Mode = Literal["off", "exact", "near"]
 
@@ -60,7 +60,7 @@ def shingles(text: str) -> list[bytes]:
     words = text.lower().split()
     if len(words) <= SHINGLE_WORDS:
         return [" ".join(words).encode()] if words else []
-    return list({" ".join(words[i : i + SHINGLE_WORDS]).encode() for i in range(len(words) - SHINGLE_WORDS + 1)})
+    return [f"{a} {b} {c}".encode() for a, b, c in set(zip(words, words[1:], words[2:], strict=False))]
 
 
 def signatures(texts: Iterable[str]) -> list[Any | None]:
@@ -114,6 +114,7 @@ class Duplicates:
     exact: dict[int, int] = field(default_factory=dict)  # row → the first row with the same normalised content
     near: dict[int, tuple[int, float]] = field(default_factory=dict)  # row → (earlier kept row, similarity)
     index: NearIndex | None = None  # every row that is no exact copy (with near=True), for later look-ups
+    keys: list[str] = field(default_factory=list)  # each row's exact_key
 
     def removed(self, mode: Mode) -> set[int]:
         """The rows `dedupe: mode` removes (near removes the exact duplicates too)."""
@@ -129,8 +130,8 @@ def find(examples: Sequence[dict[str, Any]], near: bool, signed: Sequence[Any | 
     """
     found = Duplicates()
     first: dict[str, int] = {}
-    for i, example in enumerate(examples):
-        key = exact_key(example)
+    found.keys = [exact_key(example) for example in examples]
+    for i, key in enumerate(found.keys):
         if key in first:
             found.exact[i] = first[key]
         else:

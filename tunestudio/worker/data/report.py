@@ -327,7 +327,7 @@ def _overlap(cfg: JobConfig, usable: list[Seen], kept: list[int], eval_usable: l
     keys: dict[str, int] = {}
     standing: dict[int, int] = {}  # a row in the index → a training row with its content
     for i in train_side:
-        keys.setdefault(dedupe_mod.exact_key(usable[i].example or {}), i)
+        keys.setdefault(found.keys[i], i)
         standing.setdefault(found.exact.get(i, i), i)
     index = found.index or dedupe_mod.NearIndex((i, signed[i]) for i in standing)
     named: list[dict[str, Any]] = []
