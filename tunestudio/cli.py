@@ -421,6 +421,8 @@ def _summary(job: Job, done: Completed | None, records: list[ProgressEvent], mai
                                    f"{evals[-1].eval_loss:.4f} (step {evals[-1].step})")
     if done and done.best:
         table.add_row("best", _best_text(done.best))
+    if done and "dedupe_removed" in done.metrics:
+        table.add_row("duplicates removed", f"{done.metrics['dedupe_removed']:,.0f} (dedupe)")
     console.print(table)
     for sample in done.samples if done else []:
         console.print(f"\n[bold]prompt[/]      {sample.prompt!r}")

@@ -149,6 +149,7 @@ def test_a_job_with_dedupe_exact_trains_without_the_planted_duplicates(planted: 
                      max_seq_length=MAX_SEQ_LENGTH, max_steps=2, batch_size=4)
     run = run_job(cfg)
     assert run.completed.saved, run.failure
+    assert run.completed.metrics["dedupe_removed"] == len(planted.exact)  # the job's summary (final_metrics)
     messages = run.messages()
     assert any(f"dedupe exact: removed {len(planted.exact)} of {planted.usable} rows" in m for m in messages)
     assert any(f"dropped {len(planted.refused)} of {planted.usable + len(planted.refused)} rows" in m

@@ -216,6 +216,8 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
         evaluation = evaluator.result(trainer.model, tokenizer,
                                       _final_eval_loss(trainer, reporter.records, weights_step))
     metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
+    if cfg.dedupe != "off":
+        metrics["dedupe_removed"] = float(data.deduplicated)  # the job's summary (final_metrics) says how many
     channel.completed(
         output_dir=str(output_dir),
         stopped=stop is not None,
