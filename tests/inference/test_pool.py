@@ -252,7 +252,9 @@ def test_replaced_weights_and_exports_are_no_chat_models(tmp_path: Path) -> None
     export = first.model_copy(update={"id": "e1", "kind": "export", "source_job": "j1"})
     manager = _Jobs(first, second, export)
     assert resolve(manager, "j1").fingerprint  # its weights' names, sizes and times: the worker's cache key
-    assert [m.id for m in chat_models(manager)] == ["j2", "j2:base", "j1", "j1:base"]  # newest first, no export
+    # newest first, no export; a completed job also by its ft: name (OpenAI's fine-tuning API)
+    assert [m.id for m in chat_models(manager)] == ["j2", "j2:base", "ft:base-model::j2", "j1", "j1:base",
+                                                    "ft:base-model::j1"]
     for model_id in ("e1", "e1:base"):
         with pytest.raises(UnknownModel, match="job e1 is an export; chat with its source job j1") as caught:
             resolve(manager, model_id)

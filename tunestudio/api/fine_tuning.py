@@ -15,7 +15,6 @@ Ids, derived, so nothing is kept beside the store and the uploads folder:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from tunestudio.api.errors import ApiError
 from tunestudio.api.routes.openai import OpenAIRoute, error_response
 from tunestudio.api.upload_store import CONVERTED
 from tunestudio.config import JobConfig, format_validation_error
+from tunestudio.inference.models import SUFFIX, fine_tuned_name
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
 from tunestudio.jobs.status import JobStatus
@@ -39,7 +39,6 @@ S = JobStatus
 FILE_PREFIX = "file-"
 RESULTS_PREFIX = "file-results-"
 JOB_PREFIX = "ftjob-"
-SUFFIX = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 DEFAULTS = JobConfig.model_fields
 DEFAULT_LEARNING_RATE: float = DEFAULTS["learning_rate"].default
 DEFAULT_BATCH: int = DEFAULTS["batch_size"].default
@@ -107,8 +106,8 @@ def dataset_id(settings: Settings, raw: str | None) -> str | None:
     if not raw:
         return None
     path, uploads = Path(raw), settings.uploads_dir()
-    if path.parent == uploads or (path.parent.parent == uploads / CONVERTED and (uploads / path.name).is_file()):
-        return upload_id(path)
+    if path.parent == uploads or path.parent.parent == uploads / CONVERTED:
+        return upload_id(path)  # (an upload deleted since: its id, which answers 404 now)
     return raw
 
 
@@ -386,12 +385,6 @@ def method_of(config: dict[str, Any], hyper: Hyperparameters) -> MethodOut:
 
 def suffix_of(job: Job) -> str | None:
     return job.name if job.name and SUFFIX.match(job.name) else None
-
-
-def fine_tuned_name(job: Job) -> str:
-    raw = str(job.config.get("model_name", ""))
-    base = Path(raw).name if raw.startswith(("/", ".", "~")) else raw
-    return f"ft:{base}:{suffix_of(job) or ''}:{job.id}"
 
 
 def error_of(chain: Chain, status: OpenAIStatus) -> JobError | None:

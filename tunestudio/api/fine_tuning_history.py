@@ -21,8 +21,9 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from tunestudio.api.errors import ApiError
-from tunestudio.api.fine_tuning import Chain, fine_tuned_name
+from tunestudio.api.fine_tuning import Chain
 from tunestudio.checkpoints import CHECKPOINT, TRAINER_STATE, is_complete
+from tunestudio.inference.models import fine_tuned_name
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobEvent
 

@@ -66,7 +66,10 @@ EVENT_STREAM_ROUTES = frozenset({"/api/jobs/{job_id}/events", "/api/train/progre
 # multipart/form-data body (file uploads). A cross-site form can post multipart without a preflight, so
 # on these routes only the Origin/Referer check stands between a foreign page and the route: browsers
 # send Origin on every cross-origin POST. Add a route only when it really takes uploads.
-MULTIPART_ROUTES: tuple[str, ...] = ("/api/uploads",)  # the page's dataset upload (routes/uploads.py)
+MULTIPART_ROUTES: tuple[str, ...] = ("/api/uploads", "/v1/files")  # the page's uploads, OpenAI's Files API
+# Multipart uploads taken with no Origin (nor Referer) at all: OpenAI's SDKs send none, and a browser's form
+# on another site always sends its Origin, which is still checked above.
+NO_ORIGIN_MULTIPART = frozenset({"/v1/files"})
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SECURITY_HEADERS = ((b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"))
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -179,9 +182,11 @@ class RequestGuard:
         media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media == "application/json":
             return None
-        if media == "multipart/form-data" and scope["path"].startswith(MULTIPART_ROUTES) and origin is not None:
+        if media == "multipart/form-data" and scope["path"].startswith(MULTIPART_ROUTES) and (
+                origin is not None or scope["path"] in NO_ORIGIN_MULTIPART):
             # A form on another site can post multipart without a preflight: only with this server's own
-            # Origin (or Referer), which the page's fetch always sends, is it taken.
+            # Origin (or Referer), which the page's fetch always sends, is it taken; or, on OpenAI's upload
+            # route, with none (a programme, not a browser).
             return None
         return 403, "json_required", ("a request that changes state must send 'Content-Type: application/json' "
                                       "(a body of {} where there is nothing to say)")

@@ -14,11 +14,16 @@ its own any more, and asking for it is a 409 (`WeightsReplaced`), not another
 job's answer under its name. `fingerprint()` (the weights files' names, sizes
 and modification times) goes with each spec, so the worker's cache reloads
 weights that changed on disk.
+
+OpenAI's fine-tuning API (api/fine_tuning.py) names a completed job's result
+`ft:<base>:<suffix>:<job id>` (`fine_tuned_name`) and a checkpoint of it
+`...:ckpt-step-<N>`; both resolve by the job id at the end.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +37,9 @@ CHAT_STATUSES = [JobStatus.completed, JobStatus.stopped, JobStatus.interrupted]
 BASE_SUFFIX = ":base"
 SLACK_S = 2.0  # a job's weights may be this much newer than its finished_at (clock and timestamp granularity)
 WEIGHT_FILES = ("*.safetensors", "adapter_model.bin", "pytorch_model*.bin", "adapter_config.json", "config.json")
+FINE_TUNED = "ft:"
+SUFFIX = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # what a job's name must be to stand in an ft: name
+_CHECKPOINT_STEP = re.compile(r":ckpt-step-(\d{1,12})$")
 
 
 class UnknownModel(LookupError):
@@ -93,8 +101,18 @@ def replaced(job: Job, folder: Path) -> bool:
     return newest / 1e9 > job.finished_at + SLACK_S
 
 
-def spec_for(job: Job, base: bool) -> ModelSpec | None:
-    folder = weights_folder(job)
+def fine_tuned_name(job: Job) -> str:
+    """`ft:<base>:<suffix>:<job id>`: the base model as given (a local folder by its name), the job's name as
+    the suffix when it is one (else empty, as OpenAI writes it)."""
+    raw = str(job.config.get("model_name", ""))
+    base = Path(raw).name if raw.startswith(("/", ".", "~")) else raw
+    suffix = job.name if job.name and SUFFIX.match(job.name) else ""
+    return f"{FINE_TUNED}{base}:{suffix}:{job.id}"
+
+
+def spec_for(job: Job, base: bool, folder: Path | None = None) -> ModelSpec | None:
+    """The spec of the job's weights (or those of `folder`, one of its checkpoints); None if it has none."""
+    folder = folder or weights_folder(job)
     if folder is None:
         return None
     has_tokenizer = (folder / "tokenizer_config.json").is_file()
@@ -118,17 +136,24 @@ class ChatModel:
 
 
 def chat_models(manager: JobManager, limit: int = 1000) -> list[ChatModel]:
-    """Every job one can chat with, newest first, each followed by its base model."""
+    """Every job one can chat with, newest first, each followed by its base model (and a completed one by its
+    ft: name)."""
     out: list[ChatModel] = []
     for job in manager.list(CHAT_STATUSES, limit=limit):
         if job.kind == "train" and weights_folder(job) is not None:
             out += [ChatModel(job.id, job, False), ChatModel(job.id + BASE_SUFFIX, job, True)]
+            if job.status is JobStatus.completed:
+                out.append(ChatModel(fine_tuned_name(job), job, False))
     return out
 
 
 def resolve(manager: JobManager, model_id: str) -> ModelSpec:
-    """The spec for a model id (`<job id>` or `<job id>:base`); raises UnknownModel saying why not."""
+    """The spec for a model id (`<job id>`, `<job id>:base`, `ft:...:<job id>[:ckpt-step-N]`); raises UnknownModel
+    saying why not."""
     job_id, base = (model_id[: -len(BASE_SUFFIX)], True) if model_id.endswith(BASE_SUFFIX) else (model_id, False)
+    step = _CHECKPOINT_STEP.search(model_id) if model_id.startswith(FINE_TUNED) else None
+    if model_id.startswith(FINE_TUNED):
+        job_id, base = model_id[: step.start() if step else None].rpartition(":")[2], False
     try:
         job = manager.get(job_id)
     except JobNotFound:
@@ -137,7 +162,10 @@ def resolve(manager: JobManager, model_id: str) -> ModelSpec:
     if job.kind == "export":
         raise UnknownModel(model_id, f"is not a chat model: job {job_id} is an export; chat with its source job "
                                      f"{job.source_job}")
-    spec = spec_for(job, base)
+    checkpoint = Path(job.output_dir or "") / f"checkpoint-{step.group(1)}" if step else None
+    if checkpoint is not None and not _has_weights(checkpoint):
+        raise UnknownModel(model_id, f"is not available: job {job_id} has no {checkpoint.name} with weights")
+    spec = spec_for(job, base, checkpoint)
     if spec is not None and replaced(job, Path(spec.weights)):
         raise WeightsReplaced(model_id, f"is not available: job {job_id}'s weights in {spec.weights} were replaced "
                                         f"{_by_whom(manager, job)}; its model is no longer on disk")

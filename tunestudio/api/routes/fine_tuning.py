@@ -19,6 +19,7 @@ from tunestudio.api import fine_tune_data, upload_store
 from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.fine_tuning import (
+    PARAMS,
     SUFFIX,
     Chain,
     CreateJob,
@@ -91,7 +92,10 @@ def create_job(body: CreateJob, settings: SettingsDep, manager: ManagerDep) -> F
     validation = (_studio_rows(settings, body.validation_file, kind, "validation_file")[0]
                   if body.validation_file else None)
     config = job_config(config_fields(body, training, validation, rows))
-    confine_paths(config, settings)
+    try:
+        confine_paths(config, settings)
+    except ApiError as exc:  # named as the request names it
+        raise ApiError(400, exc.code, exc.message, field=PARAMS.get(exc.extra.get("field"), "model")) from None
     warnings = ["metadata is not kept by tunestudio; it was ignored"] if body.metadata else []
     job = manager.submit(config, warnings=warnings)
     if body.suffix:
