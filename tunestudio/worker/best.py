@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -174,7 +175,9 @@ class EarlyStopper(TrainerCallback, ExportableState):
             self.checkpoint = None
             return step
         trainer.state.best_model_checkpoint = self.checkpoint
-        trainer._load_best_model()  # the Trainer's own loader: adapters (peft) or full weights
+        with warnings.catch_warnings():  # peft's load_adapter asks for a renamed attribute of transformers 5
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            trainer._load_best_model()  # the Trainer's own loader: adapters (peft) or full weights
         self.channel.log(f"keep_best: the artefacts are the weights of step {watch.best_step}, not of the last "
                          f"step {step} ({watch.describe()})")
         return watch.best_step
