@@ -128,7 +128,8 @@ class EarlyStopper(TrainerCallback, ExportableState):
         step, watch = state.global_step, self.watch
         previous = (watch.best_step, watch.best_value)
         note = f"step {step}: {watch.metric} {value:.4f}"
-        if watch.observe(step, float(value)):
+        best = watch.observe(step, float(value))
+        if best:
             note += ", the best so far"
             if self.keep_best:
                 control.should_save = True  # saved right after this evaluation, marked as the best
@@ -136,7 +137,9 @@ class EarlyStopper(TrainerCallback, ExportableState):
                 state.best_model_checkpoint, state.best_metric = self.checkpoint, float(value)
                 note += " (checkpoint kept)"
         if watch.stalls:
-            if previous[1] is not None:
+            if best and previous[1] is not None:  # better, by min_delta or less
+                note += f", but by no more than {watch.min_delta:g} over {previous[1]:.4f} (step {previous[0]})"
+            elif previous[1] is not None:
                 note += (f", not better than {previous[1]:.4f} (step {previous[0]})"
                          + (f" by more than {watch.min_delta:g}" if watch.min_delta else ""))
             note += f": {watch.stalls} of {watch.patience} evaluations without an improvement"
