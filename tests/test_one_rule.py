@@ -34,6 +34,7 @@ from typer.testing import CliRunner
 import tunestudio.cli
 from tunestudio.api import create_app
 from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, ModelSpec
+from tunestudio.jobs.executor import inference_executor
 from tunestudio.settings import Settings
 
 if __name__ == "__main__":
@@ -44,7 +45,7 @@ if __name__ == "__main__":
         assert client.post("/v1/chat/completions", json=chat).status_code == 404
         assert client.get("/api/inference").json()["state"] == "stopped"
     assert CliRunner().invoke(tunestudio.cli.app, ["chat", "no-such-job"]).exit_code == 2
-    pool = InferencePool(settings)
+    pool = InferencePool(settings, inference_executor)
     missing = {str(tmp_path / "missing")!r}
     spec = ModelSpec(job_id="x", base=False, base_model=missing, weights=missing, kind="full", tokenizer=missing)
     try:

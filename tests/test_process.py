@@ -7,9 +7,17 @@ import signal
 import subprocess
 import sys
 
-from tunestudio.process import kill_group, pid_alive, start_context
+from tunestudio.process import describe_exit, kill_group, pid_alive, start_context
 
 from .helpers.wait import wait_until
+
+
+def test_describe_exit() -> None:
+    assert describe_exit(-9) == "worker killed by signal 9 (SIGKILL) — possibly out of memory"
+    assert describe_exit(-9, asked=True) == "worker killed by signal 9 (SIGKILL)"  # our own escalation's
+    assert describe_exit(-15) == "worker killed by signal 15 (SIGTERM)"
+    assert describe_exit(1) == "worker exited with code 1"
+    assert describe_exit(None) == "worker did not exit"
 
 
 def test_pid_alive_knows_the_living_the_dead_and_the_zombies() -> None:

@@ -92,7 +92,8 @@ def chat(
 ) -> None:
     """Chat with a job's result in the terminal, with streaming replies. Ctrl-C stops a reply; Ctrl-D ends."""
     from tunestudio.inference import InferencePool, InferenceUnavailable, UnknownModel, resolve
-    from tunestudio.inference.protocol import GenerateParams
+    from tunestudio.inference_protocol import GenerateParams
+    from tunestudio.jobs.executor import inference_executor
     from tunestudio.jobs.manager import JobManager
     from tunestudio.settings import Settings
 
@@ -112,7 +113,7 @@ def chat(
     finally:
         manager.close()
 
-    pool = InferencePool(settings)
+    pool = InferencePool(settings, inference_executor)
     histories: list[list[dict[str, str]]] = [[{"role": "system", "content": system}] if system else []
                                              for _ in sides]
     params = GenerateParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed)

@@ -1,10 +1,13 @@
 """The messages between the inference pool (parent) and the inference worker (child), and nothing else.
 
-Plain frozen dataclasses: both sides import only this module to talk, and
-multiprocessing queues carry them pickled. Parent → child: `Generate`,
-`Cancel`, `Shutdown`. Child → parent, per request: `Started` (the prompt is
-accepted), any number of `Delta`, then `Done` or `Error`; and `Loaded` when a
-model comes into memory.
+Beside `events.py` (a training worker's messages) and for the same reason: the
+parent's `inference/pool.py` and the child's `worker/inference.py` and
+`worker/generation.py` both import only this module to talk, so neither wing
+reaches into the other. Plain frozen dataclasses, carried pickled by the
+executor's channels (jobs/executor.py, kind "inference"). Parent → child
+(`Command`): `Generate`, `Cancel`, `Shutdown`. Child → parent (`Reply`), per
+request: `Started` (the prompt is accepted), any number of `Delta`, then `Done`
+or `Error`; and `Loaded` when a model comes into memory.
 """
 
 from __future__ import annotations
@@ -70,6 +73,9 @@ class Cancel:
 @dataclass(frozen=True)
 class Shutdown:
     pass
+
+
+Command = Generate | Cancel | Shutdown
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""Processes, for both sides: is a pid alive, signal a process group, how a worker is started.
+"""Processes, for both sides: is a pid alive, signal a process group, how a worker is started and how it ended.
 
-Standard library only: the parent (jobs/) and the child (worker/) import it,
-and neither may pull anything heavy through it.
+Standard library only: the parent (jobs/, inference/) and the child (worker/)
+import it, and none may pull anything heavy through it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,3 +75,17 @@ def start_context(prewarm: bool, preload: Sequence[str] = ()) -> Any:
     ctx.set_forkserver_preload(list(preload))
     return ctx
 
+
+
+def describe_exit(code: int | None, asked: bool = False) -> str:
+    """How a worker exited, in words; asked=True: after our own stop escalation (so SIGKILL is not memory)."""
+    if code is None:
+        return "worker did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " — possibly out of memory" if -code == signal.SIGKILL and not asked else ""
+        return f"worker killed by signal {-code} ({name}){hint}"
+    return f"worker exited with code {code}"

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tunestudio.inference.models import fine_tuned_name
-from tunestudio.inference.protocol import Delta, Done, Started
+from tunestudio.inference_protocol import Delta, Done, Started
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 

@@ -15,6 +15,7 @@ import pytest
 from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, ModelSpec, chat_models, resolve
 from tunestudio.inference.models import SLACK_S, UnknownModel, WeightsReplaced, spec_for, weights_folder
 from tunestudio.inference.pool import threads_for
+from tunestudio.jobs.executor import inference_executor
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobNotFound
 from tunestudio.process import pid_alive
@@ -59,7 +60,7 @@ def test_specs_point_at_the_jobs_weights(spec: ModelSpec, job: Job, home: Path) 
 
 
 def test_idle_worker_is_unloaded_and_comes_back_on_demand(spec: ModelSpec, job: Job, home: Path) -> None:
-    pool = InferencePool(Settings(home=home, inference_idle_seconds=0.5))
+    pool = InferencePool(Settings(home=home, inference_idle_seconds=0.5), inference_executor)
     try:
         first = "".join(pool.generate(spec, MESSAGES, GREEDY))
         pid = pool.status()["pid"]
@@ -73,7 +74,7 @@ def test_idle_worker_is_unloaded_and_comes_back_on_demand(spec: ModelSpec, job: 
 
 
 def test_bad_requests_fail_alone_and_the_worker_lives_on(spec: ModelSpec, home: Path) -> None:
-    pool = InferencePool(Settings(home=home))
+    pool = InferencePool(Settings(home=home), inference_executor)
     try:
         gone = ModelSpec(**{**spec.__dict__, "weights": str(home / "no-such-output"), "job_id": "gone"})
         with pytest.raises(InferenceUnavailable) as caught:
@@ -91,7 +92,7 @@ def test_bad_requests_fail_alone_and_the_worker_lives_on(spec: ModelSpec, home: 
 
 
 def test_a_cancel_stops_the_generation_between_tokens(spec: ModelSpec, home: Path) -> None:
-    pool = InferencePool(Settings(home=home))
+    pool = InferencePool(Settings(home=home), inference_executor)
     try:
         generation = pool.generate(spec, MESSAGES, GenerateParams(max_tokens=400, min_tokens=400))
         deltas = iter(generation)
@@ -105,7 +106,7 @@ def test_a_cancel_stops_the_generation_between_tokens(spec: ModelSpec, home: Pat
 
 
 def test_sampling_with_a_seed_repeats(spec: ModelSpec, home: Path) -> None:
-    pool = InferencePool(Settings(home=home))
+    pool = InferencePool(Settings(home=home), inference_executor)
     try:
         params = GenerateParams(temperature=1.5, top_p=0.95, max_tokens=30, seed=11)
         answers = {"".join(pool.generate(spec, MESSAGES, params)) for _ in range(2)}
@@ -115,7 +116,7 @@ def test_sampling_with_a_seed_repeats(spec: ModelSpec, home: Path) -> None:
 
 
 def test_requests_queued_behind_a_dying_one_go_to_the_next_worker(spec: ModelSpec, job: Job, home: Path) -> None:
-    pool = InferencePool(Settings(home=home))
+    pool = InferencePool(Settings(home=home), inference_executor)
     try:
         in_flight = pool.generate(spec, MESSAGES, GenerateParams(max_tokens=400, min_tokens=400))
         deltas = iter(in_flight)
@@ -139,10 +140,11 @@ def test_the_worker_dies_with_its_parent(spec: ModelSpec, home: Path, tmp_path: 
     script.write_text(f"""
 import sys, time
 from tunestudio.inference import GenerateParams, InferencePool, ModelSpec
+from tunestudio.jobs.executor import inference_executor
 from tunestudio.settings import Settings
 
 if __name__ == "__main__":
-    pool = InferencePool(Settings(home={str(home)!r}))
+    pool = InferencePool(Settings(home={str(home)!r}), inference_executor)
     spec = ModelSpec(**{spec.__dict__!r})
     "".join(pool.generate(spec, [{{"role": "user", "content": "hi"}}], GenerateParams(max_tokens=2)))
     print(pool.status()["pid"], flush=True)
@@ -164,7 +166,7 @@ def test_threads_share_the_cpu_with_training(spec: ModelSpec, home: Path) -> Non
     assert threads_for(True, cores=8) == 4
     assert threads_for(True, cores=1) == 1
     training = [True]
-    pool = InferencePool(Settings(home=home), training_active=lambda: training[0])
+    pool = InferencePool(Settings(home=home), inference_executor, training_active=lambda: training[0])
     try:
         generation = pool.generate(spec, MESSAGES, GenerateParams(max_tokens=2))
         list(generation)
@@ -209,7 +211,7 @@ def test_a_full_fine_tune_and_its_checkpoint_answer_beside_the_base(full_job: Jo
         manager.close()
     assert tuned.kind == "full" and tuned.weights == full_job.output_dir
     checkpoint = ModelSpec(**{**tuned.__dict__, "weights": str(Path(full_job.output_dir) / "checkpoint-5")})
-    pool = InferencePool(Settings(home=home))
+    pool = InferencePool(Settings(home=home), inference_executor)
     try:
         answers = {name: "".join(pool.generate(spec, MESSAGES, GREEDY)).strip()
                    for name, spec in (("tuned", tuned), ("base", base), ("checkpoint", checkpoint))}
@@ -226,7 +228,7 @@ def test_weights_rewritten_on_disk_load_again(full_job: Job, tiny_model: Path, h
     shutil.copytree(full_job.output_dir, folder, ignore=shutil.ignore_patterns("checkpoint-*"))
     job = full_job.model_copy(update={"output_dir": str(folder), "checkpoint": None})
     sample = full_job.result["samples"][0]
-    pool = InferencePool(Settings(home=home))
+    pool = InferencePool(Settings(home=home), inference_executor)
     try:
         tuned = spec_for(job, base=False)
         assert "".join(pool.generate(tuned, MESSAGES, GREEDY)).strip() == sample["after"]

@@ -8,16 +8,10 @@ import time
 from pathlib import Path
 
 from tunestudio.events import Log, Progress
-from tunestudio.jobs.supervisor import Supervisor, describe_exit
+from tunestudio.jobs.supervisor import Supervisor
 
 from ..helpers import fake_workers
 from ..helpers.jobs import job_config, run_job
-
-
-def test_describe_exit() -> None:
-    assert describe_exit(-9) == "worker killed by signal 9 (SIGKILL) — possibly out of memory"
-    assert describe_exit(-15) == "worker killed by signal 15 (SIGTERM)"
-    assert describe_exit(1) == "worker exited with code 1"
 
 
 def test_sigkilled_worker_is_failed_with_the_signal_named(tiny_model: Path, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from tunestudio.api.routes import datasets, files, fine_tuning, jobs, logs, mode
 from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import BodyLimit, RequestGuard
 from tunestudio.inference import InferencePool
+from tunestudio.jobs.executor import inference_executor
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.status import RUNNING
 from tunestudio.settings import Settings
@@ -35,7 +36,8 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
         app.state.manager.start()
         jobs_manager = app.state.manager
         # On a GPU the chat worker gives the device back while a job (of any process on this data directory) trains.
-        app.state.inference = InferencePool(settings, training_active=lambda: jobs_manager.count(list(RUNNING)) > 0)
+        app.state.inference = InferencePool(settings, inference_executor,
+                                            training_active=lambda: jobs_manager.count(list(RUNNING)) > 0)
         try:
             yield
         finally:

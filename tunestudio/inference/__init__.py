@@ -1,23 +1,28 @@
 """Chat with a job's result: an inference worker process the parent starts on demand (never torch here).
 
-`resolve(manager, model_id)` finds a job's weights; `InferencePool.generate` streams an answer.
+`resolve(jobs, model_id)` finds a job's weights; `InferencePool.generate` streams an answer. What this wing
+needs of jobs and of where a worker runs comes in from the caller (the manager as a `JobSource`, an executor
+factory); it imports nothing of jobs/ or worker/, and talks to its worker in `tunestudio.inference_protocol`.
 """
 
 from __future__ import annotations
 
-from tunestudio.inference.models import BASE_SUFFIX, ChatModel, UnknownModel, chat_models, resolve
-from tunestudio.inference.pool import Generation, InferencePool, InferenceUnavailable
-from tunestudio.inference.protocol import GenerateParams, ModelSpec
+from tunestudio.inference.models import BASE_SUFFIX, ChatJob, ChatModel, JobSource, UnknownModel, chat_models, resolve
+from tunestudio.inference.pool import Generation, InferencePool, InferenceUnavailable, WorkerExecutor
+from tunestudio.inference_protocol import GenerateParams, ModelSpec
 
 __all__ = [
     "BASE_SUFFIX",
+    "ChatJob",
     "ChatModel",
     "GenerateParams",
     "Generation",
     "InferencePool",
     "InferenceUnavailable",
+    "JobSource",
     "ModelSpec",
     "UnknownModel",
+    "WorkerExecutor",
     "chat_models",
     "resolve",
 ]

@@ -7,6 +7,10 @@ names the base model it was trained from, spoken to with the job's tokenizer
 and chat template, so both answer the same prompt text. An export job is no
 chat model (its source job is).
 
+Jobs come from the caller (`JobSource`: the API's and the CLI's `JobManager`),
+read through `ChatJob`, what chat needs of a job; this module imports nothing
+of jobs/.
+
 A job's weights are the files its worker wrote before the job ended. Another
 job may run into the same output folder later (a job file run again) and write
 over them: weights written after the job's `finished_at` (+ `SLACK_S`) are not
@@ -24,22 +28,48 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from tunestudio.checkpoints import latest_checkpoint
-from tunestudio.inference.protocol import ModelSpec
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job, JobNotFound
-from tunestudio.jobs.status import JobStatus
+from tunestudio.inference_protocol import ModelSpec
 
-CHAT_STATUSES = [JobStatus.completed, JobStatus.stopped, JobStatus.interrupted]
+# Statuses by their value (jobs/status.py's JobStatus is a StrEnum, and events.StatusEvent carries it so too).
+FINISHED = ("completed", "stopped")  # a job whose output folder holds what it trained
+CHAT_STATUSES = (*FINISHED, "interrupted")
 BASE_SUFFIX = ":base"
 SLACK_S = 2.0  # a job's weights may be this much newer than its finished_at (clock and timestamp granularity)
 WEIGHT_FILES = ("*.safetensors", "adapter_model.bin", "pytorch_model*.bin", "adapter_config.json", "config.json")
 FINE_TUNED = "ft:"
 SUFFIX = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # what a job's name must be to stand in an ft: name
 _CHECKPOINT_STEP = re.compile(r":ckpt-step-(\d{1,12})$")
+
+
+class ChatJob(Protocol):
+    """What chat reads of a job (jobs/models.py's `Job` is one); nothing here writes to it."""
+
+    id: str
+    kind: str  # "train" or "export"
+    source_job: str | None  # an export's
+    status: str  # a JobStatus value
+    config: dict[str, Any]  # its model_name, load_in_4bit
+    created_at: float
+    finished_at: float | None
+    output_dir: str | None
+    checkpoint: str | None
+    name: str | None
+
+
+class JobSource(Protocol):
+    """Where chat finds jobs (the manager is one, handed in by the API or the CLI)."""
+
+    def get(self, job_id: str) -> ChatJob:
+        """The job; raises LookupError (the manager's JobNotFound) if there is none."""
+
+    def list(self, status: list[str] | None = None, limit: int = 50) -> Sequence[ChatJob]:
+        """Jobs in these statuses (None: any), newest first."""
 
 
 class UnknownModel(LookupError):
@@ -62,11 +92,11 @@ def _has_weights(folder: Path) -> bool:
     return (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file()
 
 
-def weights_folder(job: Job) -> Path | None:
+def weights_folder(job: ChatJob) -> Path | None:
     """The folder holding the job's adapter or model, or None if it has none (yet, or any more)."""
     if job.status not in CHAT_STATUSES:
         return None
-    if job.status in (JobStatus.completed, JobStatus.stopped) and job.output_dir:
+    if job.status in FINISHED and job.output_dir:
         out = Path(job.output_dir)
         if _has_weights(out):
             return out
@@ -90,7 +120,7 @@ def fingerprint(folder: Path) -> str:
     return ";".join(parts)
 
 
-def replaced(job: Job, folder: Path) -> bool:
+def replaced(job: ChatJob, folder: Path) -> bool:
     """Whether weights in the job's folder were written after the job ended (so not by it)."""
     if job.finished_at is None:
         return False
@@ -101,7 +131,7 @@ def replaced(job: Job, folder: Path) -> bool:
     return newest / 1e9 > job.finished_at + SLACK_S
 
 
-def fine_tuned_name(job: Job) -> str:
+def fine_tuned_name(job: ChatJob) -> str:
     """`ft:<base>:<suffix>:<job id>`: the base model as given (a local folder by its name), the job's name as
     the suffix when it is one (else empty, as OpenAI writes it)."""
     raw = str(job.config.get("model_name", ""))
@@ -110,7 +140,7 @@ def fine_tuned_name(job: Job) -> str:
     return f"{FINE_TUNED}{base}:{suffix}:{job.id}"
 
 
-def spec_for(job: Job, base: bool, folder: Path | None = None) -> ModelSpec | None:
+def spec_for(job: ChatJob, base: bool, folder: Path | None = None) -> ModelSpec | None:
     """The spec of the job's weights (or those of `folder`, one of its checkpoints); None if it has none."""
     folder = folder or weights_folder(job)
     if folder is None:
@@ -131,23 +161,23 @@ def spec_for(job: Job, base: bool, folder: Path | None = None) -> ModelSpec | No
 @dataclass(frozen=True)
 class ChatModel:
     id: str
-    job: Job
+    job: ChatJob
     base: bool
 
 
-def chat_models(manager: JobManager, limit: int = 1000) -> list[ChatModel]:
+def chat_models(jobs: JobSource, limit: int = 1000) -> list[ChatModel]:
     """Every job one can chat with, newest first, each followed by its base model (and a completed one by its
     ft: name)."""
     out: list[ChatModel] = []
-    for job in manager.list(CHAT_STATUSES, limit=limit):
+    for job in jobs.list(list(CHAT_STATUSES), limit=limit):
         if job.kind == "train" and weights_folder(job) is not None:
             out += [ChatModel(job.id, job, False), ChatModel(job.id + BASE_SUFFIX, job, True)]
-            if job.status is JobStatus.completed:
+            if job.status == "completed":
                 out.append(ChatModel(fine_tuned_name(job), job, False))
     return out
 
 
-def resolve(manager: JobManager, model_id: str) -> ModelSpec:
+def resolve(jobs: JobSource, model_id: str) -> ModelSpec:
     """The spec for a model id (`<job id>`, `<job id>:base`, `ft:...:<job id>[:ckpt-step-N]`); raises UnknownModel
     saying why not."""
     job_id, base = (model_id[: -len(BASE_SUFFIX)], True) if model_id.endswith(BASE_SUFFIX) else (model_id, False)
@@ -155,8 +185,8 @@ def resolve(manager: JobManager, model_id: str) -> ModelSpec:
     if model_id.startswith(FINE_TUNED):
         job_id, base = model_id[: step.start() if step else None].rpartition(":")[2], False
     try:
-        job = manager.get(job_id)
-    except JobNotFound:
+        job = jobs.get(job_id)
+    except LookupError:
         raise UnknownModel(model_id, "does not exist: give a job id, or a job id followed by ':base' "
                                      "(GET /v1/models lists them)") from None
     if job.kind == "export":
@@ -168,10 +198,10 @@ def resolve(manager: JobManager, model_id: str) -> ModelSpec:
     spec = spec_for(job, base, checkpoint)
     if spec is not None and replaced(job, Path(spec.weights)):
         raise WeightsReplaced(model_id, f"is not available: job {job_id}'s weights in {spec.weights} were replaced "
-                                        f"{_by_whom(manager, job)}; its model is no longer on disk")
+                                        f"{_by_whom(jobs, job)}; its model is no longer on disk")
     if spec is None:
         if job.status not in CHAT_STATUSES:
-            reason = (f"is not available: job {job_id} is {job.status.value}; a job answers once it is completed, "
+            reason = (f"is not available: job {job_id} is {job.status}; a job answers once it is completed, "
                       "stopped, or interrupted with a checkpoint")
         else:
             reason = f"is not available: job {job_id} has no saved weights (its output folder is empty or gone)"
@@ -179,10 +209,10 @@ def resolve(manager: JobManager, model_id: str) -> ModelSpec:
     return spec
 
 
-def _by_whom(manager: JobManager, job: Job) -> str:
+def _by_whom(jobs: JobSource, job: ChatJob) -> str:
     """'by a later job (ID)': the newest other job with the same output folder, created after this one."""
     out = Path(job.output_dir or "").resolve()
-    for other in manager.list(limit=1000):  # newest first
+    for other in jobs.list(limit=1000):  # newest first
         if (other.id != job.id and other.kind == "train" and other.output_dir and other.created_at > job.created_at
                 and Path(other.output_dir).resolve() == out):
             return f"by a later job ({other.id})"

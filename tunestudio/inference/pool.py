@@ -2,10 +2,14 @@
 
 The worker (tunestudio/worker/inference.py) loads models and generates; this
 process only queues requests to it and routes its replies back, so it never
-imports torch. One keeper thread, which lives as long as the pool, starts the
-worker (a worker's PR_SET_PDEATHSIG fires when the *thread* that started it
-ends, so that thread must not be a short-lived request thread), reads its
-replies, notices its death, and unloads it:
+imports torch. Where the worker runs is an executor's business, as for any
+worker: the pool is handed a factory of them (`jobs.executor.inference_executor`,
+passed in by the API and the CLI, so inference/ imports nothing of jobs/ and
+worker/) and starts the worker as the kind "inference". One keeper thread,
+which lives as long as the pool, starts the worker (a worker's PR_SET_PDEATHSIG
+fires when the *thread* that started it ends, so that thread must not be a
+short-lived request thread), reads its replies, notices its death, and unloads
+it:
 
 - after `inference_idle_seconds` without a request;
 - on a GPU, when a training job is running and no request is in flight (the
@@ -22,16 +26,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import queue
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
-from tunestudio.inference.protocol import (
+from tunestudio.inference_protocol import (
     Cancel,
+    Command,
     Delta,
     Done,
     Error,
@@ -43,14 +47,40 @@ from tunestudio.inference.protocol import (
     Shutdown,
     Started,
 )
-from tunestudio.jobs.prewarm import context as prewarm_context
-from tunestudio.jobs.supervisor import describe_exit
-from tunestudio.process import kill_group
+from tunestudio.process import describe_exit, usable_cores
 from tunestudio.settings import Settings
 
 log = logging.getLogger(__name__)
 POLL_S = 0.1  # how often the keeper looks at the worker's health when no reply arrives
 TRAINING_CHECK_S = 2.0
+KIND = "inference"  # the worker kind (worker/child.py) the executor starts
+
+
+class WorkerExecutor(Protocol):
+    """What the pool asks of the executor its worker runs in (jobs/executor.py's `Executor` is one)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def start(self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: str) -> None:
+        """Start the worker; raises if it could not be started."""
+
+    def alive(self) -> bool: ...
+
+    def join(self, timeout: float) -> None: ...
+
+    def exitcode(self) -> int | None: ...
+
+    def send(self, command: Command) -> None:
+        """Deliver a command; a worker already gone is not an error."""
+
+    def next_item(self, timeout: float) -> object | None:
+        """The worker's next reply, or None after `timeout` (or at its channel's end: the worker is gone)."""
+
+    def kill(self, sig: int) -> None: ...
+
+    def close(self) -> None:
+        """Release the channels once the worker has exited (or will not be talked to again)."""
 
 
 class InferenceUnavailable(RuntimeError):
@@ -61,16 +91,9 @@ class InferenceUnavailable(RuntimeError):
         self.status, self.code, self.extra = status, code, extra
 
 
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def threads_for(training_active: bool, cores: int | None = None) -> int:
     """Torch threads for one generation: every core, or half of them while a training job runs beside it."""
-    cores = cores or available_cores()
+    cores = cores or usable_cores()
     return max(1, cores // 2) if training_active else cores
 
 
@@ -135,28 +158,30 @@ def as_exception(error: Error) -> InferenceUnavailable:
 
 
 class InferencePool:
+    """Routes requests to one inference worker and its replies back to each request's `Generation`.
+
+    executors: makes the executor of each worker the pool starts, from the settings
+    (`jobs.executor.inference_executor`); training_active: whether a job trains now.
+    """
+
     def __init__(
         self,
-        settings: Settings | None = None,
+        settings: Settings,
+        executors: Callable[[Settings], WorkerExecutor],
         *,
-        target: Callable[..., None] | None = None,
         training_active: Callable[[], bool] | None = None,
     ) -> None:
-        self.settings = settings or Settings()
+        self.settings = settings
         self.idle_seconds = self.settings.inference_idle_seconds
-        if target is None:  # imported here: the worker's module imports this package's protocol
-            from tunestudio.worker.inference import main as target
-        self.target = target  # the child's entry point
+        self.executors = executors
         self.training_active = training_active or (lambda: False)
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
         self._inflight: dict[int, Generation] = {}
         self._waiting: list[Generate] = []  # asked for before the worker was up
         self._sent: dict[int, Generate] = {}  # sent to the worker and not answered yet, in the order it takes them
-        self._proc: Any = None
-        self._ending: Any = None  # a detached worker being shut down: "stopping" until it has exited
-        self._requests: Any = None
-        self._replies: Any = None
+        self._proc: WorkerExecutor | None = None  # the worker requests go to
+        self._ending: WorkerExecutor | None = None  # a detached worker being shut down: "stopping" until it exited
         self._want_start = False
         self._closing = False
         self._keeper: threading.Thread | None = None
@@ -192,7 +217,7 @@ class InferencePool:
             request = Generate(request_id, spec, messages, params.model_dump(), threads)
             if self._proc is not None:
                 self._sent[request_id] = request
-                self._requests.put(request)
+                self._proc.send(request)
             else:
                 self._waiting.append(request)
                 self._want_start = True
@@ -238,7 +263,7 @@ class InferencePool:
                 return
             if self._proc is not None:
                 self._inflight[request_id].cancel_asked = True
-                self._requests.put(Cancel(request_id))
+                self._proc.send(Cancel(request_id))
 
     def _keep(self) -> None:
         while True:
@@ -264,27 +289,24 @@ class InferencePool:
         if start:
             self._start()
             return True
-        reply = self._receive(POLL_S)
+        reply = proc.next_item(POLL_S)
         if reply is not None:
             self._dispatch(reply)
-        elif not proc.is_alive():
+        elif not proc.alive():
             self._lost(proc)
         else:
             self._maybe_unload()
         return True
 
     def _start(self) -> None:
+        worker = None
         try:
-            ctx = prewarm_context(self.settings.prewarm)
-            requests = ctx.Queue()
-            replies, child_end = ctx.Pipe(duplex=False)
-            log_path = self.settings.data_dir() / "inference.log"
-            proc = ctx.Process(target=self.target, args=(requests, child_end, os.getpid(), str(log_path)),
-                               name="tunestudio-inference")
-            proc.start()
-            child_end.close()  # the child holds it now: its death is the pipe's end
+            worker = self.executors(self.settings)
+            worker.start({}, {}, str(self.settings.data_dir() / "inference.log"), KIND)
         except Exception as exc:
             log.exception("could not start the inference worker")
+            if worker is not None:
+                worker.close()
             with self._cond:
                 self._want_start = False
                 waiting, self._waiting = self._waiting, []
@@ -293,7 +315,7 @@ class InferencePool:
                                                        f"{exc}", 503, "inference_unavailable"))
             return
         with self._cond:
-            self._proc, self._requests, self._replies = proc, requests, replies
+            self._proc = worker
             self._want_start = False
             self.starts += 1
             self.loaded.clear()
@@ -301,17 +323,8 @@ class InferencePool:
             waiting, self._waiting = self._waiting, []
             for request in waiting:
                 self._sent[request.request_id] = request
-                requests.put(request)
-        log.info("inference worker %s started", proc.pid)
-
-    def _receive(self, timeout: float) -> Reply | None:
-        """The worker's next reply, or None after `timeout` (or at the pipe's end: the worker is gone)."""
-        try:
-            if self._replies.poll(timeout):
-                return self._replies.recv()
-        except (EOFError, OSError):
-            self._proc.join(timeout)  # the write end closed: the process is ending; do not spin on the EOF
-        return None
+                worker.send(request)
+        log.info("inference worker %s started", worker.pid)
 
     def _dispatch(self, reply: Reply) -> None:
         if isinstance(reply, Loaded):
@@ -343,13 +356,13 @@ class InferencePool:
             with contextlib.suppress(Exception):
                 generation._push(reply)
 
-    def _lost(self, proc: Any) -> None:
+    def _lost(self, proc: WorkerExecutor) -> None:
         """The worker died: fail the request it was answering; those queued behind it go to a new worker."""
         proc.join(timeout=1)
         # Replies it sent before it died still count (a request it answered in full).
-        while (reply := self._receive(0.05)) is not None:
+        while (reply := proc.next_item(0.05)) is not None:
             self._dispatch(reply)
-        why = describe_exit(proc.exitcode).replace("worker", "inference worker", 1)
+        why = describe_exit(proc.exitcode()).replace("worker", "inference worker", 1)
         with self._cond:
             # The worker takes requests in the order they were sent: the first unanswered one was its own, the
             # others had not begun. They are sent again (a cancelled one is answered here).
@@ -357,13 +370,13 @@ class InferencePool:
                       if r.request_id in self._inflight]
             retried = [r for r, generation in queued if not generation.cancel_asked]
             dropped = [r.request_id for r, generation in queued if generation.cancel_asked]
-            _, requests, replies = self._detach()  # no request is sent to the dead one from here on
+            self._detach()  # no request is sent to the dead one from here on
             self._ending = None  # dead already: nothing to shut down
             self.crashes += 1
             self._waiting[:0] = retried
             if self._waiting:
                 self._want_start = True
-        _close(requests, replies)
+        proc.close()
         log.warning("%s%s", why, f"; {len(retried)} queued request(s) go to a new worker" if retried else "")
         for rid in dropped:
             self._finish(rid, Done(rid, "cancelled"))
@@ -402,44 +415,35 @@ class InferencePool:
                 return
             detached = self._detach()
         log.info("unloading the inference worker (%s)", "idle" if idle else "a training job needs the device")
-        self._shut_down(*detached)
+        self._shut_down(detached)
 
     def _stop_worker(self) -> None:
         with self._cond:
             detached = self._detach()
-        self._shut_down(*detached)
+        self._shut_down(detached)
 
-    def _detach(self) -> tuple[Any, Any, Any]:
+    def _detach(self) -> WorkerExecutor | None:
         """Under the lock: the worker is no longer the one requests go to (it is `_ending` until shut down)."""
-        proc, requests, replies = self._proc, self._requests, self._replies
-        self._ending = proc if proc is not None and proc.is_alive() else None
+        proc = self._proc
+        self._ending = proc if proc is not None and proc.alive() else None
         self._proc = None
         self._sent = {}
         self.loaded.clear()
         self.device = None
-        return proc, requests, replies
+        return proc
 
-    def _shut_down(self, proc: Any, requests: Any, replies: Any) -> None:
+    def _shut_down(self, proc: WorkerExecutor | None) -> None:
         """Ask the worker to exit after what it was sent; kill its group if it does not; close the channels.
         The status says "stopped" only once the process has exited."""
         if proc is None:
             return
         with contextlib.suppress(Exception):
-            requests.put(Shutdown())
+            proc.send(Shutdown())
         proc.join(timeout=10)
-        if proc.is_alive():
-            kill_group(proc.pid, signal.SIGKILL)
+        if proc.alive():
+            proc.kill(signal.SIGKILL)
             proc.join(timeout=5)
-        _close(requests, replies)
+        proc.close()
         with self._cond:
             if self._ending is proc:
                 self._ending = None
-
-
-def _close(requests: Any, replies: Any) -> None:
-    """Release a gone worker's queue and pipe (their file descriptors and the queue's feeder thread)."""
-    with contextlib.suppress(Exception):
-        requests.cancel_join_thread()  # the reader is gone: what is unsent stays unsent
-        requests.close()
-    with contextlib.suppress(Exception):
-        replies.close()

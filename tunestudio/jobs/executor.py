@@ -6,7 +6,9 @@ the worker as a process on this machine (spawned, or forked from the prewarmed
 forkserver); `TorchrunExecutor` (jobs/torchrun.py) runs it as N data-parallel
 ranks; a cluster executor implements the same protocol, and the supervisor's
 pump, escalation and exit classification stay the same. `executor_for` is the
-one place that chooses.
+one place that chooses for a job; `inference_executor` is where the chat
+worker (kind "inference") runs: always a local process, started like a job's
+(the API and the CLI hand it to `inference.InferencePool`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from typing import Any, Literal, Protocol
 
 from tunestudio.config import JobConfig
 from tunestudio.events import Stop
+from tunestudio.inference_protocol import Command
 from tunestudio.jobs.prewarm import context as start_context
 from tunestudio.jobs.ray_cluster import RayExecutor
 from tunestudio.jobs.torchrun import TorchrunExecutor
 from tunestudio.process import kill_group
+from tunestudio.settings import Settings
+from tunestudio.worker import child
 from tunestudio.worker.child import WorkerArgs, WorkerEntry, WorkerKind
 
 
@@ -31,7 +36,7 @@ class Executor(Protocol):
     def start(
         self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train"
     ) -> None:
-        """Start the worker (the recipe `kind`: train or export); raises if it could not be started."""
+        """Start the worker (the recipe `kind`: train, export or inference); raises if it could not be started."""
 
     @property
     def pid(self) -> int | None:
@@ -45,11 +50,13 @@ class Executor(Protocol):
     def exitcode(self) -> int | None:
         """The exit code once it exited (negative: killed by that signal); None while it runs."""
 
-    def send(self, command: Stop) -> None:
-        """Deliver a command; a worker already gone is not an error."""
+    def send(self, command: Stop | Command) -> None:
+        """Deliver a command (a job's `Stop`, an inference worker's `Command`); a worker already gone is not an
+        error."""
 
     def next_item(self, timeout: float) -> object | None:
-        """The next raw item the worker sent (JSON text, one event or several), or None after `timeout`."""
+        """The next raw item the worker sent (JSON text, one event or several; an inference worker's `Reply`), or
+        None after `timeout`."""
 
     def kill(self, sig: int) -> None:
         """Signal the worker and everything it started; gone already is not an error."""
@@ -62,23 +69,37 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """The worker as a child process of this one, leading its own process group."""
+    """The worker as a child process of this one, leading its own process group.
+
+    Commands go down a queue. A job's events come up a queue, as JSON text; an inference worker's replies come up
+    a pipe, pickled, which its generating thread writes itself (a queue's feeder thread would cost a GIL hand-over
+    per token: bench/inference.py).
+    """
 
     def __init__(self, target: WorkerEntry, prewarm: bool = False, cache_dir: str | None = None) -> None:
         self.target = target
         self.cache_dir = cache_dir
         self._ctx = start_context(prewarm)
-        self._events = self._ctx.Queue()
         self._commands = self._ctx.Queue()
+        self._events: Any = None  # a queue, or (kind "inference") the pipe's read end
+        self._pipe = False
         self._proc: Any = None
 
     def start(
         self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train"
     ) -> None:
-        args = WorkerArgs(public_config, secrets, self._events, self._commands, os.getpid(), log_path, kind,
+        self._pipe = kind == "inference"
+        if self._pipe:
+            self._events, events = self._ctx.Pipe(duplex=False)
+        else:
+            self._events = events = self._ctx.Queue()
+        args = WorkerArgs(public_config, secrets, events, self._commands, os.getpid(), log_path, kind,
                           cache_dir=self.cache_dir)
-        self._proc = self._ctx.Process(target=self.target, args=(args,), name="tunestudio-worker")
+        name = "tunestudio-inference" if self._pipe else "tunestudio-worker"
+        self._proc = self._ctx.Process(target=self.target, args=(args,), name=name)
         self._proc.start()
+        if self._pipe:
+            events.close()  # the child holds the write end now: its death is the pipe's end
 
     @property
     def pid(self) -> int | None:
@@ -94,11 +115,19 @@ class LocalExecutor:
     def exitcode(self) -> int | None:
         return self._proc.exitcode if self._proc is not None else None
 
-    def send(self, command: Stop) -> None:
+    def send(self, command: Stop | Command) -> None:
+        item = command.model_dump_json() if isinstance(command, Stop) else command
         with contextlib.suppress(ValueError, OSError):  # queue closed: the worker is gone already
-            self._commands.put(command.model_dump_json())
+            self._commands.put(item)
 
     def next_item(self, timeout: float) -> object | None:
+        if self._pipe:
+            try:
+                if self._events.poll(timeout):
+                    return self._events.recv()
+            except (EOFError, OSError):
+                self.join(timeout)  # the write end closed: the process is ending; do not spin on the EOF
+            return None
         try:
             return self._events.get(timeout=timeout)
         except (queue.Empty, EOFError, OSError):
@@ -111,7 +140,15 @@ class LocalExecutor:
         return None  # the exit code says it all
 
     def close(self) -> None:
-        pass
+        """Release the queues and the pipe (their file descriptors, a queue's feeder thread): what is unsent to a
+        gone worker stays unsent."""
+        with contextlib.suppress(Exception):
+            self._commands.cancel_join_thread()
+            self._commands.close()
+        with contextlib.suppress(Exception):
+            if not self._pipe:
+                self._events.cancel_join_thread()
+            self._events.close()
 
 
 def executor_for(
@@ -134,3 +171,9 @@ def executor_for(
     if processes > 1:
         return TorchrunExecutor(processes, private_network)
     return LocalExecutor(target, prewarm, cache_dir)
+
+
+def inference_executor(settings: Settings) -> LocalExecutor:
+    """Where a chat worker (kind "inference") runs: a local process, whatever executor the jobs use, started as
+    a job's is (from the prewarmed forkserver with `prewarm`)."""
+    return LocalExecutor(child.main, settings.prewarm)

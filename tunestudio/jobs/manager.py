@@ -280,11 +280,11 @@ class JobManager:
             raise JobNotFound(job_id)
         return Job.from_row(row)
 
-    def list(self, status: list[JobStatus] | None = None, limit: int = 50, offset: int = 0) -> list[Job]:
-        return [Job.from_row(r) for r in self._store.list_jobs([s.value for s in status or []], limit, offset)]
+    def list(self, status: list[JobStatus] | list[str] | None = None, limit: int = 50, offset: int = 0) -> list[Job]:
+        return [Job.from_row(r) for r in self._store.list_jobs([str(s) for s in status or []], limit, offset)]
 
-    def count(self, status: list[JobStatus] | None = None) -> int:
-        return self._store.count_jobs([s.value for s in status or []])
+    def count(self, status: list[JobStatus] | list[str] | None = None) -> int:  # a JobStatus, or its value
+        return self._store.count_jobs([str(s) for s in status or []])
 
     def metrics(self, job_id: str, max_points: int | None = None, since_step: int | None = None) -> list[dict]:
         """Metric records in step order, newer than since_step, downsampled to max_points (see views.py)."""

@@ -24,6 +24,7 @@ from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Stop, parse_event
 from tunestudio.export_config import ExportConfig
 from tunestudio.jobs.executor import Executor, executor_for
+from tunestudio.process import describe_exit
 from tunestudio.settings import Settings
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerEntry, WorkerKind
@@ -44,20 +45,6 @@ class Outcome:
 class _Asked:
     stop: bool = False
     cancel: bool = False
-
-
-def describe_exit(code: int | None, asked: bool = False) -> str:
-    """How a worker exited, in words; asked=True: after our own stop escalation (so SIGKILL is not memory)."""
-    if code is None:
-        return "worker did not exit"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = " — possibly out of memory" if -code == signal.SIGKILL and not asked else ""
-        return f"worker killed by signal {-code} ({name}){hint}"
-    return f"worker exited with code {code}"
 
 
 class Supervisor:

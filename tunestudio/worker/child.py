@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from tunestudio.process import pid_alive
 
-WorkerKind = Literal["train", "export"]
+WorkerKind = Literal["train", "export", "inference"]
 PR_SET_PDEATHSIG = 1
 PARENT_POLL_S = 0.5
 
@@ -44,9 +44,11 @@ class WorkerArgs:
 
     public_config: the job's config without secrets (JSON-ready); secrets travel
     beside it and are never written anywhere. events/commands: the two queues
-    of the protocol in `tunestudio.events`. parent_pid: the manager process the
-    worker must not outlive. kind: which recipe runs: "train" (worker/main.py)
-    or "export" (worker/export.py, with an ExportConfig).
+    of the protocol in `tunestudio.events` (kind "inference": the reply pipe's
+    write end and the command queue of `tunestudio.inference_protocol`).
+    parent_pid: the process the worker must not outlive. kind: which recipe
+    runs: "train" (worker/main.py), "export" (worker/export.py, with an
+    ExportConfig) or "inference" (worker/inference.py: chat, no config).
     cache_dir: where the worker may keep measured decisions between jobs.
     """
 
@@ -117,24 +119,34 @@ def main(args: WorkerArgs) -> None:
     become_worker(args)
     # A stop is a command, not a signal: Ctrl-C in the parent's terminal must not reach us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    from tunestudio.worker.channel import QueueChannel
-
-    if args.kind == "export":
-        from tunestudio.worker.export import run
-    else:
-        from tunestudio.worker.main import run
-
-    channel = QueueChannel(args.events, args.commands)
     code = 1
     try:
-        if args.kind == "export":
-            code = run(args.public_config, channel, args.secrets)
-        else:
-            code = run(args.public_config, channel, args.secrets, cache_dir=args.cache_dir)
+        code = run(args)
     finally:
-        channel.close()
         sys.stdout.flush()
         sys.stderr.flush()
     # A worker that hangs in teardown after this is killed by the supervisor's exit bound.
     sys.exit(code)
+
+
+def run(args: WorkerArgs) -> int:
+    """The recipe of the worker's kind; its exit code."""
+    if args.kind == "inference":
+        from tunestudio.worker.inference import run as serve
+
+        return serve(args.commands, args.events)
+
+    from tunestudio.worker.channel import QueueChannel
+
+    if args.kind == "export":
+        from tunestudio.worker.export import run as recipe
+    else:
+        from tunestudio.worker.main import run as recipe
+
+    channel = QueueChannel(args.events, args.commands)
+    try:
+        if args.kind == "export":
+            return recipe(args.public_config, channel, args.secrets)
+        return recipe(args.public_config, channel, args.secrets, cache_dir=args.cache_dir)
+    finally:
+        channel.close()

@@ -1,6 +1,7 @@
 """Errors the user can act on, and telling them from bugs.
 
-A `UserError` is reported as `Failed` with its message alone. Running out of
+A `UserError` is reported as `Failed` with its message alone; a `UserFacing`
+error is a chat request's answer (an `Error` reply). Running out of
 memory (`out_of_memory`) and a full disk (`disk_full`) are found through an
 error's `__cause__`/`__context__` (`causes`: torch and safetensors wrap the
 errors that tell) and reported as what to change. Anything else is a bug and
@@ -20,11 +21,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tunestudio.config import JobConfig
 
-__all__ = ["UserError", "causes", "decided", "disk_full", "memory_advice", "out_of_memory"]
+__all__ = ["UserError", "UserFacing", "causes", "decided", "disk_full", "memory_advice", "out_of_memory"]
 
 
 class UserError(Exception):
     """Something in the job's input (model, data, config) that the user must fix."""
+
+
+class UserFacing(Exception):
+    """A chat request the inference worker cannot answer, for a reason its sender can act on: an `Error` reply
+    with this message, HTTP status and code (worker/inference.py), never a traceback."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "invalid_request", **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.extra = status, code, extra
 
 
 def causes(exc: BaseException | None, depth: int = 5) -> Iterator[BaseException]:

@@ -31,7 +31,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from tunestudio.inference.protocol import (
+from tunestudio.inference_protocol import (
     DEFAULT_MAX_TOKENS,
     Delta,
     Done,
@@ -41,7 +41,7 @@ from tunestudio.inference.protocol import (
     ModelSpec,
     Started,
 )
-from tunestudio.worker.inference import UserFacing
+from tunestudio.worker.errors import UserFacing
 
 log = logging.getLogger(__name__)
 MAX_MODELS = 2

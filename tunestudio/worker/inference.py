@@ -1,10 +1,11 @@
 """The inference worker: a process that holds chat models in memory and answers one request at a time.
 
-The parent (tunestudio/inference/pool.py) references `main` to start it, so this
-module imports nothing heavy at the top; torch and friends load in the child.
-Like a training worker, it leads its own process group and dies with its
-parent (tunestudio/worker/child.py). Ctrl-C in the parent's terminal does not
-reach it: a cancel is a command.
+It is a worker kind ("inference"): an executor starts it like any worker
+(jobs/executor.py, `WorkerArgs.kind`), and worker/child.py makes it one (its
+own process group, death with its parent, output to its log) before `run`
+takes over, so this module imports nothing heavy at the top; torch and
+friends load in the child. Ctrl-C in the parent's terminal does not reach it:
+a cancel is a command. It talks in `tunestudio.inference_protocol` only.
 
 Two threads: the command reader files `Generate` requests in order and acts on
 `Cancel` at once (it sets the flag the running generation checks between
@@ -15,26 +16,16 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import sys
 import threading
 import traceback
 import warnings
 from collections import deque
 from typing import Any
 
-from tunestudio.inference.protocol import Cancel, Done, Error, Generate, Shutdown
-from tunestudio.worker import child
+from tunestudio.inference_protocol import Cancel, Done, Error, Generate, Shutdown
+from tunestudio.worker.errors import UserFacing
 
 log = logging.getLogger(__name__)
-
-
-class UserFacing(Exception):
-    """A request that cannot be answered for a reason its sender can act on."""
-
-    def __init__(self, message: str, status: int = 400, code: str = "invalid_request", **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.code, self.extra = status, code, extra
 
 
 class Replies:
@@ -120,12 +111,9 @@ class Server:
                     self._current = None
 
 
-def main(requests: Any, replies_conn: Any, parent_pid: int, log_path: str | None) -> None:
-    """The worker's life. requests: a queue of commands from the parent; replies_conn: the write end of a pipe."""
-    os.setpgid(0, 0)
-    child.die_with_parent(parent_pid)
-    child.redirect_output(log_path)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def run(requests: Any, replies_conn: Any) -> int:
+    """The worker's life, once worker/child.py made it a worker. requests: the queue of commands from the parent;
+    replies_conn: the write end of the reply pipe. Returns the exit code."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -136,5 +124,4 @@ def main(requests: Any, replies_conn: Any, parent_pid: int, log_path: str | None
         Server(requests, replies).serve()
     finally:
         replies.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
+    return 0

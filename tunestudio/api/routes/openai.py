@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError, openai_error_body, request_field_errors
 from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, UnknownModel, chat_models, resolve
-from tunestudio.inference.protocol import Delta, Done, Error, Reply, Started
+from tunestudio.inference_protocol import Delta, Done, Error, Reply, Started
 
 T = TypeVar("T")
 
