@@ -2,8 +2,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from .helpers.chat import ChatHome
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "examples" / "data"
@@ -31,6 +35,22 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc.join(300)
     assert proc.exitcode == 0, "building the tiny model failed"
     return directory
+
+
+@pytest.fixture(scope="session")
+def trained_chat_home(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> ChatHome:
+    """The chat job (a 40-step LoRA job with samples and an evaluation), trained once per session: the chat
+    modules (tests/api/test_openai.py, test_web_chat.py, tests/inference/test_pool.py, tests/test_cli_chat.py) all
+    talk to it. Use `chat_home`."""
+    from .helpers.chat import ChatHome
+
+    return ChatHome.trained(tiny_model, tmp_path_factory.mktemp("chat-job"))
+
+
+@pytest.fixture(scope="module")
+def chat_home(trained_chat_home: ChatHome) -> ChatHome:
+    """The session's chat job, in its data directory as the training left it (whatever the last module did)."""
+    return trained_chat_home.fresh()
 
 
 @pytest.fixture(autouse=True)

@@ -12,23 +12,24 @@ import pytest
 
 from tunestudio.jobs.models import Job
 
-from .helpers.chat import train_chat_job
+from .helpers.chat import ChatHome
 
 CLI = [sys.executable, "-m", "tunestudio.cli"]
-# The first test waits for the module's training job (minutes on a busy 2-core machine): a generous hard timeout.
+# The first chat test of the session waits for its training job (minutes on a busy 2-core machine): a generous
+# hard timeout.
 pytestmark = pytest.mark.timeout(900)
 # "What sound does this animal make?\n\ncow", typed with backslash continuations, then /exit.
 TYPED = "What sound does this animal make?\\\n\\\ncow\n/exit\n"
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("chat-cli") / "home"
+def home(chat_home: ChatHome) -> Path:
+    return chat_home.home
 
 
 @pytest.fixture(scope="module")
-def job(tiny_model: Path, home: Path) -> Job:
-    return train_chat_job(tiny_model, home)
+def job(chat_home: ChatHome) -> Job:
+    return chat_home.job
 
 
 def chat(home: Path, *args: str, typed: str = TYPED) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, Page
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
-from ..helpers.chat import PROMPT, train_chat_job
+from ..helpers.chat import PROMPT, ChatHome
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
 from .test_web import browser, playwright, screenshot  # noqa: F401  (module fixtures, shared)
@@ -20,13 +20,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("web-chat") / "home"
+def home(chat_home: ChatHome) -> Path:
+    return chat_home.home
 
 
 @pytest.fixture(scope="module")
-def job(tiny_model: Path, home: Path) -> Job:
-    return train_chat_job(tiny_model, home)
+def job(chat_home: ChatHome) -> Job:
+    return chat_home.job
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,10 @@
-"""A short real LoRA job to chat with, trained once per test module, and a polling helper."""
+"""A short real LoRA job to chat with, trained once per session, and what a chat test module needs of it."""
 
 from __future__ import annotations
 
+import itertools
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from .jobs import job_config
 from .wait import wait_until
 
 PROMPT = "What sound does this animal make?\n\ncow"
+_used = itertools.count(1)
 
 
 def train_chat_job(tiny_model: Path, home: Path, **overrides: Any) -> Job:
@@ -28,3 +32,33 @@ def train_chat_job(tiny_model: Path, home: Path, **overrides: Any) -> Job:
     assert job.status is JobStatus.completed, f"the chat job ended {job.status.value}: {job.error}"
     return job
 
+
+@dataclass(frozen=True)
+class ChatHome:
+    """The session's chat job (`train_chat_job`) and the data directory it lives in, its output folder inside.
+
+    The chat test modules share it (tests/conftest.py: `chat_home`), and a module may change what it finds there
+    (export the job, run another job into its folder, train more jobs beside it), so each module starts from the
+    data directory as the training left it: `fresh()` puts back a copy of it at the same path, so the absolute
+    paths in its store (the job's output folder, its log) hold.
+    """
+
+    home: Path
+    job: Job
+    pristine: Path  # the data directory right after training
+
+    @classmethod
+    def trained(cls, tiny_model: Path, folder: Path) -> ChatHome:
+        home = folder / "home"
+        job = train_chat_job(tiny_model, home)
+        shutil.copytree(home, folder / "pristine", symlinks=True)  # the manager is closed: its store is at rest
+        return cls(home, job, folder / "pristine")
+
+    def fresh(self) -> ChatHome:
+        """The data directory as the training left it, at its path; what the last module left is put aside."""
+        if self.home.exists():
+            # Renamed first: a straggler of the last module (a dying worker's log line) cannot break the copy.
+            used = self.home.rename(self.home.with_name(f"{self.home.name}-used-{next(_used)}"))
+            shutil.rmtree(used, ignore_errors=True)
+        shutil.copytree(self.pristine, self.home, symlinks=True)
+        return self

@@ -21,24 +21,25 @@ from tunestudio.jobs.models import Job, JobNotFound
 from tunestudio.process import pid_alive
 from tunestudio.settings import Settings
 
-from ..helpers.chat import PROMPT, train_chat_job
+from ..helpers.chat import PROMPT, ChatHome, train_chat_job
 from ..helpers.checkpoints import write_checkpoint
 from ..helpers.wait import wait_until
 
 MESSAGES = [{"role": "user", "content": PROMPT}]
-# The first test waits for the module's training job (minutes on a busy 2-core machine): a generous hard timeout.
+# The first chat test of the session waits for its training job (minutes on a busy 2-core machine): a generous
+# hard timeout.
 pytestmark = pytest.mark.timeout(900)
 GREEDY = GenerateParams(temperature=0, max_tokens=40)
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("pool") / "home"
+def home(chat_home: ChatHome) -> Path:
+    return chat_home.home
 
 
 @pytest.fixture(scope="module")
-def job(tiny_model: Path, home: Path) -> Job:
-    return train_chat_job(tiny_model, home)
+def job(chat_home: ChatHome) -> Job:
+    return chat_home.job
 
 
 @pytest.fixture(scope="module")
