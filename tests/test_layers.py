@@ -27,7 +27,7 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # data_report/: the dataset report for the CLI and the API (its spawned child runs the worker's data code,
     # as api/preview.py's does)
     ("faces", frozenset({"cli", "cli_chat", "api", "data_report"}), False),
-    ("wings", frozenset({"jobs", "inference", "worker"}), True),
+    ("wings", frozenset({"jobs", "inference", "worker", "sweeps"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
                         "ownership", "export_config", "estimate"}), False),
 )
@@ -39,6 +39,8 @@ DOORS = {
     # Its own imports at module level are the standard library and base rooms only
     # (test_the_door_to_the_worker_stays_light); the worker's recipes load inside the child.
     ("jobs", "tunestudio.worker.child"),
+    # A sweep's trials are ordinary jobs: sweeps/ uses the jobs' public face (the manager, its Job and errors).
+    ("sweeps", "tunestudio.jobs.manager"),
 }
 
 # Violations known today, each to be deleted when fixed (test_known_violations_still_happen says when). None: the

@@ -136,19 +136,20 @@ class JobManager:
 
     # --- the public face -------------------------------------------------------
     def submit(self, config: JobConfig, request_id: str | None = None, resumed_from: str | None = None,
-               warnings: Sequence[str] = ()) -> Job:
+               warnings: Sequence[str] = (), sweep: tuple[str, int] | None = None) -> Job:
         """Check the config (jobs/admission.py), record a new job and queue it; the same request_id gives the
         same job.
 
         Raises paths.PathRefused for a path that is missing, would write over the data directory, another
         job's outputs, the job's inputs or the user's files (or too many ranks), QueueFull when
         `max_queued_jobs` jobs wait already. warnings: what the caller has to say about the request (e.g.
-        fields it ignored), as the job's first warning events.
+        fields it ignored), as the job's first warning events. sweep: (sweep id, trial number) of a sweep's
+        trial, its tag (`list(sweep_id=...)` finds it).
         """
         config = admission.check_train(config, self.settings)
         return self._record("train", config, request_id,
                             lambda others: paths.protect_data_dir(config, self.data_dir, others),
-                            resumed_from=resumed_from, warnings=warnings)
+                            resumed_from=resumed_from, warnings=warnings, sweep=sweep)
 
     def export(self, job_id: str, options: ExportOptions, request_id: str | None = None) -> Job:
         """Queue an export of a finished job's result: a job of kind "export", linked to it by source_job.
@@ -166,7 +167,8 @@ class JobManager:
 
     def _record(self, kind: str, config: JobConfig | ExportConfig, request_id: str | None,
                 protect: Callable[[list[tuple[str, bool]]], None], source_job: str | None = None,
-                resumed_from: str | None = None, warnings: Sequence[str] = ()) -> Job:
+                resumed_from: str | None = None, warnings: Sequence[str] = (),
+                sweep: tuple[str, int] | None = None) -> Job:
         """Insert a checked job (queued) and queue it; `protect` checks its output against the other jobs'."""
         with self._submit_lock:  # the checks against other jobs and the insert, one submit at a time
             if request_id and (existing := self._store.find_by_request_id(request_id)) is not None:
@@ -185,6 +187,7 @@ class JobManager:
                     "config": config.public_dict(), "created_at": time.time(), "output_dir": config.output_dir,
                     "resumed_from": resumed_from, "owner_pid": os.getpid(), "kind": kind, "source_job": source_job,
                     "log_path": str(job_dir / "worker.log"),
+                    "sweep_id": sweep[0] if sweep else None, "trial": sweep[1] if sweep else None,
                 })
             except DuplicateRequest as dup:  # another process took this request id first
                 return self.get(dup.job_id)
@@ -280,8 +283,11 @@ class JobManager:
             raise JobNotFound(job_id)
         return Job.from_row(row)
 
-    def list(self, status: list[JobStatus] | list[str] | None = None, limit: int = 50, offset: int = 0) -> list[Job]:
-        return [Job.from_row(r) for r in self._store.list_jobs([str(s) for s in status or []], limit, offset)]
+    def list(self, status: list[JobStatus] | list[str] | None = None, limit: int = 50, offset: int = 0,
+             sweep_id: str | None = None) -> list[Job]:
+        """Jobs, newest first; sweep_id: only that sweep's trials."""
+        rows = self._store.list_jobs([str(s) for s in status or []], limit, offset, sweep_id=sweep_id)
+        return [Job.from_row(r) for r in rows]
 
     def count(self, status: list[JobStatus] | list[str] | None = None) -> int:  # a JobStatus, or its value
         return self._store.count_jobs([str(s) for s in status or []])

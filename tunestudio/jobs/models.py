@@ -37,6 +37,8 @@ class Job(BaseModel):
     last_seq: int = 0
     name: str | None = None
     notes: str | None = None
+    sweep_id: str | None = None  # a sweep's trial (tunestudio/sweeps/): its sweep and trial number
+    trial: int | None = None
     resumed_by: str | None = None  # the job that resumed this one (read with the row, never stored)
 
     @property

@@ -58,6 +58,7 @@ JOB_COLUMNS = (
     "id", "request_id", "status", "phase", "message", "error", "config", "created_at", "started_at",
     "finished_at", "output_dir", "checkpoint", "resumed_from", "final_metrics", "progress", "owner_pid",
     "worker_pid", "log_path", "last_seq", "stop_request", "result", "kind", "source_job", "name", "notes",
+    "sweep_id", "trial",
 )
 # Every job read carries the id of the job that resumed it (at most one: a job resumes once).
 JOB_SELECT = "SELECT *, (SELECT c.id FROM jobs c WHERE c.resumed_from = jobs.id LIMIT 1) AS resumed_by FROM jobs"
@@ -96,6 +97,9 @@ ADDED_COLUMNS = (
     ("jobs", "source_job", "TEXT"),
     ("jobs", "name", "TEXT"),
     ("jobs", "notes", "TEXT"),
+    # A sweep's trial (tunestudio/sweeps/): the sweep's id and the trial's number.
+    ("jobs", "sweep_id", "TEXT"),
+    ("jobs", "trial", "INTEGER"),
 )
 
 

@@ -296,13 +296,18 @@ class Store:
         return self._row(row) if row else None
 
     def list_jobs(
-        self, statuses: Iterable[str] | None = None, limit: int = 50, offset: int = 0, oldest_first: bool = False
+        self, statuses: Iterable[str] | None = None, limit: int = 50, offset: int = 0, oldest_first: bool = False,
+        sweep_id: str | None = None,
     ) -> list[dict[str, Any]]:
-        where, args = "", []
+        conditions, args = [], []
         wanted = list(statuses or [])
         if wanted:
-            where = f"WHERE status IN ({', '.join('?' * len(wanted))})"
-            args = wanted
+            conditions.append(f"status IN ({', '.join('?' * len(wanted))})")
+            args.extend(wanted)
+        if sweep_id is not None:
+            conditions.append("sweep_id = ?")
+            args.append(sweep_id)
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         order = "ASC" if oldest_first else "DESC"
         rows = self._reader().execute(
             f"{JOB_SELECT} {where} ORDER BY created_at {order}, rowid {order} LIMIT ? OFFSET ?",

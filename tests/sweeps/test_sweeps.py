@@ -1,0 +1,119 @@
+"""Sweeps through a real JobManager and its queue, with scripted workers whose objective is a known function."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.status import JobStatus
+from tunestudio.settings import Settings
+from tunestudio.sweeps import SweepConfig, Sweeps
+
+from ..helpers import fake_workers
+from ..helpers.jobs import DATA
+
+LRS, RANKS = [1e-4, 1e-3, 1e-2], [4, 16]
+
+
+def settings(tmp_path: Path, **overrides: Any) -> Settings:
+    return Settings(home=tmp_path / "home", **{"max_concurrent_jobs": 2, "prewarm": False, **overrides})
+
+
+def sweep(**overrides: Any) -> SweepConfig:
+    body: dict[str, Any] = {
+        "base": {"model_name": "tiny", "local_datasets": [str(DATA / "alpaca.jsonl")], "max_steps": 10,
+                 "eval_steps": 2},
+        "space": {"learning_rate": {"values": LRS}, "lora_r": {"values": RANKS}},
+        "sampler": "grid", "n_trials": 6, "objective": {"metric": "eval_loss", "mode": "min"}, "parallel": 2,
+    }
+    body.update(overrides)
+    return SweepConfig.model_validate(body)
+
+
+def final_loss(params: dict[str, Any], steps: int = 10) -> float:
+    return fake_workers.sweep_objective(params["learning_rate"], params["lora_r"]) + 1.0 / steps
+
+
+def wait_status(sweeps: Sweeps, sweep_id: str, wanted: set[str], timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        view = sweeps.get(sweep_id)
+        if view["status"] in wanted:
+            return view
+        time.sleep(0.1)
+    raise AssertionError(f"sweep {sweep_id} still {sweeps.get(sweep_id)['status']} after {timeout}s")
+
+
+def test_a_six_trial_grid_sweep_runs_through_the_queue_and_ranks_by_the_objective(tmp_path: Path) -> None:
+    with JobManager(settings(tmp_path), worker_target=fake_workers.sweep_trial) as manager, \
+            Sweeps(manager, poll_seconds=0.05) as sweeps:
+        sweep_id = sweeps.create(sweep())["id"]
+        view = wait_status(sweeps, sweep_id, {"completed"})
+        trials = view["trials"]
+        assert len(trials) == 6 and {t["status"] for t in trials} == {"completed"}
+        assert sorted((t["params"]["learning_rate"], t["params"]["lora_r"]) for t in trials) == sorted(
+            (lr, r) for lr in LRS for r in RANKS)
+        for trial in trials:  # each an ordinary job, tagged with the sweep and its number
+            job = manager.get(trial["job_id"])
+            assert (job.status, job.sweep_id, job.trial) == (JobStatus.completed, sweep_id, trial["number"])
+            assert trial["value"] == pytest.approx(final_loss(trial["params"]))
+            assert trial["best_step"] is None or trial["best_step"] <= 10
+        values = [t["value"] for t in trials]
+        assert values == sorted(values)
+        assert view["best"]["params"] == {"learning_rate": 1e-3, "lora_r": 16}
+        assert view["best"]["job_id"] == trials[0]["job_id"]
+        assert {j.id for j in manager.list(sweep_id=sweep_id)} == {t["job_id"] for t in trials}
+
+
+def test_a_bad_space_names_the_field() -> None:
+    with pytest.raises(ValidationError, match="space.lora_rank: JobConfig has no field 'lora_rank'"):
+        sweep(space={"lora_rank": {"values": [4, 8]}})
+    with pytest.raises(ValidationError, match=r"space.learning_rate: .*low \(0.1\) must be below high"):
+        sweep(space={"learning_rate": {"low": 0.1, "high": 0.01}}, sampler="random")
+    with pytest.raises(ValidationError, match="space.learning_rate: the grid sampler needs"):
+        sweep(space={"learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}})
+    with pytest.raises(ValidationError, match="lora_r"):
+        sweep(space={"lora_r": {"values": [-3]}})  # the base with the space's first point is not a valid job
+
+
+def test_a_trial_the_pruner_gives_up_on_stops_early_with_a_save(tmp_path: Path) -> None:
+    # With seed 11 the sampler draws trials 0 and 1 good, 2 and 3 worse at every evaluation: the median pruner
+    # (two completed trials to start from) stops them.
+    config = sweep(space={"learning_rate": {"low": 1e-4, "high": 1e-1, "log": True}}, sampler="random", seed=11,
+                   n_trials=4, parallel=1, pruner="median", base={**sweep().base, "lora_r": 16, "max_steps": 40})
+    with JobManager(settings(tmp_path), worker_target=fake_workers.sweep_trial) as manager, \
+            Sweeps(manager, poll_seconds=0.05) as sweeps:
+        sweep_id = sweeps.create(config)["id"]
+        view = wait_status(sweeps, sweep_id, {"completed"})
+        pruned = [t for t in view["trials"] if t["status"] == "pruned"]
+        assert pruned, view["trials"]
+        for trial in pruned:
+            job = manager.get(trial["job_id"])
+            assert job.status is JobStatus.stopped and job.checkpoint is not None  # stopped with a save
+            assert job.progress is None or job.progress.get("step", 0) < 40
+        assert view["trials"][0]["status"] == "completed"  # the pruned rank below the completed
+
+
+def test_a_sweep_continues_after_a_restart(tmp_path: Path) -> None:
+    config = sweep(parallel=1, base={**sweep().base, "max_steps": 16})
+    manager = JobManager(settings(tmp_path, max_concurrent_jobs=1), worker_target=fake_workers.sweep_trial).start()
+    sweeps = Sweeps(manager, poll_seconds=0.05).start()
+    sweep_id = sweeps.create(config)["id"]
+    deadline = time.monotonic() + 60
+    while sum(t["status"] == "completed" for t in sweeps.get(sweep_id)["trials"]) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sweeps.close()  # the server goes down mid-sweep: runners first, then the jobs stop with a save
+    manager.close()
+    with JobManager(settings(tmp_path, max_concurrent_jobs=1), worker_target=fake_workers.sweep_trial) as manager, \
+            Sweeps(manager, poll_seconds=0.05) as sweeps:
+        view = wait_status(sweeps, sweep_id, {"completed"})
+        assert len(view["trials"]) == 6 and {t["status"] for t in view["trials"]} == {"completed"}
+        for trial in view["trials"]:
+            assert manager.get(trial["job_id"]).status is JobStatus.completed
+        assert view["best"]["params"] == {"learning_rate": 1e-3, "lora_r": 16}

@@ -1,0 +1,328 @@
+"""A sweep's life: an Optuna study (ask/tell) whose trials run as ordinary train jobs of the queue.
+
+The study lives in the data directory (`sweeps/<id>.db`, Optuna's RDB storage on SQLite) with the sweep's
+config and status as its user attributes, so a restarted server continues a sweep: its trials still running
+(in Optuna's sense) are matched to their jobs by the jobs' tag (`Job.sweep_id`, `Job.trial`).
+
+One `SweepRunner` thread per live sweep, in the server's (or the CLI's) process: it asks Optuna for a trial's
+params, submits the trial's JobConfig through `JobManager.submit`, reports the job's evaluations as the
+trial's intermediate values, stops a trial the pruner gives up on (with a save) and tells Optuna the
+objective when the job ends. Only the manager's public face is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tunestudio.jobs.manager import Job, JobConflict, JobManager, JobNotFound, QueueFull
+from tunestudio.sweeps.config import SweepConfig, Values
+
+log = logging.getLogger(__name__)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+LIVE = ("running", "stopping")  # a sweep's statuses while its runner works; then completed or stopped
+
+
+class SweepNotFound(LookupError):
+    def __init__(self, sweep_id: str) -> None:
+        super().__init__(f"no sweep {sweep_id!r}")
+        self.sweep_id = sweep_id
+
+
+class SweepConflict(ValueError):
+    """The sweep cannot do what was asked in its current status."""
+
+
+def _sampler(config: SweepConfig) -> optuna.samplers.BaseSampler:
+    if config.sampler == "grid":
+        grid = {name: d.values for name, d in config.dimensions().items() if isinstance(d, Values)}
+        return optuna.samplers.GridSampler(grid, seed=config.seed)
+    if config.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=config.seed)
+    return optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=min(10, max(2, config.budget // 3)))
+
+
+def _pruner(config: SweepConfig) -> optuna.pruners.BasePruner:
+    if config.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+    if config.pruner == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    return optuna.pruners.NopPruner()
+
+
+def _suggest(trial: optuna.Trial, config: SweepConfig) -> dict[str, Any]:
+    params = {}
+    for name, dim in config.dimensions().items():
+        if isinstance(dim, Values):
+            params[name] = trial.suggest_categorical(name, dim.values)
+        elif hasattr(dim, "step"):
+            params[name] = trial.suggest_int(name, dim.low, dim.high, step=dim.step)
+        else:
+            params[name] = trial.suggest_float(name, dim.low, dim.high, log=dim.log)
+    return params
+
+
+def record_value(record: dict[str, Any], key: str) -> float | None:
+    """The objective's value in one metric record: eval_loss is a column, the others are in `extra`."""
+    value = record.get(key) if key == "eval_loss" else (record.get("extra") or {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def final_value(job: Job, config: SweepConfig) -> tuple[float | None, int | None]:
+    """A finished job's objective and its step: the job's best (early stopping on the same metric), else the
+    final evaluation's value after training, else its final metrics."""
+    objective = config.objective
+    result = job.result or {}
+    best = result.get("best") or {}
+    if best.get("metric") in (objective.metric, objective.record_key):
+        return float(best["value"]), best.get("step")
+    after = ((result.get("evaluation") or {}).get("metrics") or {}).get(objective.metric) or {}
+    if isinstance(after.get("after"), (int, float)):
+        return float(after["after"]), None
+    for key in (objective.record_key, objective.metric):
+        value = (job.final_metrics or {}).get(key)
+        if isinstance(value, (int, float)):
+            return float(value), None
+    return None, None
+
+
+class Study:
+    """One sweep's Optuna study in its own SQLite file."""
+
+    def __init__(self, path: Path, config: SweepConfig | None = None) -> None:
+        self.id = path.stem
+        self.path = path
+        create = config is not None
+        if not create and not path.is_file():
+            raise SweepNotFound(self.id)
+        self.storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+        if create:
+            assert config is not None
+            self.study = optuna.create_study(storage=self.storage, study_name=self.id,
+                                             direction=config.objective.direction,
+                                             sampler=_sampler(config), pruner=_pruner(config))
+            self.study.set_user_attr("config", config.model_dump(mode="json"))
+            self.study.set_user_attr("created_at", time.time())
+            self.study.set_user_attr("status", "running")
+            self.config = config
+        else:
+            attrs = optuna.load_study(study_name=self.id, storage=self.storage).user_attrs
+            self.config = SweepConfig.model_validate(attrs["config"])
+            self.study = optuna.load_study(study_name=self.id, storage=self.storage,
+                                           sampler=_sampler(self.config), pruner=_pruner(self.config))
+
+    @property
+    def status(self) -> str:
+        return self.study.user_attrs.get("status", "running")
+
+    def set_status(self, status: str) -> None:
+        self.study.set_user_attr("status", status)
+
+    def close(self) -> None:
+        self.storage.remove_session()
+        self.storage.engine.dispose()
+
+
+class SweepRunner(threading.Thread):
+    """Runs one sweep until its budget is spent or it is stopped; `halt()` leaves it to a later runner."""
+
+    def __init__(self, manager: JobManager, study: Study, poll_seconds: float = 0.5) -> None:
+        super().__init__(name=f"sweep-{study.id}", daemon=True)
+        self.manager = manager
+        self.study = study
+        self.config = study.config
+        self.poll_seconds = poll_seconds
+        self.parallel = self.config.parallel or manager.settings.max_concurrent_jobs
+        self._halt = threading.Event()
+        self._trials: dict[int, optuna.Trial] = {}  # the live trials' handles, by number
+        self._sent_stop: set[int] = set()
+
+    def halt(self) -> None:
+        """Stop this thread (not the sweep's jobs): a later runner on the same study continues the sweep."""
+        self._halt.set()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                if self.step():
+                    return
+            except Exception:  # a runner outlives any one bad poll (the store busy, a job deleted under it)
+                log.exception("sweep %s: poll failed", self.study.id)
+            self._halt.wait(self.poll_seconds)
+
+    def step(self) -> bool:
+        """One poll: follow the live trials, start new ones; True when the sweep is over."""
+        study = self.study.study
+        status = self.study.status
+        trials = study.get_trials(deepcopy=False)
+        jobs = self._jobs_by_trial()
+        live = [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+        for frozen in live:
+            if self._halt.is_set():
+                return False
+            self._follow(frozen, jobs.get(frozen.number), status)
+        live = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+        # A pruned trial's job is still stopping (saving) when Optuna has its verdict: the sweep ends after it.
+        ending = any(job.status.is_live for job in self._jobs_by_trial().values())
+        if status == "running":
+            started = len(study.get_trials(deepcopy=False))
+            while started < self.config.budget and len(live) < self.parallel and not self._halt.is_set():
+                trial = study.ask()
+                self._trials[trial.number] = trial
+                self._submit(trial.number, _suggest(trial, self.config))
+                live.append(trial)
+                started += 1
+            if started >= self.config.budget and not live and not ending:
+                self.study.set_status("completed")
+                return True
+        elif not live and not ending:
+            self.study.set_status("stopped")
+            return True
+        return False
+
+    def _jobs_by_trial(self) -> dict[int, Job]:
+        """The newest job of each trial, found by its tag."""
+        found: dict[int, Job] = {}
+        for job in self.manager.list(sweep_id=self.study.id, limit=100_000):
+            if job.trial is not None and job.trial not in found:
+                found[job.trial] = job
+        return found
+
+    def _handle(self, number: int) -> optuna.Trial:
+        if number not in self._trials:  # a trial an earlier runner asked for
+            frozen = self.study.study.get_trials(deepcopy=False)[number]
+            self._trials[number] = optuna.trial.Trial(self.study.study, frozen._trial_id)
+        return self._trials[number]
+
+    def _submit(self, number: int, params: dict[str, Any]) -> None:
+        try:
+            config = self.config.trial_config(params, number)
+            job = self.manager.submit(config, sweep=(self.study.id, number))
+        except QueueFull:
+            return  # the trial stays running; the next poll tries again
+        except Exception as exc:  # an invalid config or a refused path: the trial fails, the sweep goes on
+            log.warning("sweep %s: trial %d not submitted: %s", self.study.id, number, exc)
+            self._tell(number, TrialState.FAIL, error=str(exc))
+            return
+        self._handle(number).set_user_attr("job_id", job.id)
+
+    def _follow(self, frozen: optuna.trial.FrozenTrial, job: Job | None, status: str) -> None:
+        number = frozen.number
+        if job is None:  # asked, never submitted (a crash in between, or the queue was full)
+            if status == "running":
+                self._submit(number, frozen.params)
+            else:
+                self._tell(number, TrialState.FAIL, error="the sweep stopped before the trial started")
+            return
+        if job.status.is_live:
+            self._report(frozen, job)
+            if status == "stopping" and number not in self._sent_stop:
+                self._sent_stop.add(number)
+                with contextlib.suppress(JobConflict, JobNotFound):
+                    self.manager.stop(job.id, save=True)
+            return
+        value, best_step = final_value(job, self.config) if job.status.value == "completed" else (None, None)
+        if value is None and job.status.value != "failed":
+            value, best_step = self._last_value(job)
+        if job.status.value == "completed" and value is not None:
+            self._tell(number, TrialState.COMPLETE, value, best_step=best_step)
+        elif job.status.value in ("stopped", "interrupted", "cancelled") and status == "running":
+            # Ended by something other than this sweep (a server shutting down, a crash): run the trial again.
+            self._submit(number, frozen.params)
+        elif job.status.value == "stopped" and value is not None:
+            self._tell(number, TrialState.COMPLETE, value, best_step=best_step)
+        else:
+            self._tell(number, TrialState.FAIL, error=job.error or f"job {job.id} ended {job.status.value}")
+
+    def _report(self, frozen: optuna.trial.FrozenTrial, job: Job) -> None:
+        """The job's new evaluations as the trial's intermediate values; a trial the pruner gives up on stops."""
+        seen = frozen.intermediate_values
+        since = max(seen) if seen else None
+        trial = self._handle(frozen.number)
+        steps = dict(seen)
+        for record in self.manager.metrics(job.id, since_step=since):
+            value = record_value(record, self.config.objective.record_key)
+            if value is not None and record["step"] not in steps:
+                trial.report(value, record["step"])
+                steps[record["step"]] = value
+        if len(steps) > len(seen) and job.status.value != "stopping" and trial.should_prune():
+            log.info("sweep %s: trial %d pruned at step %d", self.study.id, frozen.number, max(steps))
+            with contextlib.suppress(JobConflict, JobNotFound):
+                self.manager.stop(job.id, save=True)
+            self._tell(frozen.number, TrialState.PRUNED, best_step=self._best_step(steps))
+
+    def _last_value(self, job: Job) -> tuple[float | None, int | None]:
+        values = {r["step"]: v for r in self.manager.metrics(job.id)
+                  if (v := record_value(r, self.config.objective.record_key)) is not None}
+        return (values[max(values)], self._best_step(values)) if values else (None, None)
+
+    def _best_step(self, values: dict[int, float]) -> int | None:
+        if not values:
+            return None
+        pick = min if self.config.objective.direction == "minimize" else max
+        return pick(values, key=lambda step: values[step])
+
+    def _tell(self, number: int, state: TrialState, value: float | None = None, *, best_step: int | None = None,
+              error: str | None = None) -> None:
+        trial = self._handle(number)
+        if best_step is not None:
+            trial.set_user_attr("best_step", best_step)
+        if error is not None:
+            trial.set_user_attr("error", error[:2000])
+        self.study.study.tell(number, value if state is TrialState.COMPLETE else None, state=state,
+                              skip_if_finished=True)
+        self._trials.pop(number, None)
+
+
+def new_sweep_id() -> str:
+    return "sw-" + secrets.token_hex(6)
+
+
+def view(study: Study, jobs: dict[int, Job]) -> dict[str, Any]:
+    """The sweep as the API and the CLI show it: trials ranked by the objective, and the best."""
+    config = study.config
+    minimize = config.objective.direction == "minimize"
+    trials = []
+    for frozen in study.study.get_trials(deepcopy=False):
+        job = jobs.get(frozen.number)
+        state = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}.get(
+            frozen.state)
+        if state is None:
+            state = job.status.value if job is not None else "asked"
+        value = frozen.value
+        if value is None and frozen.intermediate_values:
+            value = frozen.intermediate_values[max(frozen.intermediate_values)]
+        trials.append({"number": frozen.number, "job_id": job.id if job else frozen.user_attrs.get("job_id"),
+                       "params": frozen.params, "status": state, "value": value,
+                       "best_step": frozen.user_attrs.get("best_step"), "error": frozen.user_attrs.get("error")})
+    order = {"completed": 0, "pruned": 1}
+
+    def rank(t: dict[str, Any]) -> tuple[int, float, int]:
+        value = t["value"]
+        if value is None:
+            return (3, 0.0, t["number"])
+        return (order.get(t["status"], 2), value if minimize else -value, t["number"])
+
+    trials.sort(key=rank)
+    done = [t for t in trials if t["status"] == "completed" and t["value"] is not None]
+    best = None
+    if done:
+        top = done[0]
+        best = {k: top[k] for k in ("number", "job_id", "value", "params")}
+    attrs = study.study.user_attrs
+    return {"id": study.id, "status": attrs.get("status", "running"), "created_at": attrs.get("created_at"),
+            "objective": {"metric": config.objective.metric,
+                          "mode": "min" if minimize else "max"},
+            "sampler": config.sampler, "pruner": config.pruner, "n_trials": config.budget,
+            "parallel": config.parallel, "config": json.loads(json.dumps(attrs.get("config"))),
+            "trials": trials, "best": best}

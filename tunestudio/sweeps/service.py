@@ -1,0 +1,133 @@
+"""The public face of sweeps: create, list, get, stop, delete, and the runners of the live ones.
+
+A sweep's trials are ordinary jobs (the manager's); deleting a sweep forgets its study, not its jobs.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from tunestudio.jobs.manager import JobManager
+from tunestudio.sweeps.config import SweepConfig
+from tunestudio.sweeps.runner import LIVE, Study, SweepConflict, SweepNotFound, SweepRunner, new_sweep_id, view
+
+
+class Sweeps:
+    def __init__(self, manager: JobManager, poll_seconds: float = 0.5) -> None:
+        self.manager = manager
+        self.folder = manager.settings.data_dir() / "sweeps"
+        self.poll_seconds = poll_seconds
+        self._lock = threading.Lock()
+        self._studies: dict[str, Study] = {}
+        self._runners: dict[str, SweepRunner] = {}
+
+    def start(self) -> Sweeps:
+        """Continue every sweep left live (a restarted server picks its sweeps up where they were)."""
+        for path in sorted(self.folder.glob("sw-*.db")):
+            study = self._study(path.stem)
+            if study.status in LIVE:
+                self._run(study)
+        return self
+
+    def close(self) -> None:
+        """Stop the runners (the jobs keep running until the manager closes); the sweeps stay live."""
+        with self._lock:
+            runners = list(self._runners.values())
+        for runner in runners:
+            runner.halt()
+        for runner in runners:
+            runner.join(timeout=10)
+        with self._lock:
+            for study in self._studies.values():
+                study.close()
+            self._studies.clear()
+            self._runners.clear()
+
+    def __enter__(self) -> Sweeps:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create(self, config: SweepConfig) -> dict[str, Any]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        sweep_id = new_sweep_id()
+        study = Study(self.folder / f"{sweep_id}.db", config)
+        with self._lock:
+            self._studies[sweep_id] = study
+        self._run(study)
+        return self.get(sweep_id)
+
+    def ids(self) -> list[str]:
+        """Every sweep, newest first."""
+        paths = sorted(self.folder.glob("sw-*.db"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        return [p.stem for p in paths]
+
+    def list(self) -> list[dict[str, Any]]:
+        out = []
+        for sweep_id in self.ids():
+            try:
+                out.append(self.get(sweep_id))
+            except SweepNotFound:  # deleted meanwhile
+                continue
+        return sorted(out, key=lambda s: s.get("created_at") or 0, reverse=True)
+
+    def get(self, sweep_id: str) -> dict[str, Any]:
+        study = self._study(sweep_id)
+        jobs: dict[int, Any] = {}
+        for job in self.manager.list(sweep_id=sweep_id, limit=100_000):
+            if job.trial is not None and job.trial not in jobs:
+                jobs[job.trial] = job
+        return view(study, jobs)
+
+    def stop(self, sweep_id: str) -> dict[str, Any]:
+        """No new trials; the running ones stop with a save; the sweep ends `stopped`."""
+        study = self._study(sweep_id)
+        if study.status not in LIVE:
+            raise SweepConflict(f"sweep {sweep_id} is {study.status}; only a live sweep can be stopped")
+        study.set_status("stopping")
+        with self._lock:
+            runner = self._runners.get(sweep_id)
+        if runner is None or not runner.is_alive():
+            self._run(study)
+        return self.get(sweep_id)
+
+    def wait(self, sweep_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the sweep's runner ends (its budget spent, or stopped)."""
+        with self._lock:
+            runner = self._runners.get(sweep_id)
+        if runner is not None:
+            runner.join(timeout)
+        return self.get(sweep_id)
+
+    def delete(self, sweep_id: str) -> None:
+        """Forget a finished sweep (its study); its trials stay, as the jobs they are."""
+        study = self._study(sweep_id)
+        if study.status in LIVE:
+            raise SweepConflict(f"sweep {sweep_id} is {study.status}; stop it before deleting it")
+        with self._lock:
+            self._studies.pop(sweep_id, None)
+            self._runners.pop(sweep_id, None)
+        study.close()
+        study.path.unlink(missing_ok=True)
+
+    def _study(self, sweep_id: str) -> Study:
+        with self._lock:
+            if sweep_id in self._studies:
+                return self._studies[sweep_id]
+            if not sweep_id.startswith("sw-") or not sweep_id.replace("-", "").isalnum():
+                raise SweepNotFound(sweep_id)
+            study = Study(Path(self.folder / f"{sweep_id}.db"))
+            self._studies[sweep_id] = study
+            return study
+
+    def _run(self, study: Study) -> None:
+        with self._lock:
+            current = self._runners.get(study.id)
+            if current is not None and current.is_alive():
+                return
+            runner = SweepRunner(self.manager, study, self.poll_seconds)
+            self._runners[study.id] = runner
+        runner.start()
