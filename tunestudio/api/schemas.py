@@ -144,6 +144,27 @@ class ErrorOut(BaseModel):
     detail: ErrorDetail
 
 
+class OpenAIErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIError(BaseModel):
+    """Every error under /v1, in OpenAI's shape."""
+
+    error: OpenAIErrorBody
+
+
+OPENAI_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": OpenAIError, "description": what} for code, what in (
+        (400, "Invalid request"), (401, "A token is required"), (403, "Not from this server's origin"),
+        (404, "No such model, file or job"), (409, "Not possible in the job's current state, or the model's files "
+                                                "are another job's now"),
+        (413, "Request body too large"), (422, "Invalid request"), (503, "The inference worker could not answer"))
+}
+
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "The Host header names another server"},
     401: {"model": ErrorOut, "description": "A token is required"},

@@ -29,10 +29,12 @@ from tunestudio.api.fine_tuning import (
 )
 from tunestudio.api.fine_tuning_history import results_csv
 from tunestudio.api.routes.uploads import one_file
+from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.api.upload_store import CONVERTED
 from tunestudio.jobs.models import JobNotFound
 
-router = APIRouter(prefix="/v1/files", tags=["OpenAI-compatible fine-tuning"], route_class=FineTuningRoute)
+router = APIRouter(prefix="/v1/files", tags=["OpenAI-compatible fine-tuning"], route_class=FineTuningRoute,
+                   responses=OPENAI_ERRORS)
 
 Purpose = Literal["fine-tune", "fine-tune-results"]
 

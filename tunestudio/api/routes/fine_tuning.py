@@ -36,13 +36,14 @@ from tunestudio.api.fine_tuning import (
     upload_path,
 )
 from tunestudio.api.fine_tuning_history import CheckpointList, EventList, checkpoints_page, events_page
+from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.api.security import confine_paths
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
 
 router = APIRouter(prefix="/v1/fine_tuning/jobs", tags=["OpenAI-compatible fine-tuning"],
-                   route_class=FineTuningRoute)
+                   route_class=FineTuningRoute, responses=OPENAI_ERRORS)
 
 
 def _studio_rows(settings: Settings, file_id: str, kind: fine_tune_data.RowKind, param: str) -> tuple[Path, int]:

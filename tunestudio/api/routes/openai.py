@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError, openai_error_body, request_field_errors
+from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, UnknownModel, chat_models, resolve
 from tunestudio.inference_protocol import Delta, Done, Error, Reply, Started
 
@@ -36,17 +37,6 @@ T = TypeVar("T")
 
 
 # --- errors in OpenAI's shape ------------------------------------------------------------
-class OpenAIErrorBody(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class OpenAIError(BaseModel):
-    error: OpenAIErrorBody
-
-
 def error_response(status: int, message: str, code: str | None, param: str | None = None) -> JSONResponse:
     return JSONResponse(openai_error_body(status, message, code, param), status_code=status)
 
@@ -76,13 +66,7 @@ class OpenAIRoute(APIRoute):
         return handle
 
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": OpenAIError, "description": what} for code, what in (
-        (400, "Invalid request"), (401, "A token is required"), (404, "No such model"),
-        (409, "The model's files cannot be loaded, or are another job's now"),
-        (503, "The inference worker could not answer"))
-}
-router = APIRouter(prefix="/v1", tags=["OpenAI-compatible chat"], route_class=OpenAIRoute, responses=_ERRORS)
+router = APIRouter(prefix="/v1", tags=["OpenAI-compatible chat"], route_class=OpenAIRoute, responses=OPENAI_ERRORS)
 status_router = APIRouter(prefix="/api/inference", tags=["chat"])
 
 
