@@ -1,5 +1,5 @@
 """The command line: `tunestudio train JOB.yaml`, `export JOB_ID --to TARGET`,
-`jobs list|show|stop|resume`, `data inspect FILE…`, `serve`, `make-tiny-model DIR`.
+`jobs list|show|stop|resume`, `sweep SWEEP.yaml`, `data inspect FILE…`, `serve`, `make-tiny-model DIR`.
 
 The CLI is the parent side: it never imports torch or the HF libraries itself;
 training runs in a supervised worker process.
@@ -26,6 +26,7 @@ from rich.table import Table
 
 from tunestudio import ownership
 from tunestudio.cli_chat import chat, print_evaluation
+from tunestudio.cli_sweep import sweep
 from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, format_validation_error, load_config
 from tunestudio.data_report.cli import data_app
 from tunestudio.events import Best, Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
@@ -92,6 +93,7 @@ def train(
 
 
 app.command()(chat)
+app.command()(sweep)
 
 
 class ExportTargetOption(StrEnum):

@@ -71,11 +71,11 @@ def test_a_six_trial_grid_sweep_runs_through_the_queue_and_ranks_by_the_objectiv
 
 
 def test_a_bad_space_names_the_field() -> None:
-    with pytest.raises(ValidationError, match="space.lora_rank: JobConfig has no field 'lora_rank'"):
+    with pytest.raises(ValidationError, match=r"space\.lora_rank: JobConfig has no field 'lora_rank'"):
         sweep(space={"lora_rank": {"values": [4, 8]}})
     with pytest.raises(ValidationError, match=r"space.learning_rate: .*low \(0.1\) must be below high"):
         sweep(space={"learning_rate": {"low": 0.1, "high": 0.01}}, sampler="random")
-    with pytest.raises(ValidationError, match="space.learning_rate: the grid sampler needs"):
+    with pytest.raises(ValidationError, match=r"space\.learning_rate: the grid sampler needs"):
         sweep(space={"learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}})
     with pytest.raises(ValidationError, match="lora_r"):
         sweep(space={"lora_r": {"values": [-3]}})  # the base with the space's first point is not a valid job

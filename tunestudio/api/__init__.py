@@ -11,7 +11,20 @@ from fastapi.staticfiles import StaticFiles
 
 from tunestudio.api import errors
 from tunestudio.api.deps import require_token
-from tunestudio.api.routes import datasets, files, fine_tuning, jobs, logs, models, openai, system, train, uploads, web
+from tunestudio.api.routes import (
+    datasets,
+    files,
+    fine_tuning,
+    jobs,
+    logs,
+    models,
+    openai,
+    sweeps,
+    system,
+    train,
+    uploads,
+    web,
+)
 from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import BodyLimit, RequestGuard
 from tunestudio.inference import InferencePool
@@ -19,6 +32,7 @@ from tunestudio.jobs.executor import inference_executor
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.status import RUNNING
 from tunestudio.settings import Settings
+from tunestudio.sweeps import Sweeps
 
 STATIC = Path(__file__).parent / "static"
 # The page's charting library, installed by `npm install` in api/web (make setup); never committed.
@@ -38,9 +52,12 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
         # On a GPU the chat worker gives the device back while a job (of any process on this data directory) trains.
         app.state.inference = InferencePool(settings, inference_executor,
                                             training_active=lambda: jobs_manager.count(list(RUNNING)) > 0)
+        # Sweeps left live by an earlier server continue; their runners stop before the manager closes.
+        app.state.sweeps = Sweeps(jobs_manager, poll_seconds=min(0.5, settings.request_poll_seconds)).start()
         try:
             yield
         finally:
+            app.state.sweeps.close()
             app.state.inference.close()
             if own:
                 app.state.manager.close()
@@ -62,6 +79,7 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(openai.status_router, dependencies=guarded)
     app.include_router(files.router, dependencies=guarded)
     app.include_router(fine_tuning.router, dependencies=guarded)
+    app.include_router(sweeps.router, dependencies=guarded)
     app.include_router(system.health)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/api/uploads": settings.max_upload_bytes,
                                                                              "/v1/files": settings.max_upload_bytes})

@@ -119,13 +119,10 @@ class SweepConfig(BaseModel):
     parallel: int | None = Field(default=None, ge=1, le=64, description="Trials at once; None: the queue's slots.")
     seed: int | None = Field(default=None, description="The sampler's seed.")
 
-    @field_validator("space")
-    @classmethod
-    def _space(cls, space: dict[str, Any]) -> dict[str, Any]:
-        return {name: parse_dimension(name, spec).model_dump() for name, spec in space.items()}
-
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
+        # Whole-model errors name their field first ("space.lora_r: ..."), so a 422 names the field itself.
+        self.space = {name: parse_dimension(name, spec).model_dump() for name, spec in self.space.items()}
         swept = set(self.space) & set(self.base)
         if swept:
             raise ValueError(f"base: {', '.join(sorted(swept))} also in the space; set it in one place")

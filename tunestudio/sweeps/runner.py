@@ -43,10 +43,19 @@ class SweepConflict(ValueError):
     """The sweep cannot do what was asked in its current status."""
 
 
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid without its `study.stop()` once every point is taken: that works inside `optimize` only
+    (ask/tell raises); the sweep's budget (n_trials, at most the grid's size) ends it instead."""
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: TrialState,
+                    values: Any) -> None:
+        return None
+
+
 def _sampler(config: SweepConfig) -> optuna.samplers.BaseSampler:
     if config.sampler == "grid":
         grid = {name: d.values for name, d in config.dimensions().items() if isinstance(d, Values)}
-        return optuna.samplers.GridSampler(grid, seed=config.seed)
+        return _GridSampler(grid, seed=config.seed)
     if config.sampler == "random":
         return optuna.samplers.RandomSampler(seed=config.seed)
     return optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=min(10, max(2, config.budget // 3)))

@@ -1,0 +1,42 @@
+"""`tunestudio sweep SWEEP.yaml`: the trials run through the queue (scripted workers) and a table ranks them."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tunestudio import cli_sweep
+from tunestudio.cli import app
+from tunestudio.jobs.manager import JobManager
+
+from ..helpers import fake_workers
+from ..helpers.jobs import DATA
+
+
+def write(tmp_path: Path, **overrides: object) -> Path:
+    sweep = {"base": {"model_name": "org/model", "local_datasets": [str(DATA / "alpaca.jsonl")], "max_steps": 4,
+                      "eval_steps": 2},
+             "space": {"lora_r": {"values": [4, 16]}}, "sampler": "grid", "n_trials": 2,
+             "objective": {"metric": "eval_loss", "mode": "min"}, **overrides}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def test_the_cli_runs_a_sweep_and_names_the_best(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_sweep, "JobManager", functools.partial(JobManager, worker_target=fake_workers.sweep_trial))
+    result = CliRunner().invoke(app, ["sweep", str(write(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert "completed, 2/2 trials" in result.output
+    assert "best: trial" in result.output and "lora_r=16" in result.output.split("best: trial")[1]
+
+
+def test_a_bad_sweep_file_names_the_field_and_starts_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["sweep", str(write(tmp_path, space={"lora_rank": {"values": [4]}}))])
+    assert result.exit_code == 2
+    assert "space.lora_rank: JobConfig has no field 'lora_rank'" in result.output
+    assert not (tmp_path / "home" / "sweeps").exists()

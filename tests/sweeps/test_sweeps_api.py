@@ -1,0 +1,91 @@
+"""The sweeps API: POST /api/sweeps, GET (list, one: the leaderboard), stop, delete; a bad space is a 422."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tunestudio.api import create_app
+from tunestudio.jobs.manager import JobManager
+from tunestudio.settings import Settings
+
+from ..helpers import fake_workers
+from ..helpers.jobs import DATA
+from ..helpers.wait import wait_until
+
+BASE = "http://127.0.0.1:8765"
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    settings = Settings(home=tmp_path / "home", dataset_roots=[DATA], prewarm=False, max_concurrent_jobs=2,
+                        request_poll_seconds=0.05)
+    manager = JobManager(settings, worker_target=fake_workers.sweep_trial)
+    with TestClient(create_app(settings, manager), base_url=BASE, headers={"Origin": BASE}) as client:
+        yield client
+    manager.close()
+
+
+def body(**overrides: Any) -> dict[str, Any]:
+    return {"base": {"model_name": "org/model", "local_datasets": [str(DATA / "alpaca.jsonl")], "max_steps": 6,
+                     "eval_steps": 2},
+            "space": {"learning_rate": {"values": [1e-2, 1e-3]}, "lora_r": {"values": [4, 16]}},
+            "sampler": "grid", "n_trials": 6, "objective": {"metric": "eval_loss"}, **overrides}
+
+
+def test_a_sweep_through_the_api_ranks_its_trials_and_names_the_best(client: TestClient) -> None:
+    created = client.post("/api/sweeps", json=body())
+    assert created.status_code == 201, created.text
+    sweep_id = created.json()["id"]
+    wait_until(lambda: client.get(f"/api/sweeps/{sweep_id}").json()["status"] == "completed", 120, "the sweep")
+    sweep = client.get(f"/api/sweeps/{sweep_id}").json()
+    assert sweep["objective"] == {"metric": "eval_loss", "mode": "min"}
+    assert sweep["n_trials"] == 4  # the grid has 4 points
+    trials = sweep["trials"]
+    assert [set(t) >= {"number", "job_id", "params", "status", "value", "best_step"} for t in trials] == [True] * 4
+    values = [t["value"] for t in trials]
+    assert values == sorted(values)
+    expected = {(lr, r): fake_workers.sweep_objective(lr, r) + 1 / 6 for lr in (1e-2, 1e-3) for r in (4, 16)}
+    assert [(t["params"]["learning_rate"], t["params"]["lora_r"]) for t in trials] == sorted(expected,
+                                                                                           key=expected.get)
+    assert sweep["best"] == {k: trials[0][k] for k in ("number", "job_id", "value", "params")}
+    job = client.get(f"/api/jobs/{sweep['best']['job_id']}").json()
+    assert job["status"] == "completed"
+    assert [s["id"] for s in client.get("/api/sweeps").json()["items"]] == [sweep_id]
+    assert client.post(f"/api/sweeps/{sweep_id}/stop", json={}).status_code == 409  # over already
+    assert client.request("DELETE", f"/api/sweeps/{sweep_id}", json={}).status_code == 204
+    assert client.get(f"/api/sweeps/{sweep_id}").status_code == 404
+    assert client.get(f"/api/jobs/{job['id']}").status_code == 200  # its trials stay, as jobs
+
+
+@pytest.mark.parametrize(("space", "named"), [
+    ({"lora_rank": {"values": [4, 8]}}, "space.lora_rank"),
+    ({"learning_rate": {"low": 1e-2, "high": 1e-4, "log": True}}, "space.learning_rate"),
+    ({"learning_rate": {"low": -1.0, "high": 1e-2, "log": True}}, "space.learning_rate"),
+    ({"max_steps": {"low": 10, "high": 5, "step": 1}}, "space.max_steps"),
+])
+def test_a_bad_space_is_a_422_naming_the_field(client: TestClient, space: dict, named: str) -> None:
+    answer = client.post("/api/sweeps", json=body(space=space, sampler="random"))
+    assert answer.status_code == 422, answer.text
+    errors = answer.json()["detail"]["errors"]
+    assert [e["field"] for e in errors] == [named], errors
+    assert client.get("/api/sweeps").json()["items"] == []
+
+
+def test_a_stopped_sweep_starts_no_more_trials_and_its_running_ones_stop_with_a_save(client: TestClient) -> None:
+    created = client.post("/api/sweeps", json=body(parallel=1, base={**body()["base"], "max_steps": 400}))
+    assert created.status_code == 201, created.text
+    sweep_id = created.json()["id"]
+    wait_until(lambda: [t["status"] for t in client.get(f"/api/sweeps/{sweep_id}").json()["trials"]] == ["training"],
+               60, "the first trial to run")
+    assert client.request("DELETE", f"/api/sweeps/{sweep_id}", json={}).status_code == 409  # live
+    assert client.post(f"/api/sweeps/{sweep_id}/stop", json={}).json()["status"] == "stopping"
+    wait_until(lambda: client.get(f"/api/sweeps/{sweep_id}").json()["status"] == "stopped", 60, "the sweep to stop")
+    trials = client.get(f"/api/sweeps/{sweep_id}").json()["trials"]
+    assert len(trials) == 1
+    assert client.get(f"/api/jobs/{trials[0]['job_id']}").json()["status"] == "stopped"
+    assert client.get("/api/sweeps/sw-nothere").status_code == 404

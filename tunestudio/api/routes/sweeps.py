@@ -1,0 +1,63 @@
+"""Sweeps: create, list, get (the leaderboard), stop, delete. Thin: `sweeps.Sweeps` does the work."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from tunestudio.api.deps import SettingsDep
+from tunestudio.api.errors import ApiError
+from tunestudio.api.schemas import ERRORS
+from tunestudio.api.security import confine_paths
+from tunestudio.sweeps import SweepConfig, SweepConflict, SweepNotFound, Sweeps
+
+router = APIRouter(prefix="/api/sweeps", tags=["sweeps"], responses=ERRORS)
+
+
+def get_sweeps(request: Request) -> Sweeps:
+    return request.app.state.sweeps
+
+
+SweepsDep = Annotated[Sweeps, Depends(get_sweeps)]
+
+
+def _answer(call: Any, *args: Any) -> Any:
+    try:
+        return call(*args)
+    except SweepNotFound as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+    except SweepConflict as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
+
+
+@router.post("", status_code=201)
+def create_sweep(config: SweepConfig, sweeps: SweepsDep, settings: SettingsDep) -> dict[str, Any]:
+    """Start a sweep: its trials are jobs of the queue. A bad space or base is a 422 naming the field."""
+    confine_paths(config.trial_config(config.first_point()), settings)  # every trial's paths are the base's
+    return sweeps.create(config)
+
+
+@router.get("")
+def list_sweeps(sweeps: SweepsDep) -> dict[str, Any]:
+    """Every sweep, newest first, each with its ranked trials."""
+    return {"items": sweeps.list()}
+
+
+@router.get("/{sweep_id}")
+def get_sweep(sweep_id: str, sweeps: SweepsDep) -> dict[str, Any]:
+    """{id, status, objective, trials (ranked by the objective), best}."""
+    return _answer(sweeps.get, sweep_id)
+
+
+@router.post("/{sweep_id}/stop")
+def stop_sweep(sweep_id: str, sweeps: SweepsDep) -> dict[str, Any]:
+    """No new trials; the running ones stop with a save."""
+    return _answer(sweeps.stop, sweep_id)
+
+
+@router.delete("/{sweep_id}", status_code=204)
+def delete_sweep(sweep_id: str, sweeps: SweepsDep) -> Response:
+    """Forget a finished sweep; its trials stay, as the jobs they are."""
+    _answer(sweeps.delete, sweep_id)
+    return Response(status_code=204)

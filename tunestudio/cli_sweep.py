@@ -1,0 +1,109 @@
+"""`tunestudio sweep SWEEP.yaml`: run a sweep's trials through the queue, with a live leaderboard.
+
+Like every CLI process this one never imports torch: the trials are jobs in worker processes. Ctrl-C once:
+no new trials, the running ones stop with a save; twice: leave at once (the manager still saves them).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from tunestudio.config import field_errors
+from tunestudio.jobs.manager import JobManager
+from tunestudio.paths import PathRefused, resolve
+from tunestudio.settings import Settings
+from tunestudio.sweeps import SweepConfig, Sweeps
+
+console = Console()
+err = Console(stderr=True)
+
+
+def load_sweep(path: Path) -> SweepConfig:
+    """Read and validate a sweep file; its base's local paths made absolute and checked. Raises typer.Exit(2)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        config = SweepConfig.model_validate(data)
+        resolved = resolve(config.trial_config(config.first_point())).model_dump(mode="json")
+    except (OSError, json.JSONDecodeError, yaml.YAMLError, PathRefused) as exc:
+        err.print(f"[red]{path}: {exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except ValidationError as exc:
+        for error in field_errors(exc.errors()):
+            err.print(f"[red]{error['field'] or 'sweep'}: {error['message']}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    base = {k: resolved[k] if isinstance(v, (str, list)) and k in resolved else v for k, v in config.base.items()}
+    return config.model_copy(update={"base": base})
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "–" if value is None else str(value)
+
+
+def leaderboard(sweep: dict[str, Any]) -> Table:
+    objective = sweep["objective"]
+    done = sum(t["status"] in ("completed", "pruned", "failed") for t in sweep["trials"])
+    table = Table(title=f"sweep {sweep['id']}: {sweep['status']}, {done}/{sweep['n_trials']} trials, "
+                        f"{objective['metric']} ({objective['mode']})")
+    for column in ("#", "params", "status", objective["metric"], "best step", "job"):
+        table.add_column(column)
+    best = (sweep.get("best") or {}).get("number")
+    for trial in sweep["trials"]:
+        params = ", ".join(f"{k}={_fmt(v)}" for k, v in trial["params"].items())
+        style = "bold green" if trial["number"] == best else None
+        table.add_row(str(trial["number"]), params, trial["status"], _fmt(trial["value"]),
+                      _fmt(trial["best_step"]), trial["job_id"] or "–", style=style)
+    return table
+
+
+def sweep(sweep_file: Annotated[Path, typer.Argument(help="A YAML or JSON sweep: base, space, sampler, "
+                                                            "n_trials, objective, pruner, parallel.")]) -> None:
+    """Run a hyperparameter sweep: each trial an ordinary job of the queue; a live table ranks them."""
+    config = load_sweep(sweep_file)
+    interrupts = [0]
+
+    def record(signum: int, frame: object) -> None:  # a handler only records; the loop acts
+        interrupts[0] += 1
+
+    manager = JobManager(Settings(), adopt_queued=False).start()
+    sweeps = Sweeps(manager)  # not started: this process runs its own sweep, a server's stay the server's
+    previous = signal.signal(signal.SIGINT, record)
+    handled = 0
+    try:
+        sweep_id = sweeps.create(config)["id"]
+        with Live(leaderboard(sweeps.get(sweep_id)), console=console, refresh_per_second=2) as live:
+            while True:
+                view = sweeps.get(sweep_id)
+                live.update(leaderboard(view))
+                if view["status"] in ("completed", "stopped") or interrupts[0] > 1:
+                    break
+                if interrupts[0] > handled:
+                    handled = interrupts[0]
+                    live.console.print("[yellow]stopping: no new trials, the running ones save "
+                                       "(Ctrl-C again: leave now)[/]")
+                    sweeps.stop(sweep_id)
+                time.sleep(0.5)
+        best = view.get("best")
+        if best:
+            console.print(f"best: trial {best['number']} (job {best['job_id']}): "
+                          f"{view['objective']['metric']} {_fmt(best['value'])} with "
+                          + ", ".join(f"{k}={_fmt(v)}" for k, v in best["params"].items()))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sweeps.close()
+        manager.close()
+    if not view.get("best"):
+        raise typer.Exit(1)
