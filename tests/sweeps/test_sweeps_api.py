@@ -67,6 +67,7 @@ def test_a_sweep_through_the_api_ranks_its_trials_and_names_the_best(client: Tes
     ({"learning_rate": {"low": 1e-2, "high": 1e-4, "log": True}}, "space.learning_rate"),
     ({"learning_rate": {"low": -1.0, "high": 1e-2, "log": True}}, "space.learning_rate"),
     ({"max_steps": {"low": 10, "high": 5, "step": 1}}, "space.max_steps"),
+    ({"target_modules": {"values": [["q_proj"], ["q_proj", "v_proj"]]}}, "space.target_modules"),
 ])
 def test_a_bad_space_is_a_422_naming_the_field(client: TestClient, space: dict, named: str) -> None:
     answer = client.post("/api/sweeps", json=body(space=space, sampler="random"))

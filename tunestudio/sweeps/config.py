@@ -20,8 +20,9 @@ GENERATION_METRICS = ("exact_match", "token_f1", "rouge_l")
 class Values(BaseModel):
     """A categorical (or grid) dimension: one of these values."""
 
-    model_config = ConfigDict(extra="forbid")
-    values: list[Any] = Field(min_length=1, max_length=1000)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # What Optuna's categorical takes: plain values (a list or a mapping would fail at the first ask).
+    values: list[bool | int | float | str | None] = Field(min_length=1, max_length=1000)
 
 
 class FloatRange(BaseModel):
