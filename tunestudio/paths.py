@@ -68,6 +68,7 @@ class Roots:
     dataset_roots: tuple[Path, ...]  # datasets, eval files, output folders
     model_roots: tuple[Path, ...]  # local model folders
     reward_roots: tuple[Path, ...] = ()  # GRPO reward function files: code the worker runs
+    bundled: tuple[Path, ...] = ()  # datasets shipped with tunestudio: always readable, never an output folder
 
 
 def expand(raw: str | Path) -> Path:
@@ -178,15 +179,16 @@ def confine(cfg: JobConfig, roots: Roots) -> None:
     def refuse(field: str, raw: str, where: Iterable[Path], what: str) -> PathRefused:
         return PathRefused(field, f"{raw} is outside the allowed {what} ({', '.join(map(str, where))})")
 
+    readable = (*roots.dataset_roots, *roots.bundled)
     for raw in cfg.local_datasets:
-        if not _inside(_abs(raw), roots.dataset_roots):
+        if not _inside(_abs(raw), readable):
             raise refuse("local_datasets", raw, roots.dataset_roots, "dataset folders")
     for raw in filter(None, map(reward_source, cfg.reward_functions)):  # user code: only from the reward folders
         if not _inside(_abs(raw), roots.reward_roots):
             raise refuse("reward_functions", raw, roots.reward_roots, "reward function folders "
                                                                       "(TUNESTUDIO_REWARD_ROOTS)")
     for field, raw in (("eval_split", _eval_path(cfg)), ("hf_dataset", _local_hub_dataset(cfg))):
-        if raw is not None and not _inside(_abs(raw), roots.dataset_roots):
+        if raw is not None and not _inside(_abs(raw), readable):
             raise refuse(field, raw, roots.dataset_roots, "dataset folders")
     if (model := _local_model(cfg)) is not None and not _inside(_abs(model), roots.model_roots):
         raise refuse("model_name", model, roots.model_roots, "model folders (TUNESTUDIO_MODEL_ROOTS)")

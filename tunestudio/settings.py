@@ -12,6 +12,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tunestudio.paths import Roots
 
+# What ships with tunestudio, beside the package: the embedded tiny model (`make` builds it) and the example
+# datasets. The form fills them in, so a job may always read them, wherever the server runs; nothing is ever
+# written there (they are not dataset roots, which also take output folders).
+_SOURCE = Path(__file__).resolve().parents[1]
+EMBEDDED_MODEL = _SOURCE / "models" / "tiny-llama"
+BUNDLED_DATASETS = _SOURCE / "examples" / "data"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TUNESTUDIO_", env_file=".env", extra="ignore")
@@ -51,6 +58,18 @@ class Settings(BaseSettings):
     )
     ray_address: str | None = Field(
         default=None, description='The Ray cluster (e.g. "10.0.0.5:6379"); unset: "auto", the one `ray start` joined.'
+    )
+    ray_worker_resources: dict[str, Annotated[float, Field(ge=0)]] | None = Field(
+        default=None,
+        description='What each training worker asks the Ray cluster for, as a JSON object of Ray resources, '
+                    'custom ones included (e.g. {"CPU": 4, "GPU": 1, "A100": 1}); unset: one GPU when the cluster '
+                    'has one per rank, else one CPU.',
+    )
+    ray_storage: str | None = Field(
+        default=None,
+        description="A storage URI every node and this machine reach (s3://bucket/prefix, gs://..., file:///nfs/x): "
+                    "Ray Train's storage, where the ranks write checkpoints and artefacts (then copied into the "
+                    "job's output_dir); unset: they come back through Ray's object store.",
     )
 
     # --- the server --------------------------------------------------------------
@@ -116,12 +135,13 @@ class Settings(BaseSettings):
         return [Path(r).expanduser().resolve() for r in roots] + [self.data_dir() / "data" / "uploads"]
 
     def allowed_model_roots(self) -> list[Path]:
+        """Where local model folders may live; the embedded tiny model's folder always (a model is only read)."""
         if self.model_roots:
             roots = list(self.model_roots)
         else:
             hub = os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
             roots = [self.data_dir(), Path.cwd(), Path(hub)]
-        return [Path(r).expanduser().resolve() for r in roots]
+        return [Path(r).expanduser().resolve() for r in roots] + [EMBEDDED_MODEL]
 
     def allowed_reward_roots(self) -> list[Path]:
         roots = self.reward_roots or [self.data_dir() / "rewards"]
@@ -130,7 +150,7 @@ class Settings(BaseSettings):
     def roots(self) -> Roots:
         """Where a job submitted through the API may read and write (see tunestudio.paths)."""
         return Roots(self.data_dir(), tuple(self.allowed_dataset_roots()), tuple(self.allowed_model_roots()),
-                     tuple(self.allowed_reward_roots()))
+                     tuple(self.allowed_reward_roots()), bundled=(BUNDLED_DATASETS,))
 
     def data_dir(self) -> Path:
         path = self.home.expanduser().resolve()

@@ -8,7 +8,9 @@ in a short-lived spawned child and sends its answer back as JSON.
 Bounded, because any page may ask for it: at most MAX_CHILDREN children at once
 (a caller waits up to SLOT_WAIT_S for one, then gets PreviewBusy), each file
 read once and only its first READ_BYTES (of a Parquet file: about READ_BYTES of
-decoded rows, judged from its metadata before anything is decoded), and every
+decoded rows, judged from its metadata before anything is decoded), the rows
+read checked as training reads them (the first SHOWN_PROBLEMS it would drop are
+named), and every
 cell of the answer cut to CELL_CHARS characters (lists to CELL_ITEMS items).
 
 The route waits for its turn with `preview_rows_async`: a waiting preview holds
@@ -33,6 +35,8 @@ MAX_WAITING = 8  # previews waiting for a slot (holding no thread); one more is 
 READ_BYTES = 1_000_000  # of each file
 DETECT_ROWS = 50  # rows read to tell the format, of which the first `rows` are shown
 CELL_CHARS = 2_000
+CHECK_ROWS = 20_000  # rows read that are also converted, to name those training would drop
+SHOWN_PROBLEMS = 10
 CELL_ITEMS = 50
 _slots = threading.BoundedSemaphore(MAX_CHILDREN)  # the children, whichever thread or loop asks
 
@@ -162,6 +166,19 @@ def _preview(public_config: dict[str, Any], rows: int) -> dict[str, Any]:
             except RowProblem as exc:
                 item["problem"] = clip(str(exc))
         shown.append(item)
+    # Every row read, not only those shown: a row training would drop is named here, before the job starts.
+    problems = []
+    for row in found[:CHECK_ROWS]:
+        problem = row.problem
+        if problem is None and row.data is not None:
+            try:
+                convert(row.data)
+            except RowProblem as exc:
+                problem = str(exc)
+        if problem is not None:
+            problems.append({"source": row.source, "number": row.number, "problem": clip(problem)})
     # partial: only the files' start was read, so total_rows counts the rows read, not all of them.
     return {"format": fmt, "detected": detected, "description": description,
-            "total_rows": len(found) if total is None else total, "partial": total is None, "rows": shown}
+            "total_rows": len(found) if total is None else total, "partial": total is None, "rows": shown,
+            "checked_rows": min(len(found), CHECK_ROWS), "problem_count": len(problems),
+            "problems": problems[:SHOWN_PROBLEMS]}

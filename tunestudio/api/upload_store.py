@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 import threading
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +32,8 @@ __all__ = ["CONVERTED", "KINDS", "TEMPORARY", "copy_from", "free_name", "readers
 KINDS = (".jsonl", ".json", ".csv", ".parquet")
 CONVERTED = "converted"  # copies derived from uploads, one folder per target format
 TEMPORARY = ".upload-"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# Letters and digits of any script are kept (données 東京.jsonl → données_東京.jsonl); anything else is a "_".
+_UNSAFE = re.compile(r"[^\w.-]+")
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 # Bytes of files being written now, per folder: counted against the total before they are on disk.
 _reserved: dict[Path, int] = {}
@@ -40,12 +42,15 @@ _reserved_lock = threading.Lock()
 
 def safe_name(raw: str, kinds: tuple[str, ...] = KINDS) -> str:
     """The file's own name, reduced to safe characters; its extension must be one of `kinds` (else a 422)."""
-    name = _UNSAFE.sub("_", Path(raw or "").name).strip("._")
+    name = _UNSAFE.sub("_", unicodedata.normalize("NFC", Path(raw or "").name)).strip("._")
     suffix = Path(name).suffix.lower()
     if suffix not in kinds:
         raise ApiError(422, "invalid_request", f"file {raw!r}: a dataset upload must be one of "
                        f"{', '.join(kinds)}", field="file")
-    stem = Path(name).stem[:100] or "dataset"
+    stem = Path(name).stem[:100]
+    while len(stem.encode()) > 200:  # a file name is at most 255 bytes, and other scripts take 2-4 a letter
+        stem = stem[:-1]
+    stem = stem or "dataset"
     return f"{stem}{suffix}"
 
 

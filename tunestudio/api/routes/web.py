@@ -6,7 +6,6 @@ the ones the API enforces (defaults live in one place).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
@@ -28,13 +27,11 @@ from tunestudio.config import (
     format_validation_error,
     summary,
 )
-from tunestudio.settings import Settings
+from tunestudio.settings import BUNDLED_DATASETS, EMBEDDED_MODEL, Settings
 
 router = APIRouter(prefix="/api/web", tags=["web page"])
 
-REPO = Path(__file__).resolve().parents[3]
-TINY_MODEL = REPO / "models" / "tiny-llama"
-BUNDLED_DATASET = REPO / "examples" / "data" / "alpaca.jsonl"
+BUNDLED_DATASET = BUNDLED_DATASETS / "alpaca.jsonl"
 
 
 class FormField(BaseModel):
@@ -56,11 +53,11 @@ class FormField(BaseModel):
 
 
 class Defaults(BaseModel):
-    model_name: str = Field(description="The embedded tiny model's folder.")
+    model_name: str = Field(description="The embedded tiny model's folder; empty while it is not built.")
     model_ready: bool = Field(description="Whether that folder holds a built model.")
     model_hint: str
-    dataset: str = Field(description="The bundled dataset (absolute path).")
-    dataset_roots: list[str]
+    dataset: str = Field(description="The bundled dataset (absolute path); empty when it is not there.")
+    dataset_roots: list[str] = Field(description="Where a job's datasets may live (the bundled ones always).")
     fields: list[FormField]
     method_formats: dict[str, list[str]] = Field(description="The dataset formats each training method reads.")
     methods: list[dict[str, Any]] = Field(
@@ -116,12 +113,17 @@ def form_fields() -> list[FormField]:
 
 @router.get("/defaults", response_model=Defaults)
 def defaults(settings: SettingsDep) -> Defaults:
-    """The page's starting values: the tiny model, the bundled dataset, and every JobConfig field."""
-    ready = (TINY_MODEL / "config.json").is_file()
+    """The page's starting values: the tiny model, the bundled dataset, and every JobConfig field.
+
+    Both are readable by any job wherever the server runs (settings.EMBEDDED_MODEL, BUNDLED_DATASETS); what is
+    not there is not filled in, so the form never starts with a value the server refuses.
+    """
+    ready = (EMBEDDED_MODEL / "config.json").is_file()
     return Defaults(
-        model_name=str(TINY_MODEL), model_ready=ready,
-        model_hint="" if ready else f"build it first: tunestudio make-tiny-model {TINY_MODEL} (or make run)",
-        dataset=str(BUNDLED_DATASET), dataset_roots=[str(r) for r in settings.allowed_dataset_roots()],
+        model_name=str(EMBEDDED_MODEL) if ready else "", model_ready=ready,
+        model_hint="" if ready else f"build it first: tunestudio make-tiny-model {EMBEDDED_MODEL} (or make run)",
+        dataset=str(BUNDLED_DATASET) if BUNDLED_DATASET.is_file() else "",
+        dataset_roots=[str(r) for r in [*settings.allowed_dataset_roots(), BUNDLED_DATASETS]],
         fields=form_fields(),
         method_formats={m: list(f) for m, f in METHOD_FORMATS.items()},
         methods=[spec.public() for spec in METHOD_SPECS.values()],

@@ -50,7 +50,28 @@ def detect_format(rows: list[Row]) -> str:
         return found[0]
     what = "is ambiguous: it fits " + " and ".join(found) if found else "is not a format tunestudio knows"
     raise UserError(f"dataset {first.source}: the format {what}; the columns found are {sorted(columns)}; "
-                    f"{HOW_TO_SET}")
+                    f"{_other_method(columns) if not found else ''}{HOW_TO_SET}")
+
+
+def _other_method(columns: set[str]) -> str:
+    """What to choose when the columns are another training method's format (a preference file given to SFT)."""
+    from tunestudio.config import METHOD_FORMATS, METHOD_SPECS
+    from tunestudio.worker.data.method_formats import SIGNATURES as METHOD_SIGNATURES
+
+    fitting = [fmt for fmt, needed in METHOD_SIGNATURES.items() if needed <= columns and fmt not in CONVERTERS]
+    if not fitting:
+        return ""
+    fmt = max(fitting, key=lambda f: len(METHOD_SIGNATURES[f]))  # the most specific: preference over prompt_only
+    methods = [name for name, formats in METHOD_FORMATS.items() if fmt in formats and name != "sft"]
+    labels = [METHOD_SPECS[name].label for name in methods]
+    verb = "trains" if len(labels) == 1 else "train"
+    return (f"they are the {fmt} format, which {_either(labels, 'and')} {verb} on: choose "
+            f"{'one of those' if len(methods) > 1 else 'it'} as the training method "
+            f"(method: {_either(methods, 'or')}); or ")
+
+
+def _either(items: list[str], word: str) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
 def _alpaca(data: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import {el} from "./util.js";
 const main = document.getElementById("main");
 let dispose = null;
 let renderCount = 0;
+let focusView = false;  // move keyboard focus into the next view (after Start: onto the new job)
 
 const navigate = (hash) => { if (location.hash === hash) route(); else location.hash = hash; };
 
@@ -30,6 +31,7 @@ async function route() {
   const hash = location.hash || "#/new";
   const [, view, arg] = hash.split("/");
   document.body.dataset.view = view;
+  document.title = "tunestudio";  // a job's view says its state there
   main.replaceChildren(el("p", {class: "muted"}, "Loading…"));
   try {
     let cleanup;
@@ -45,10 +47,18 @@ async function route() {
       cleanup = await showCompare(main, ids);
     } else {
       list.setActive(null);
-      cleanup = await showForm(main, {onCreated: (id) => { list.refresh(); navigate(`#/jobs/${id}`); }});
+      cleanup = await showForm(main, {onCreated: (id) => {
+        list.refresh();
+        focusView = true;
+        navigate(`#/jobs/${id}`);
+      }});
     }
     if (mine !== renderCount) cleanup?.();  // the user moved on while this view loaded
     else dispose = cleanup;
+    if (mine === renderCount && focusView) {
+      focusView = false;
+      main.focus();
+    }
   } catch (err) {
     if (mine === renderCount) main.replaceChildren(el("div", {class: "error-box"}, `Cannot show this: ${err.message}`));
   }

@@ -14,7 +14,8 @@ export async function showCompare(main, ids) {
     el("section", {class: "chart-card wide"}, box), legend));
 
   const jobs = await Promise.all(ids.map((id) => api.getJob(id)));
-  const labels = jobs.map((j) => `${j.id} · ${basename(j.config.model_name)}`);
+  // A job by the name the user gave it; its id (and model) when it has none.
+  const labels = jobs.map((j) => (j.name ? j.name : `${j.id} · ${basename(j.config.model_name)}`));
   const chart = overlayChart(box, labels);
   main.querySelector(".compare").append(el("section", {class: "chart-card wide"},
     el("h3", {}, "Config differences"), configDiff(jobs, labels)));

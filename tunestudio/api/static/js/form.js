@@ -8,7 +8,7 @@ import {mountEstimate} from "./estimate.js";
 import {mountModelPicker} from "./models.js";
 import {mountReport} from "./report.js";
 import {mountUpload} from "./upload.js";
-import {el} from "./util.js";
+import {basename, el} from "./util.js";
 
 // A config to start from (Clone to form, see config.js): left in sessionStorage, taken once.
 export const CLONE_KEY = "tunestudio.clone";
@@ -39,9 +39,29 @@ const METHODS = [["lora", "LoRA", "small adapters on a frozen model"],
 
 function label(field) { return LABELS[field.name] || describe(field)[1]; }
 
-/** A value the browser could not read (e.g. "1e" in a number field: its value is then ""). */
+/** A value the form cannot send: not a number ("1e", "0,003"), or a required field left empty. */
 class BadInput extends Error {
   constructor(field, message) { super(message); this.field = field; }
+}
+
+// A number as JSON writes it: 3, -0.5, .5, 2e-4. Anything else is refused at its field, never guessed at.
+const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+
+/** The number in a field's text; BadInput when there is none (a cleared field is not the default). */
+function readNumber(f, text) {
+  const raw = text.trim();
+  if (raw === "") {
+    if (f.nullable) return null;
+    throw new BadInput(f.name, `give a value (the default is ${f.default})`);
+  }
+  if (raw.includes(",")) {
+    throw new BadInput(f.name, "commas are not read: write decimals with a dot (0.003) and thousands without a "
+      + "separator (1000)");
+  }
+  if (!NUMBER.test(raw)) throw new BadInput(f.name, "this is not a number (e.g. 3, 0.5 or 2e-4)");
+  const n = Number(raw);
+  if (f.kind === "integer" && !Number.isInteger(n)) throw new BadInput(f.name, "give a whole number");
+  return n;
 }
 
 function rangeHint(f) {
@@ -73,16 +93,12 @@ function control(f) {
       set = (v) => { input.value = JSON.stringify(v); };
       break;
     case "integer": case "number":
-      input = el("input", {type: "number", id, name: f.name, step: f.kind === "integer" ? "1" : "any",
-        placeholder: f.nullable ? "unset" : ""});
+      // Text, not type=number: a browser's number field reads "0,003" as "" or as 3 depending on its locale,
+      // and a cleared one as unset; here what was typed is read exactly, or refused at the field.
+      input = el("input", {type: "text", inputmode: f.kind === "integer" ? "numeric" : "decimal", id, name: f.name,
+        autocomplete: "off", spellcheck: "false", placeholder: f.nullable ? "unset" : ""});
       input.value = f.default === null || f.default === undefined ? "" : String(f.default);
-      get = () => {
-        if (input.validity.badInput) throw new BadInput(f.name, "this is not a number (e.g. 3, 0.5 or 2e-4)");
-        const raw = input.value.trim();
-        if (raw === "") return fallback();
-        const n = Number(raw);
-        return Number.isNaN(n) ? raw : n;  // the API says what is wrong with it
-      };
+      get = () => readNumber(f, input.value);
       break;
     case "list":
       input = el("textarea", {id, name: f.name, rows: "2"});
@@ -144,6 +160,17 @@ function turnsView(value) {
     value.label !== undefined ? turn("label", value.label ? "desirable" : "undesirable") : null);
 }
 
+/** The rows read that training would drop (the preview's `problems`), each named; null when there are none. */
+function problemsNote(answer) {
+  if (!answer.problem_count) return null;
+  const files = new Set(answer.problems.map((p) => p.source)).size > 1;
+  const named = answer.problems.map((p) => `row ${p.number}${files ? ` of ${basename(p.source)}` : ""} ${p.problem}`);
+  const more = answer.problem_count - answer.problems.length;
+  return el("div", {class: "warning-box", id: "preview-problems"},
+    el("b", {}, `${answer.problem_count} of the ${answer.checked_rows} rows read will be dropped: `),
+    named.join("; ") + (more > 0 ? `; and ${more} more` : "") + ". Training skips them; fix them to keep them.");
+}
+
 export async function showForm(main, {onCreated}) {
   const defaults = await api.defaults();
   const fields = Object.fromEntries(defaults.fields.map((f) => [f.name, f]));
@@ -160,11 +187,12 @@ export async function showForm(main, {onCreated}) {
   // --- model --------------------------------------------------------------------
   const model = el("input", {type: "text", id: "f-model_name", name: "model_name", list: "model-options",
     placeholder: "a local folder or a hub id, e.g. Qwen/Qwen2.5-0.5B", autocomplete: "off"});
-  model.value = defaults.model_name;
+  model.value = defaults.model_name;  // empty while the tiny model is not built: never a value the server refuses
   const modelBox = fieldBox("model_name", "Model", model,
     defaults.model_ready ? "The embedded tiny model is filled in; any local folder or hub id works."
       : `The embedded tiny model is not built yet: ${defaults.model_hint}.`);
-  modelBox.append(el("datalist", {id: "model-options"}, el("option", {value: defaults.model_name}, "tiny model")));
+  modelBox.append(el("datalist", {id: "model-options"},
+    defaults.model_name ? el("option", {value: defaults.model_name}, "tiny model") : null));
 
   // --- dataset ------------------------------------------------------------------
   const source = el("div", {class: "segmented", role: "radiogroup"},
@@ -176,7 +204,8 @@ export async function showForm(main, {onCreated}) {
   const hub = el("input", {type: "text", id: "f-hf_dataset", name: "hf_dataset", placeholder: "e.g. tatsu-lab/alpaca",
     autocomplete: "off"});
   const localBox = fieldBox("local_datasets", "Dataset files", local,
-    `The bundled example is filled in. Files must be under ${defaults.dataset_roots.join(" or ")}.`);
+    `${defaults.dataset ? "The bundled example is filled in. " : ""}Files must be under `
+    + `${defaults.dataset_roots.join(" or ")}.`);
   const hubBox = fieldBox("hf_dataset", "Hub dataset id", hub, "Read when the job starts (from the cache or the hub).");
   hubBox.hidden = true;
   const sourceMode = () => source.querySelector("input:checked").value;
@@ -221,11 +250,21 @@ export async function showForm(main, {onCreated}) {
         el("legend", {}, title), el("div", {class: "grid"}, members.map((f) => make(f.name)))) : null;
     }));
 
+  // --- name and notes (the job's, not its config's: set with PATCH once it exists) ------------------
+  const jobName = el("input", {type: "text", id: "f-job-name", maxlength: "200", autocomplete: "off",
+    placeholder: "e.g. tiny model, lr 3e-3"});
+  const jobNotes = el("textarea", {id: "f-job-notes", rows: "2", maxlength: "10000",
+    placeholder: "what this job tries"});
+  const aboutBox = el("div", {class: "grid about"},
+    fieldBox("job_name", "Name (optional)", jobName, "Shown in the job list instead of the model."),
+    fieldBox("job_notes", "Notes (optional)", jobNotes, null));
+
   const formError = el("div", {class: "form-error", id: "form-error", role: "alert", hidden: true});
   const submit = el("button", {type: "submit", class: "button primary big", id: "start"}, "Start training");
   const estimateBox = el("div", {class: "estimate", id: "estimate", "aria-live": "polite"});
   const form = el("form", {id: "new-job", novalidate: true},
     el("h1", {}, "New job"),
+    el("section", {}, el("h2", {}, "About"), aboutBox),
     el("section", {}, el("h2", {}, "Model"), modelBox),
     el("section", {}, el("h2", {}, "Dataset"), source, localBox, hubBox, formatBox, preview),
     el("section", {}, el("h2", {}, "Training method"), training, methodOptions),
@@ -277,6 +316,7 @@ export async function showForm(main, {onCreated}) {
       preview.replaceChildren(
         el("p", {class: "preview-head"}, "Format: ", el("b", {id: "preview-format"}, answer.format),
           answer.detected ? " (detected)" : " (as chosen)", ` · ${answer.total_rows}${answer.partial ? "+" : ""} rows · ${answer.description}`),
+        problemsNote(answer),
         el("table", {class: "preview-rows"},
           el("thead", {}, el("tr", {}, el("th", {}, "row"), el("th", {}, "in the file"), el("th", {}, "as training reads it"))),
           el("tbody", {}, answer.rows.map((r) => el("tr", {},
@@ -301,6 +341,11 @@ export async function showForm(main, {onCreated}) {
   runPreview();
 
   // --- errors and submit -------------------------------------------------------------
+  const clearFieldError = (name) => {
+    const slot = form.querySelector(`[data-error-for="${name}"]`);
+    if (slot) slot.textContent = "";
+    form.querySelector(`[data-field="${name}"]`)?.classList.remove("invalid");
+  };
   const clearErrors = () => {
     form.querySelectorAll(".field-error").forEach((e) => { e.textContent = ""; });
     form.querySelectorAll(".invalid").forEach((e) => e.classList.remove("invalid"));
@@ -373,6 +418,10 @@ export async function showForm(main, {onCreated}) {
     const methodInput = method.querySelector(`input[value="${config.training_type}"]`);
     if (methodInput) methodInput.checked = true;
     showLora();
+    // The training method first: it decides which options show, and resets their switches to its defaults.
+    const trainingInput = training.querySelector(`input[value="${config.method || fields.method.default}"]`);
+    if (trainingInput) trainingInput.checked = true;
+    showMethodOptions();
     for (const [name, c] of Object.entries(controls)) {
       if (name in config && fields[name].kind !== "secret") c.set(config[name]);
     }
@@ -385,8 +434,11 @@ export async function showForm(main, {onCreated}) {
   }
   // The dataset report, below the preview: every row of the form's files, as this config would read them.
   const report = mountReport(preview, () => (sourceMode() === "local" ? collect().config : null));
-  mountUpload(localBox, {local, onChosen: () => { source.querySelector('input[value="local"]').checked = true;
-    runPreview(); }});
+  mountUpload(localBox, {local, onChosen: () => {
+    source.querySelector('input[value="local"]').checked = true;
+    clearFieldError("local_datasets");  // the field holds the upload now: an error about its old value is stale
+    runPreview();
+  }});
   mountModelPicker(modelBox, model);
   const estimate = mountEstimate(estimateBox, () => collect().config);
   form.addEventListener("change", estimate.schedule);
@@ -403,6 +455,12 @@ export async function showForm(main, {onCreated}) {
     submit.disabled = true;
     try {
       const created = await api.createJob(config);
+      const about = [jobName.value.trim(), jobNotes.value.trim()];
+      if (about.some(Boolean)) {
+        try {
+          await api.renameJob(created.id, about[0], about[1]);
+        } catch { /* the job runs either way; its page can name it */ }
+      }
       onCreated(created.id);
     } catch (err) {
       if (err instanceof ApiError) showErrors(err.fieldErrors, err.message);

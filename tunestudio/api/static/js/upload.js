@@ -17,6 +17,11 @@ export function mountUpload(box, {local, onChosen}) {
   const details = el("details", {class: "uploads-card"}, el("summary", {}, "Uploaded datasets"), list);
   box.append(zone, details);
 
+  // What happened to the last upload; a refusal in the error colour, not as a grey hint.
+  const say = (text, failed = false) => {
+    status.textContent = text;
+    status.className = failed ? "small upload-error" : "muted small";
+  };
   const use = (path) => {
     local.value = path;
     onChosen();
@@ -32,29 +37,28 @@ export function mountUpload(box, {local, onChosen}) {
         el("button", {type: "button", class: "link danger", "aria-label": `delete ${u.name}`, onclick: async () => {
           if (!await confirmAction(`Delete ${u.name}?`, "The uploaded file is removed from the data directory. "
             + "Jobs that used it keep their results.", "Delete", "Keep it")) return;
-          try { await api.deleteUpload(u.name); } catch (err) { status.textContent = err.message; }
+          try { await api.deleteUpload(u.name); } catch (err) { say(err.message, true); }
           refresh();
         }}, "delete"))));
     } catch (err) {
-      status.textContent = `Cannot list uploads: ${err.message}`;
+      say(`Cannot list uploads: ${err.message}`, true);
     }
   };
 
   const send = async (file) => {
     const max = Number(zone.dataset.max || 0);
     if (max && file.size > max) {
-      status.textContent = `${file.name} is ${fmtBytes(file.size)}; the limit is ${fmtBytes(max)} `
-        + "(TUNESTUDIO_MAX_UPLOAD_BYTES)";
+      say(`${file.name} is ${fmtBytes(file.size)}; the limit is ${fmtBytes(max)} (TUNESTUDIO_MAX_UPLOAD_BYTES)`, true);
       return;
     }
-    status.textContent = `Uploading ${file.name}…`;
+    say(`Uploading ${file.name}…`);
     try {
       const stored = await api.upload(file);
-      status.textContent = `Stored as ${stored.name} (${fmtBytes(stored.bytes)})`;
+      say(`Stored as ${stored.name} (${fmtBytes(stored.bytes)})`);
       use(stored.path);
       refresh();
     } catch (err) {
-      status.textContent = err instanceof ApiError ? err.message : String(err);
+      say(err instanceof ApiError ? err.message : String(err), true);
     }
   };
   input.addEventListener("change", () => { if (input.files.length) send(input.files[0]); input.value = ""; });

@@ -1,7 +1,5 @@
 // Small DOM and formatting helpers shared by the page's views.
 
-export const STOPPABLE = new Set(["queued", "starting", "loading_model", "loading_dataset", "training"]);
-
 /** el("div", {class: "x", onclick: fn}, child, "text", ...) */
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
