@@ -26,22 +26,10 @@ from optuna.trial import TrialState
 
 from tunestudio.jobs.manager import Job, JobConflict, JobManager, JobNotFound, QueueFull
 from tunestudio.sweeps.config import SweepConfig, Values
+from tunestudio.sweeps.errors import SweepNotFound
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-LIVE = ("running", "stopping")  # a sweep's statuses while its runner works; then completed or stopped
-
-
-class SweepNotFound(LookupError):
-    def __init__(self, sweep_id: str) -> None:
-        super().__init__(f"no sweep {sweep_id!r}")
-        self.sweep_id = sweep_id
-
-
-class SweepConflict(ValueError):
-    """The sweep cannot do what was asked in its current status."""
-
 
 class _GridSampler(optuna.samplers.GridSampler):
     """Optuna's grid without its `study.stop()` once every point is taken: that works inside `optimize` only

@@ -6,12 +6,22 @@ A sweep's trials are ordinary jobs (the manager's); deleting a sweep forgets its
 from __future__ import annotations
 
 import threading
-from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from tunestudio.jobs.manager import JobManager
 from tunestudio.sweeps.config import SweepConfig
-from tunestudio.sweeps.runner import LIVE, Study, SweepConflict, SweepNotFound, SweepRunner, new_sweep_id, view
+from tunestudio.sweeps.errors import LIVE, SweepConflict, SweepNotFound
+
+if TYPE_CHECKING:
+    from tunestudio.sweeps.runner import Study, SweepRunner
+
+
+def _runner() -> ModuleType:
+    """runner.py, imported on first use: Optuna (about a second to import) loads with the first sweep."""
+    from tunestudio.sweeps import runner
+
+    return runner
 
 
 class Sweeps:
@@ -53,8 +63,8 @@ class Sweeps:
 
     def create(self, config: SweepConfig) -> dict[str, Any]:
         self.folder.mkdir(parents=True, exist_ok=True)
-        sweep_id = new_sweep_id()
-        study = Study(self.folder / f"{sweep_id}.db", config)
+        sweep_id = _runner().new_sweep_id()
+        study = _runner().Study(self.folder / f"{sweep_id}.db", config)
         with self._lock:
             self._studies[sweep_id] = study
         self._run(study)
@@ -80,7 +90,7 @@ class Sweeps:
         for job in self.manager.list(sweep_id=sweep_id, limit=100_000):
             if job.trial is not None and job.trial not in jobs:
                 jobs[job.trial] = job
-        return view(study, jobs)
+        return _runner().view(study, jobs)
 
     def stop(self, sweep_id: str) -> dict[str, Any]:
         """No new trials; the running ones stop with a save; the sweep ends `stopped`."""
@@ -119,7 +129,9 @@ class Sweeps:
                 return self._studies[sweep_id]
             if not sweep_id.startswith("sw-") or not sweep_id.replace("-", "").isalnum():
                 raise SweepNotFound(sweep_id)
-            study = Study(Path(self.folder / f"{sweep_id}.db"))
+            if not (self.folder / f"{sweep_id}.db").is_file():
+                raise SweepNotFound(sweep_id)
+            study = _runner().Study(self.folder / f"{sweep_id}.db")
             self._studies[sweep_id] = study
             return study
 
@@ -128,6 +140,6 @@ class Sweeps:
             current = self._runners.get(study.id)
             if current is not None and current.is_alive():
                 return
-            runner = SweepRunner(self.manager, study, self.poll_seconds)
+            runner = _runner().SweepRunner(self.manager, study, self.poll_seconds)
             self._runners[study.id] = runner
         runner.start()
