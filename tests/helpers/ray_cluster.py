@@ -1,31 +1,49 @@
-"""Jobs on a real one-node Ray cluster, run inside a private network namespace (see tests/jobs/test_ray.py).
+"""Jobs on a real two-node Ray cluster that shares no disk with the studio (see tests/jobs/test_ray.py).
 
-`python -m tests.helpers.ray_cluster MODEL WORKDIR` starts `ray start --head` on
-127.0.0.1 (no dashboard, usage stats off, its own temp folder), runs a job to
-completion and one cancelled mid-way through `RayExecutor`, stops the cluster,
-and prints one JSON line of what it saw.
+`python -m tests.helpers.ray_cluster MODEL WORKDIR` runs inside private network and PID namespaces
+(`unshare -n -p -f --mount-proc`: only loopback; every process it starts dies with it). It is the studio: a
+JobManager on WORKDIR/home, and the head node of a cluster (`ray start --head`, no CPU of its own, as the
+studio's machine joins a cluster). The other node is "the cluster": `ray start` inside a mount namespace of its
+own with a fresh tmpfs over /tmp, HOME and working directory in it. Everything of the studio's lies under /tmp
+(the data directory, the job's copies of the model and the dataset, the output folders): that node cannot open
+any of it, and what it writes to such a path would stay in its tmpfs, where this helper looks (through
+/proc/PID/root). /var/tmp, which both nodes see, stands for a bucket (TUNESTUDIO_RAY_STORAGE).
+
+It runs: a 2-rank job on the hidden node, stopped with save at step 2; a job whose dataset is too large to ship; the
+first one's resume, one rank on each node, through a storage URI. One JSON line of what it saw.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from tunestudio.events import Progress
-from tunestudio.jobs.ray_cluster import RayExecutor
-from tunestudio.jobs.supervisor import Supervisor
+from tunestudio import ownership
+from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.models import Job
+from tunestudio.settings import Settings
 
-from .jobs import job_config, run_job
+from .jobs import DATA, job_config
 from .wait import wait_until
 
 RAY = str(Path(sys.executable).parent / "ray")
 PORT = 6390
+ADDRESS = f"127.0.0.1:{PORT}"
+STORE = 100_000_000  # each node's object store: the studio ships at most half of it
+HIDDEN_NODE = (
+    "mount -t tmpfs tmpfs /tmp && mkdir -p /tmp/home && cd /tmp/home && "
+    f"HOME=/tmp/home TMPDIR=/tmp exec {RAY} start --address={ADDRESS} --node-ip-address=127.0.0.1 --num-cpus=2 "
+    f"--object-store-memory={STORE} --disable-usage-stats --temp-dir=/tmp/ray "
+    """--resources='{"remote": 2, "trainer": 1}'"""
+)
 
 
 def _job_processes() -> list[str]:
@@ -35,36 +53,140 @@ def _job_processes() -> list[str]:
             if "tunestudio.worker.ray_job" in line or "RayTrainWorker" in line or "_QueueActor" in line]
 
 
-def main(model: str, workdir: str) -> None:
-    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    address = f"127.0.0.1:{PORT}"
-    subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={PORT}", "--num-cpus=2",
-                    "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
-                   check=True, capture_output=True, timeout=180)
-    seen: dict[str, object] = {}
+def _mount_ns(pid: int | str) -> str:
     try:
-        done = run_job(job_config(model, Path(workdir) / "done", num_processes=2, batch_size=4, max_steps=5),
-                       executor=RayExecutor(2, address), log_path=Path(workdir) / "done.log", timeout=400)
-        seen["done"] = {"kind": done.outcome.kind, "message": done.outcome.message,
-                        "steps": [s for s, _ in done.losses],
-                        "global_batch": [e.global_batch_size for e in done.of(Progress)][-1:],
-                        "adapter": (Path(workdir) / "done" / "adapter_model.safetensors").is_file()}
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
 
-        def cancel_at_step_2(sup: Supervisor, event: object) -> None:
-            if isinstance(event, Progress) and event.step == 2 and "live" not in seen:
-                seen["live"] = len(_job_processes())
-                sup.cancel()
 
-        cancelled = run_job(job_config(model, Path(workdir) / "cancel", num_processes=2, batch_size=4,
-                                       max_steps=500), cancel_at_step_2, executor=RayExecutor(2, address),
-                            log_path=Path(workdir) / "cancel.log", timeout=400, stop_grace_seconds=60)
-        seen["cancel"] = {"kind": cancelled.outcome.kind, "message": cancelled.outcome.message}
+def _train_workers() -> list[bool]:
+    """For each training worker now running: whether it runs on the hidden node (in its mount namespace)."""
+    mine = _mount_ns("self")
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if b"RayTrainWorker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(_mount_ns(pid) not in (mine, ""))
+    return sorted(found)
+
+
+def _hidden_pid() -> int:
+    """A process of the hidden node (its raylet), to look at that node's filesystem through /proc/PID/root."""
+    mine = _mount_ns("self")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if b"raylet" in Path(f"/proc/{pid}/cmdline").read_bytes() and _mount_ns(pid) not in (mine, ""):
+                return int(pid)
+    raise AssertionError("no raylet in another mount namespace: the hidden node did not start")
+
+
+def _end(manager: JobManager, job_id: str, timeout: float = 400) -> Job:
+    wait_until(lambda: manager.get(job_id).status.is_terminal, timeout, f"job {job_id} to end", every=0.2)
+    return manager.get(job_id)
+
+
+def _at_step(manager: JobManager, job_id: str, step: int) -> None:
+    """Until the job reached `step` (or ended: the caller's checks then say how)."""
+    def reached() -> bool:
+        job = manager.get(job_id)
+        return (job.progress or {}).get("step", 0) >= step or job.status.is_terminal
+
+    wait_until(reached, 400, f"job {job_id} at step {step}", every=0.1)
+
+
+def _ray_logs(job: Job) -> list[str]:
+    """The driver's own lines in the job's log file (the page shows it)."""
+    text = Path(job.log_path or "").read_text(errors="replace") if job.log_path else ""
+    return [line.split("] ", 1)[1] for line in text.splitlines() if "] ray: " in line]
+
+
+def _settings(home: Path, **ray: Any) -> Settings:
+    return Settings(home=home, executor="ray", ray_address=ADDRESS, prewarm=False, **ray)
+
+
+def _stopped_job(manager: JobManager, model: Path, dataset: Path, home: Path) -> dict[str, Any]:
+    """Two ranks on the hidden node, stopped with save at step 2: the checkpoint and the artefacts come back."""
+    job = manager.submit(job_config(model, home / "stopped", local_datasets=[str(dataset)], num_processes=2,
+                                    batch_size=4, max_steps=60, save_steps=20))
+    _at_step(manager, job.id, 2)
+    workers = _train_workers()
+    manager.stop(job.id, save=True)
+    done = _end(manager, job.id)
+    out = Path(done.output_dir or "")
+    return {"id": job.id, "status": done.status.value, "error": done.error, "output_dir": str(out),
+            "checkpoint": done.checkpoint, "workers_hidden": workers,
+            "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
+            "owned": sorted(p.name for p in ownership.files(out, job.id)),
+            "model_in_job_config": json.loads((out / "job_config.json").read_text())["model_name"]
+            if (out / "job_config.json").is_file() else None,
+            "logs": _ray_logs(done)}
+
+
+def _resumed_job(manager: JobManager, stopped_id: str, bucket: Path) -> dict[str, Any]:
+    """The resume, one rank on each node (a resource each has one of), through a storage URI."""
+    job = manager.resume(stopped_id)
+    workers: list[bool] = []
+
+    def seen_workers() -> bool:
+        workers[:] = _train_workers()
+        return len(workers) == 2 or manager.get(job.id).status.is_terminal
+
+    wait_until(seen_workers, 400, "the resumed job's two training workers", every=0.2)
+    done = _end(manager, job.id)
+    out = Path(done.output_dir or "")
+    adapter = json.loads((out / "adapter_config.json").read_text()) if (out / "adapter_config.json").is_file() \
+        else {}
+    return {"id": job.id, "status": done.status.value, "error": done.error, "output_dir": str(out),
+            "workers_hidden": workers, "steps": [r["step"] for r in manager.metrics(job.id) if r["loss"] is not None],
+            "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
+            "adapter_base": adapter.get("base_model_name_or_path"),
+            "bucket": sorted(str(p.relative_to(bucket)) for p in bucket.glob("*/*")),
+            "logs": _ray_logs(done)}
+
+
+def main(model: str, workdir: str) -> None:
+    work = Path(workdir)
+    home = work / "home"
+    # The studio's own copies of the inputs, under /tmp: the hidden node cannot see them.
+    studio_model = work / "inputs" / "tiny-model"
+    shutil.copytree(model, studio_model)
+    dataset = work / "inputs" / "alpaca.jsonl"
+    shutil.copy(DATA / "alpaca.jsonl", dataset)
+    huge = work / "inputs" / "huge.jsonl"
+    with huge.open("wb") as fh:  # sparse: its size counts, nothing is written
+        fh.truncate(STORE // 2 + (4 << 20))
+    bucket = Path(tempfile.mkdtemp(prefix="tunestudio-bucket-", dir="/var/tmp"))
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    seen: dict[str, Any] = {}
+    try:
+        subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={PORT}", "--num-cpus=0",
+                        f"--object-store-memory={STORE}", "--include-dashboard=false", "--disable-usage-stats",
+                        f"--temp-dir={temp}", """--resources={"trainer": 1}"""],
+                       check=True, capture_output=True, timeout=180)
+        subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", HIDDEN_NODE],
+                       check=True, capture_output=True, timeout=180)
+        hidden = f"/proc/{_hidden_pid()}/root"
+        seen["hidden_sees_studio"] = Path(hidden + str(work)).exists()
+
+        with JobManager(_settings(home, ray_worker_resources={"remote": 1})) as manager:
+            seen["stopped"] = _stopped_job(manager, studio_model, dataset, home)
+            big = manager.submit(job_config(studio_model, home / "huge", local_datasets=[str(huge)]))
+            seen["too_large"] = _end(manager, big.id).model_dump(include={"status", "error"}, mode="json")
+        with JobManager(_settings(home, ray_worker_resources={"trainer": 1}, ray_storage=f"file://{bucket}")) \
+                as manager:
+            seen["resumed"] = _resumed_job(manager, seen["stopped"]["id"], bucket)
         with contextlib.suppress(AssertionError):  # what is left is reported, not raised
-            wait_until(lambda: not _job_processes(), 60, "the job's Ray actors gone")
+            wait_until(lambda: not _job_processes(), 60, "the jobs' Ray actors gone", every=0.2)
         seen["left"] = _job_processes()
+        # What the hidden node holds of the studio's paths (nothing, if no rank wrote there) and of its stages.
+        seen["hidden_has_studio"] = Path(hidden + str(work)).exists()
+        stages = Path(hidden + "/tmp/tunestudio-ray")
+        seen["hidden_stages_left"] = sorted(p.name for p in stages.iterdir()) if stages.is_dir() else []
     finally:
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+        # Every Ray process dies with this PID namespace; its files go here.
         shutil.rmtree(temp, ignore_errors=True)
+        shutil.rmtree(bucket, ignore_errors=True)
     print("RESULT " + json.dumps(seen), flush=True)
 
 

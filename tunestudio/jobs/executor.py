@@ -158,6 +158,8 @@ def executor_for(
     kind: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     private_network: bool = False,
+    ray_worker_resources: dict[str, float] | None = None,
+    ray_storage: str | None = None,
     cache_dir: str | None = None,
 ) -> Executor:
     """The one place that decides where a job runs (kind: the `executor` setting).
@@ -167,7 +169,7 @@ def executor_for(
     """
     processes = getattr(config, "num_processes", 1)  # an export runs as one local process
     if kind == "ray" and isinstance(config, JobConfig):
-        return RayExecutor(processes, ray_address)
+        return RayExecutor(processes, ray_address, ray_worker_resources, ray_storage)
     if processes > 1:
         return TorchrunExecutor(processes, private_network)
     return LocalExecutor(target, prewarm, cache_dir)

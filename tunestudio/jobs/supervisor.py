@@ -95,6 +95,7 @@ class Supervisor:
         """The supervisor of a manager's job: its timings and its executor (executor_for) from the settings."""
         executor = executor_for(config, target, prewarm=settings.prewarm, kind=settings.executor,
                                 ray_address=settings.ray_address, private_network=settings.private_network,
+                                ray_worker_resources=settings.ray_worker_resources, ray_storage=settings.ray_storage,
                                 cache_dir=str(settings.cache_dir()))
         return cls(config, on_events, on_exit=on_exit, target=target, log_path=log_path, executor=executor,
                    stop_grace_seconds=settings.stop_grace_seconds, save_grace_seconds=settings.save_grace_seconds,

@@ -1,18 +1,28 @@
-"""A job on a Ray cluster: the driver (`python -m tunestudio.worker.ray_job`) and each rank's loop.
+"""A job on a Ray cluster: the driver, `python -m tunestudio.worker.ray_job`, on the studio's machine.
 
 The driver is a subprocess of the manager (jobs/ray_cluster.py), so the manager
 never imports ray or torch. It takes the job over the same link as torchrun's
 rank 0 (worker/rank.py: a token-checked Unix socket, the job as the first
 line), connects to the cluster at TUNESTUDIO_RAY_ADDRESS, and runs Ray Train's
-`TorchTrainer` with `num_processes` workers; each runs the ordinary recipe
-(worker/main.py) with a `RankChannel`. Events and commands cross the cluster
-in two Ray queues (actors of this driver's job): rank 0 puts events, the
-driver forwards them up the link; Stop commands go the other way and rank 0
-broadcasts them to every rank at each step boundary. The queues and the
-workers are the driver's: when it exits, however it exits, Ray removes them.
+`TorchTrainer` with `num_processes` workers, each asking for
+TUNESTUDIO_RAY_WORKER_RESOURCES; each runs the ordinary recipe
+(worker/ray_rank.py). The cluster need not see this machine's files:
 
-The output folder must be a path every node sees (a shared filesystem):
-rank 0 writes the artefacts and checkpoints there, as a local job does.
+1. the job's local inputs go into the object store (worker/ray_ship.py), at
+   most half the object store of this node, else the job fails before anything
+   is shipped;
+2. events and commands cross the cluster in two Ray queues (actors of this
+   driver's job, on this node): rank 0 puts events, the `Relay` numbers them,
+   turns the node's paths back into the studio's and forwards them up the link;
+   Stop commands go the other way;
+3. what rank 0 sends back (checkpoints, then the artefacts; through the object
+   store, or through Ray Train's storage at TUNESTUDIO_RAY_STORAGE) the Relay
+   writes into the job's output_dir, the folder the manager took for the job;
+   rank 0's end is forwarded after its files are written, preceded by a Log of
+   where the ranks ran and how much was shipped each way.
+
+The queues and the workers are the driver's: when it exits, however it exits,
+Ray removes them.
 """
 
 from __future__ import annotations
@@ -21,84 +31,177 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import sys
+import tempfile
 import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+from tunestudio.checkpoints import CHECKPOINT
+from tunestudio.events import Failed, Log, WarningEvent
 from tunestudio.worker.child import die_with_parent
 from tunestudio.worker.launch import RESULT_ENV
-from tunestudio.worker.rank import MANAGER_PID_ENV, RankChannel, connect_link
+from tunestudio.worker.rank import MANAGER_PID_ENV, connect_link
+from tunestudio.worker.ray_rank import train_loop
+from tunestudio.worker.ray_ship import (
+    STAGING,
+    Ack,
+    Input,
+    PathMap,
+    Placed,
+    Returned,
+    TooLarge,
+    check_size,
+    human,
+    local_inputs,
+    move_into,
+    pack,
+    publish_checkpoint,
+    resolve_latest,
+    ship_limit,
+    unpack,
+)
 
 ADDRESS_ENV = "TUNESTUDIO_RAY_ADDRESS"
+RESOURCES_ENV = "TUNESTUDIO_RAY_WORKER_RESOURCES"
+STORAGE_ENV = "TUNESTUDIO_RAY_STORAGE"
 POLL_S = 0.2
 
 
-class RayRankChannel(RankChannel):
-    """A rank inside a Ray Train worker: rank 0's events into a Ray queue, its commands from another."""
+class Relay:
+    """Between the ranks and the supervisor: one numbering of the job's events, the studio's paths in them,
+    and the files rank 0 sends back written into output_dir (in the order rank 0 sent them)."""
 
-    def __init__(self, rank: int, world_size: int, events: Any, commands: Any) -> None:
-        group = None
-        if world_size > 1:
-            import torch
-            import torch.distributed as dist
+    def __init__(self, link: Any, output_dir: Path, world_size: int, inputs: list[Input],
+                 storage: tuple[Any, str, str] | None = None) -> None:
+        self.link = link
+        self.output_dir = output_dir
+        self.world_size = world_size
+        self.inputs = inputs
+        self.storage = storage  # (pyarrow filesystem, the run's folder on it, its URI)
+        self.shipped_out = 0
+        self.shipped_back = 0
+        self.returned: list[str] = []  # what came back: "checkpoint-N", "the artefacts"
+        self.ended = False  # rank 0's end went up
+        self._seq = 0
+        self._places: dict[int, Placed] = {}
+        self._paths: PathMap | None = None
+        self._written: set[str] = set()  # checkpoint folders this job wrote into output_dir
 
-            # The agreed stop travels on a CPU tensor: a gloo group beside nccl on GPUs.
-            group = dist.new_group(backend="gloo") if torch.cuda.is_available() else None
-        super().__init__(None, rank, world_size, group)
-        self._events_queue = events if rank == 0 else None
-        self._closed = threading.Event()
-        if rank == 0:
-            threading.Thread(target=self._poll_commands, args=(commands,), name="commands", daemon=True).start()
+    # --- up the link -------------------------------------------------------------------
+    def _up(self, line: str) -> None:
+        with contextlib.suppress(OSError):
+            self.link.sendall(line.encode() + b"\n")
 
-    def _send(self, line: str) -> None:
-        if self._events_queue is not None:
-            self._events_queue.put(line)
+    def emit(self, cls: type, **fields: Any) -> None:
+        """An event of the driver's own (also on stderr, the job's log file)."""
+        self._seq += 1
+        event = cls(seq=self._seq, **fields)
+        self._up(event.model_dump_json())
+        level = {"log": getattr(event, "level", "info"), "warning": "warning", "failed": "error"}[event.kind]
+        print(f"{time.strftime('%H:%M:%S')} [{level}] {event.message}", file=sys.stderr, flush=True)
 
-    def _poll_commands(self, commands: Any) -> None:
-        while not self._closed.is_set():
+    def _forward(self, line: str) -> None:
+        if self._paths is not None:
+            line = self._paths.text(line)
+        event = json.loads(line)
+        if event.get("kind") in ("completed", "failed"):
+            self.emit(Log, message=self.summary())
+            self.ended = True
+        self._seq += 1
+        event["seq"] = self._seq
+        self._up(json.dumps(event))
+
+    # --- what the ranks send ---------------------------------------------------------------
+    def handle(self, item: Any, commands: Any) -> None:
+        if isinstance(item, str):
+            for line in item.split("\n"):
+                if line.strip():
+                    self._forward(line)
+        elif isinstance(item, Placed):
+            self._placed(item)
+        elif isinstance(item, Returned):
             try:
-                line = commands.get(block=True, timeout=POLL_S)
-            except Exception:  # queue.Empty, or the driver (and so the queue actor) is gone
-                continue
-            self.receive(line)
+                self._returned(item)
+            except Exception as exc:  # a file that could not be written: said; the final one fails the job
+                self.emit(WarningEvent, message=f"ray: {item.name or 'the artefacts'} could not be written into "
+                                                f"{self.output_dir}: {type(exc).__name__}: {exc}")
+                if item.final:
+                    commands.put(Ack(f"{type(exc).__name__}: {exc}"))
+                return
+            if item.final:
+                commands.put(Ack())
 
-    def close(self) -> None:
-        self._closed.set()
+    def _placed(self, place: Placed) -> None:
+        self._places[place.rank] = place
+        if place.rank == 0:
+            self._paths = PathMap(place.stage, self.inputs, str(self.output_dir))
+        if len(self._places) == self.world_size:
+            self.emit(Log, message=f"ray: {self.placement()}")
+
+    def placement(self) -> str:
+        return "; ".join(f"rank {rank} on node {p.node_id[:12]} ({p.host}, {p.node_ip})"
+                         for rank, p in sorted(self._places.items())) or "no rank started"
+
+    def _returned(self, item: Returned) -> None:
+        """Write a checkpoint (whole, then renamed into place) or the artefacts (merged into output_dir)."""
+        if item.name and not CHECKPOINT.match(item.name):
+            raise ValueError(f"not a checkpoint's name: {item.name!r}")
+        staging = self.output_dir / STAGING / (item.name or "artefacts")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        if item.shipment is not None:
+            self.shipped_back += unpack(item.shipment, staging)
+        else:
+            from ray.train import Checkpoint
+
+            assert self.storage is not None and item.stored is not None
+            filesystem, run_path, _ = self.storage
+            Checkpoint(f"{run_path}/{item.stored}", filesystem=filesystem).to_directory(str(staging))
+            self.shipped_back += item.size
+        names = [p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()]
+        if self._paths is not None:
+            self._paths.files(staging, names)
+        if item.name:
+            publish_checkpoint(staging, self.output_dir / item.name)
+            self._written.add(item.name)
+        else:
+            move_into(staging, self.output_dir)
+        with contextlib.suppress(OSError):
+            (self.output_dir / STAGING).rmdir()
+        self.returned.append(item.name or "the artefacts")
+        for gone in self._written - set(item.present):  # the trainer rotated them away on the node
+            shutil.rmtree(self.output_dir / gone, ignore_errors=True)
+            self._written.discard(gone)
+
+    def summary(self) -> str:
+        """Where the ranks ran and how much was shipped each way (the Log before the job's end)."""
+        back = f"{human(self.shipped_back)} back into {self.output_dir}"
+        if self.storage is not None:
+            back += f" from Ray Train's storage {self.storage[2]}"
+        kinds = ", ".join(self.returned) if self.returned else "nothing"
+        return (f"ray: {self.placement()}; shipped {human(self.shipped_out)} to the cluster through its object "
+                f"store, {back} ({kinds})")
 
 
-def train_loop(loop_config: dict[str, Any]) -> None:
-    """One rank, inside a Ray Train worker (torch.distributed is set up by Ray Train)."""
-    import ray.train
-
-    from tunestudio.worker.main import run
-
-    context = ray.train.get_context()
-    channel = RayRankChannel(
-        context.get_world_rank(), context.get_world_size(), loop_config["events"], loop_config["commands"]
-    )
-    start = loop_config["start"]
-    try:
-        code = run(start["config"], channel, start["secrets"])
-    finally:
-        channel.close()
-    if code != 0:
-        raise RuntimeError(f"rank {context.get_world_rank()}: the job failed (its Failed event says why)")
-
-
-def _forward_events(events: Any, link: Any, done: threading.Event) -> None:
-    """Rank 0's events, from the Ray queue up the link, until the job is done and the queue empty."""
+def _pump(events: Any, relay: Relay, commands: Any, done: threading.Event) -> None:
+    """What the ranks put in the events queue, in order, until the job is done and the queue empty."""
     while True:
         try:
-            line = events.get(block=True, timeout=POLL_S)
+            item = events.get(block=True, timeout=POLL_S)
         except queue.Empty:
             if done.is_set():
                 return
             continue
         except Exception:
             return  # the queue actor is gone
-        with contextlib.suppress(OSError):
-            link.sendall(line.encode() + b"\n")
+        try:
+            relay.handle(item, commands)
+        except Exception as exc:  # a malformed event: said, and the job goes on
+            relay.emit(WarningEvent, message=f"ray: {type(exc).__name__}: {exc}")
 
 
 def _forward_commands(link: Any, commands: Any) -> None:
@@ -108,6 +211,25 @@ def _forward_commands(link: Any, commands: Any) -> None:
                 commands.put(line)
 
 
+def _report(detail: str, whole: str = "") -> None:
+    """The job's failure in the launcher's result file (Executor.exit_detail reads it), and all of it in the log."""
+    result = os.environ.get(RESULT_ENV)
+    if result:
+        Path(result).write_text(json.dumps({"detail": f"ray: {detail[:500]}"}))
+    print(f"ray job failed: {whole or detail}", file=sys.stderr, flush=True)
+
+
+def _object_store_bytes(ray: Any) -> float:
+    here = ray.get_runtime_context().get_node_id()
+    node = next((n for n in ray.nodes() if n.get("NodeID") == here), {})
+    return float(node.get("Resources", {}).get("object_store_memory", 0))
+
+
+def _missing_resources(ray: Any, wanted: dict[str, float]) -> list[str]:
+    offered = ray.cluster_resources()
+    return [name for name, amount in wanted.items() if amount > 0 and offered.get(name, 0) < amount]
+
+
 def main() -> int:
     die_with_parent(int(os.environ[MANAGER_PID_ENV]))
     link, start = connect_link()
@@ -115,38 +237,91 @@ def main() -> int:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    ray.init(address=os.environ.get(ADDRESS_ENV) or "auto", logging_level="WARNING")
-    num_processes = int(start["config"].get("num_processes", 1))
-    use_gpu = ray.cluster_resources().get("GPU", 0) >= num_processes
-    events, commands = Queue(), Queue()
+    address = os.environ.get(ADDRESS_ENV) or "auto"
+    try:
+        ray.init(address=address, logging_level="WARNING")
+    except Exception as exc:
+        _report(f"cannot join the cluster at {address}: {exc}")
+        return 1
+    config = resolve_latest(start["config"])
+    start = {**start, "config": config}
+    output_dir = Path(config["output_dir"])
+    num_processes = int(config.get("num_processes", 1))
+    resources = json.loads(os.environ.get(RESOURCES_ENV) or "null")
+    storage_uri = os.environ.get(STORAGE_ENV) or None
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    inputs = local_inputs(config)
+    storage = None
+    if storage_uri:
+        import pyarrow.fs
+
+        filesystem, root = pyarrow.fs.FileSystem.from_uri(storage_uri)
+        storage = (filesystem, f"{root.rstrip('/')}/tunestudio-{run_id}", f"{storage_uri.rstrip('/')}/"
+                   f"tunestudio-{run_id}")
+    relay = Relay(link, output_dir, num_processes, inputs, storage)
+
+    # 1. the inputs, into the object store (or a clear refusal before anything is shipped)
+    try:
+        total = check_size(inputs, ship_limit(_object_store_bytes(ray)))
+    except TooLarge as exc:
+        relay.emit(Failed, message=str(exc))
+        link.close()
+        return 1
+    shipped = [(item, pack(Path(item.path))) for item in inputs]
+    relay.shipped_out = total
+    if inputs:
+        relay.emit(Log, message=f"ray: shipping {human(total)} to the cluster through its object store: " + ", ".join(
+            f"{item.field} {item.path} ({human(shipment.size)})" for item, shipment in shipped))
+    if resources and (missing := _missing_resources(ray, resources)):
+        relay.emit(WarningEvent, message=f"ray: no node of the cluster offers {', '.join(missing)} now "
+                   f"(TUNESTUDIO_RAY_WORKER_RESOURCES asks {json.dumps(resources)} per worker); the job waits "
+                   "until one does (an autoscaler may add it): cancel it otherwise")
+    if storage is not None:
+        relay.emit(Log, message=f"ray: checkpoints and artefacts are written to {storage[2]} (Ray Train's "
+                                f"storage) and copied into {output_dir}")
+
+    # 2. the queues, on this node
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    options = {"num_cpus": 0, "scheduling_strategy": here}
+    events, commands = Queue(actor_options=options), Queue(actor_options=options)
     done = threading.Event()
-    forwarder = threading.Thread(target=_forward_events, args=(events, link, done), daemon=True)
-    forwarder.start()
+    pump = threading.Thread(target=_pump, args=(events, relay, commands, done), daemon=True)
+    pump.start()
     threading.Thread(target=_forward_commands, args=(link, commands), daemon=True).start()
-    output_dir = Path(start["config"]["output_dir"])
+
+    # 3. Ray Train: without a storage URI, its bookkeeping stays in a temporary folder on this machine (its
+    # controller runs here; the ranks never write to it)
+    if resources:
+        scaling = ScalingConfig(num_workers=num_processes, use_gpu=resources.get("GPU", 0) > 0,
+                                resources_per_worker=resources)
+    else:
+        scaling = ScalingConfig(num_workers=num_processes,
+                                use_gpu=ray.cluster_resources().get("GPU", 0) >= num_processes)
+    bookkeeping = None if storage_uri else tempfile.mkdtemp(prefix="tunestudio-ray-train-")
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"start": start, "events": events, "commands": commands},
-        scaling_config=ScalingConfig(num_workers=num_processes, use_gpu=use_gpu),
-        # Ray Train's own bookkeeping, beside the artefacts on the shared path.
-        run_config=RunConfig(name="ray-train", storage_path=str(output_dir / ".ray-train")),
+        train_loop_config={"start": start, "events": events, "commands": commands, "inputs": shipped,
+                           "run_id": run_id, "storage": storage is not None},
+        scaling_config=scaling,
+        run_config=RunConfig(name=f"tunestudio-{run_id}", storage_path=storage_uri or bookkeeping),
     )
     code = 0
     try:
         trainer.fit()
     except Exception as exc:  # Ray Train's TrainingFailedError and friends: say which worker and why
         code = 1
-        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        result = os.environ.get(RESULT_ENV)
-        if result:
-            Path(result).write_text(json.dumps({"detail": f"ray: {first[:500]}"}))
-        print(f"ray job failed: {exc}", file=sys.stderr, flush=True)
+        _report(next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__), str(exc))
     finally:
         done.set()
-        forwarder.join(timeout=30)
+        pump.join(timeout=60)
+        if not relay.ended:  # no rank reported an end: where they ran and what was shipped, all the same
+            relay.emit(Log, message=relay.summary())
         with contextlib.suppress(OSError):
             link.close()
+        if bookkeeping:
+            shutil.rmtree(bookkeeping, ignore_errors=True)
     return code
 
 
