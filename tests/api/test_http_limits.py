@@ -44,7 +44,8 @@ def serve(tmp_path: Path, **env: str) -> Iterator[int]:
 
 
 def closed_within(sock: socket.socket, seconds: float) -> bool:
-    """Whether the server closes the connection within `seconds` (recv reads b"" at its close)."""
+    """Whether the server closes the connection within `seconds` (recv reads b"" at its close): a generous
+    deadline, for a close nothing but the header timeout makes (uvicorn alone holds such a connection for ever)."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         sock.settimeout(left)
@@ -60,11 +61,10 @@ def test_a_slow_request_head_is_cut_off_and_a_normal_request_still_works(tmp_pat
     with serve(tmp_path, TUNESTUDIO_HEADER_TIMEOUT_SECONDS="1") as port, \
             socket.create_connection(("127.0.0.1", port)) as silent, \
             socket.create_connection(("127.0.0.1", port)) as slow:
-        # silent connects and says nothing; slow never ends its headers.
+        # silent connects and says nothing; slow never ends its headers. Both are closed by the server, where
+        # uvicorn alone would wait for ever.
         slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        started = time.monotonic()
-        assert closed_within(silent, 10) and closed_within(slow, 10)
-        assert time.monotonic() - started < 5
+        assert closed_within(silent, 60) and closed_within(slow, 60)
         # A kept-alive connection gets the same bound for its next request head (uvicorn's own keep-alive
         # timeout stops counting at the first byte).
         with socket.create_connection(("127.0.0.1", port)) as kept:
@@ -72,7 +72,7 @@ def test_a_slow_request_head_is_cut_off_and_a_normal_request_still_works(tmp_pat
             kept.settimeout(10)
             assert kept.recv(4096).startswith(b"HTTP/1.1 200")
             kept.sendall(b"GET /healthz HTTP/1.1\r\n")
-            assert closed_within(kept, 4)
+            assert closed_within(kept, 60)
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
 
 

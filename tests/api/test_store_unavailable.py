@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -47,12 +46,12 @@ def test_the_stream_ends_with_the_final_status_while_the_database_is_locked(tmp_
             assert seen[-1].event == "status" and seen[-1].json()["status"] == "completed"
             # The final status is kept in memory, so the API tells the truth meanwhile ...
             assert client.get(f"/api/jobs/{job_id}").json()["status"] == "completed"
-            # ... and a caller whose write cannot be made hears so at once, in the API's error shape.
-            started = time.monotonic()
+            # ... and a caller whose write cannot be made hears so while the lock is still held (a request that
+            # waited for the lock would end in a timeout, not in this answer), in the API's error shape.
             refused = client.post("/api/jobs", json={**body, "output_dir": str(tmp_path / "home" / "out2")})
+            assert other.in_transaction
             assert refused.status_code == 503 and refused.json()["detail"]["code"] == "store_unavailable"
             assert "locked" in refused.json()["detail"]["message"]
-            assert time.monotonic() - started < 15
         finally:
             other.execute("ROLLBACK")
             other.close()

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -169,21 +168,19 @@ def test_the_launcher_and_every_rank_die_with_the_manager(tiny_model: Path, tmp_
 @pytest.mark.slow
 def test_sigkill_of_one_rank_fails_the_job_naming_it_and_nothing_is_left(tiny_model: Path, tmp_path: Path) -> None:
     ranks: dict[int, int] = {}
-    killed_at: list[float] = []
 
     def kill_rank_1_at_step_2(sup: Supervisor, event: object) -> None:
-        if isinstance(event, Progress) and event.step == 2 and not killed_at:
+        if isinstance(event, Progress) and event.step == 2 and not ranks:
             assert isinstance(sup.executor, TorchrunExecutor)
             ranks.update({_rank_of(pid): pid for pid in sup.executor.rank_pids()})
-            killed_at.append(time.monotonic())
             subprocess.run(["kill", "-9", str(ranks[1])], check=True)
 
+    # Ended by the death, not by a collective's timeout: that would run into run_job's deadline.
     run = run_job(job_config(tiny_model, tmp_path / "out", num_processes=2, batch_size=4, max_steps=500),
                   kill_rank_1_at_step_2, executor=ddp())
     assert run.outcome.kind == "failed"
     # The cause first; rank 0 usually saw the broken collective before torchrun noticed the death.
     assert run.outcome.message.startswith("rank 1 killed by signal 9 (SIGKILL)"), run.outcome.message
-    assert time.monotonic() - killed_at[0] < 10.0
     assert set(ranks) == {0, 1}
     wait_until(lambda: not any(pid_alive(p) for p in ranks.values()), 10, "every rank gone")
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -227,13 +226,12 @@ def test_q4_k_m_without_llama_quantize_says_how_to_get_it(
     lora_job: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    started = time.monotonic()
     code, channel = run_export(source_dir=lora_job.completed.output_dir, target="gguf", quantization="q4_k_m",
                                output_dir=str(tmp_path / "q4"))
     failed = ended(channel)
     assert code == 1 and isinstance(failed, Failed)
     assert "llama-quantize" in failed.message and "PATH" in failed.message and "q8_0" in failed.message
-    assert time.monotonic() - started < 10  # before any weights were loaded
+    assert not [e for e in map(parse_event, channel.lines) if isinstance(e, (Phase, Progress))]  # nothing loaded first
     assert not (tmp_path / "q4").exists()
 
 
@@ -248,7 +246,6 @@ def test_hub_offline_fails_at_once_and_the_token_appears_nowhere(
 ) -> None:
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     hub.hub_reachable.cache_clear()
-    started = time.monotonic()
     try:
         code, channel = run_export(source_dir=lora_job.completed.output_dir, target="hub", repo="me/tiny-export",
                                    hf_token=TOKEN, output_dir=str(tmp_path / "hub"))
@@ -257,7 +254,8 @@ def test_hub_offline_fails_at_once_and_the_token_appears_nowhere(
     failed = ended(channel)
     assert code == 1 and isinstance(failed, Failed)
     assert failed.message.startswith("hub unreachable") and "127.0.0.1" in failed.message
-    assert time.monotonic() - started < 10
+    # The probe's answer, before anything was loaded or uploaded (huggingface_hub's own retries are not waited for).
+    assert not [e for e in map(parse_event, channel.lines) if isinstance(e, (Phase, Progress))]
     captured = capfd.readouterr()
     texts = [*channel.lines, captured.out, captured.err]
     texts += [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
