@@ -30,6 +30,7 @@ from tunestudio.cli_sweep import sweep
 from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, format_validation_error, load_config
 from tunestudio.data_report.cli import data_app
 from tunestudio.events import Best, Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
+from tunestudio.events import Phase as PhaseEvent
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.export_config import ExportOptions
 from tunestudio.jobs.manager import JobManager
@@ -199,6 +200,9 @@ def jobs_show(job_id: str) -> None:
         console.print(table)
         if job.progress:
             console.print("[bold]last metrics[/]", {k: v for k, v in job.progress.items() if v is not None})
+        warnings = [e.data.get("message", "") for e in manager.messages(job_id) if e.kind == "warning"]
+        for text in warnings:  # rows the dataset dropped, a converter's doubts: said where they are seen
+            console.print(f"[bold yellow]warning[/] {text}", highlight=False)
         console.print("[bold]config[/]", job.config)
         out = Path(job.output_dir) if job.output_dir else None
         if out and out.is_dir():
@@ -236,7 +240,7 @@ def jobs_stop(
         if not job.status.is_terminal:
             err.print(f"[red]job {job_id} is still {job.status.value}[/red]")
             raise typer.Exit(1)
-        console.print(f"job {job_id}: {job.status.value}: {job.error or job.message}")
+        console.print(f"job {job_id}: {_outcome(job)}")
         if job.resumable:
             console.print(f"resume with: tunestudio jobs resume {job_id}")
     finally:
@@ -353,6 +357,9 @@ def _follow(manager: JobManager, job_id: str) -> Job:
                 event = parse_stream_event(item.data)
                 if isinstance(event, StatusEvent):
                     bar.update(task, phase=event.status)
+                elif isinstance(event, PhaseEvent):  # a step inside a phase: evaluating the base model...
+                    count = f" {event.done}/{event.total}" if event.total else ""
+                    bar.update(task, phase=f"{event.phase.replace('_', ' ')}{count}")
                 else:
                     if isinstance(event, Completed):
                         completed = event
@@ -401,7 +408,7 @@ def _summary(job: Job, done: Completed | None, records: list[ProgressEvent], mai
     train_losses = [r for r in records if r.loss is not None]
     evals = [r for r in records if r.eval_loss is not None]
     colour = {"completed": "green", "failed": "red"}.get(job.status.value, "yellow")
-    console.print(f"[bold {colour}]{job.status.value}[/]: {job.error or job.message}")
+    console.print(f"[bold {colour}]{job.status.value}[/]{_outcome(job)[len(job.status.value):]}")
     if job.status is JobStatus.failed:
         console.print(f"details in {job.log_path}")
     table = Table(show_header=False, box=None)
@@ -431,6 +438,12 @@ def _summary(job: Job, done: Completed | None, records: list[ProgressEvent], mai
         console.print(f"[bold]base model[/]  {sample.before!r}")
         console.print(f"[bold]fine-tuned[/]  {sample.after!r}")
     print_evaluation(console, done.evaluation if done else None)
+
+
+def _outcome(job: Job) -> str:
+    """"stopped: stopped at step 40", or "completed" alone when the message would only repeat the status."""
+    said = job.error or job.message
+    return job.status.value if not said or said == job.status.value else f"{job.status.value}: {said}"
 
 
 def _best_text(best: Best) -> str:

@@ -27,6 +27,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 WorkerPhase = Literal["loading_model", "loading_dataset", "training", "saving"]
+# What the worker does inside a phase, between its big steps: a job's status does not change with these (the
+# manager records them as the job's `phase`). The base model is judged before training, the result after it.
+WorkerStep = Literal["evaluating_base", "generating_base", "evaluating", "generating"]
 
 
 class _Message(BaseModel):
@@ -37,9 +40,13 @@ class _Message(BaseModel):
 
 
 class Phase(_Message):
+    """A phase (a status of the job) or a step inside one; done of total: how far that step is (rows, batches)."""
+
     kind: Literal["phase"] = "phase"
-    phase: WorkerPhase
+    phase: WorkerPhase | WorkerStep
     message: str = ""
+    done: int | None = Field(default=None, ge=0)
+    total: int | None = Field(default=None, ge=0)
 
 
 class Progress(_Message):

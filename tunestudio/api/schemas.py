@@ -135,6 +135,21 @@ class MetricsOut(BaseModel):
     records: list[dict[str, Any]]
 
 
+class JobMessage(BaseModel):
+    """One event of a job's stream that says something (not progress, not a status change)."""
+
+    seq: int
+    kind: str = Field(description='"log", "warning", "failed" or "completed".')
+    ts: float | None = None
+    level: str | None = Field(default=None, description="A log's level.")
+    message: str = Field(default="", description="Empty for a completed event.")
+
+
+class MessagesOut(BaseModel):
+    job_id: str
+    items: list[JobMessage] = Field(description="Oldest first.")
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str

@@ -48,6 +48,7 @@ from tunestudio.worker.child import WorkerEntry
 
 log = logging.getLogger(__name__)
 S = JobStatus
+MESSAGE_KINDS = ("log", "warning", "failed", "completed")  # the events that say something (see messages())
 
 
 class JobManager:
@@ -242,7 +243,10 @@ class JobManager:
             kept = dict(running.secrets) if running else {}
             config = admission.resume_config(job, self._store.resumed_by(job_id), {**kept, **(secrets or {})},
                                              num_processes)
-            return self.submit(config, resumed_from=job_id)
+            resumed = self.submit(config, resumed_from=job_id)
+            if job.name or job.notes:  # the same work, carried on: it keeps what the user called it
+                return self.rename(resumed.id, job.name, job.notes)
+            return resumed
 
     def delete(self, job_id: str, delete_artifacts: bool = False, delete_exports: bool = False) -> None:
         """Forget a finished job; delete_artifacts also removes what it wrote (tunestudio.ownership: only what
@@ -311,6 +315,13 @@ class JobManager:
             feed = running.feed if running is not None else None
             live = running is not None and not running.status.is_terminal
             return self._streams.subscribe(job_id, after_seq, deliver, feed, live)
+
+    def messages(self, job_id: str, upto: int | None = None, limit: int = 500) -> list[JobEvent]:
+        """The job's log, warning, failed and completed events up to seq `upto` (the newest `limit`), oldest first:
+        what a finished job said, without replaying its progress. Raises JobNotFound."""
+        self.get(job_id)
+        rows = self._store.messages(job_id, MESSAGE_KINDS, upto, limit)
+        return [JobEvent(seq, kind, text) for seq, kind, text in rows]
 
     # --- scheduling --------------------------------------------------------------
     def _schedule_loop(self) -> None:

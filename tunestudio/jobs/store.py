@@ -19,7 +19,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
@@ -411,6 +411,24 @@ class Store:
             args.append(since_step)
         rows = self._reader().execute(sql + " ORDER BY step, rowid", args).fetchall()
         return [progress_record(tuple(r)) for r in rows]
+
+    def messages(self, job_id: str, kinds: Sequence[str], upto: int | None = None,
+                 limit: int = 500) -> list[tuple[int, str, str]]:
+        """(seq, kind, data_json) of the job's stored events of these kinds (progress is not among them), the
+        newest `limit` up to seq `upto`, oldest first."""
+        rows = self._reader().execute(
+            f"SELECT seq, kind, data FROM events WHERE job_id = ? AND kind IN ({', '.join('?' * len(kinds))}) "
+            "AND seq <= ? ORDER BY seq DESC LIMIT ?",
+            (job_id, *kinds, INT64_MAX if upto is None else upto, limit),
+        ).fetchall()
+        return [(row[0], row[1], row[2]) for row in reversed(rows)]
+
+    def base_eval_loss(self, job_id: str) -> float | None:
+        """The eval loss the job measured at step 0 (the base model's), if it did."""
+        row = self._reader().execute(
+            "SELECT eval_loss FROM metrics WHERE job_id = ? AND step = 0 AND eval_loss IS NOT NULL LIMIT 1", (job_id,)
+        ).fetchone()
+        return row[0] if row else None
 
     def output_dirs(self) -> list[dict[str, Any]]:
         """(id, status, output_dir) of every job with an output folder."""

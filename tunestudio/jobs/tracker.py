@@ -8,6 +8,7 @@ job's supervisor calls `on_events` (one burst at a time) and `record_exit`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,9 +112,12 @@ class Tracker:
 
     def _on_other_event_locked(self, running: Running, event: Event) -> None:
         if isinstance(event, Phase):
-            new = JobStatus(event.phase)
-            if running.status in RUNNING and can_transition(running.status, new):
+            new = JobStatus(event.phase) if event.phase in JobStatus.__members__ else None  # else a step in a phase
+            if new is not None and running.status in RUNNING and can_transition(running.status, new):
                 self._set_status_locked(running, new, message=event.message or event.phase)
+            elif new is None and running.status in RUNNING:
+                counted = f" ({event.done} / {event.total})" if event.total else ""
+                self.store.update_job(running.feed.job_id, phase=event.phase, message=f"{event.message}{counted}")
             else:
                 self.store.update_job(running.feed.job_id, phase=event.phase)
         elif isinstance(event, Failed):
@@ -126,12 +130,13 @@ class Tracker:
         final = _FINAL[outcome.kind]
         done = outcome.completed
         fields: dict[str, Any] = {"finished_at": time.time()}
+        row = self.store.get_job(job_id) or {}
         if done is not None:
             fields["final_metrics"] = done.metrics
             fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation", "best"})
+            self._inherit_base_eval_loss(fields["result"], row.get("resumed_from"))
             if done.output_dir:
                 fields["output_dir"] = done.output_dir
-        row = self.store.get_job(job_id) or {}
         checkpoint = (done.checkpoint if done else None) or latest_checkpoint(row.get("output_dir"))
         error = outcome.message if final is S.failed else None
         with running.feed.lock:
@@ -147,3 +152,21 @@ class Tracker:
                 self._set_status_locked(running, S.failed, message=outcome.message,
                                         error=outcome.message, wait=True, **fields)
             running.feed.end()
+
+    def _inherit_base_eval_loss(self, result: dict[str, Any], resumed_from: str | None) -> None:
+        """A resumed job does not measure the base model's eval loss (its training starts from a checkpoint); the
+        first job of its chain did, at step 0: that is its evaluation's "before" (and perplexity's)."""
+        metrics = (result.get("evaluation") or {}).get("metrics") or {}
+        loss = metrics.get("eval_loss")
+        if not resumed_from or loss is None or loss.get("before") is not None:
+            return
+        base, job_id, seen = None, resumed_from, set()
+        while base is None and job_id and job_id not in seen:
+            seen.add(job_id)
+            base = self.store.base_eval_loss(job_id)
+            job_id = (self.store.get_job(job_id) or {}).get("resumed_from")
+        if base is None:
+            return
+        loss["before"] = base
+        if "perplexity" in metrics and math.isfinite(base):
+            metrics["perplexity"]["before"] = math.exp(min(base, 700.0))  # as worker/evaluation.py computes it

@@ -31,6 +31,20 @@ from tunestudio.events import (
 )
 
 
+class _KernelsNotice(logging.Filter):
+    """bitsandbytes, imported on a CPU with AVX512-BF16, tries to fetch a faster 4-bit kernel from the hub
+    (`kernels-community`) and warns on every import when it cannot: its own kernel works, the warning asks for a
+    package that downloads code, and it printed at every job's start (and the forkserver's). Not said at all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "kernels-community" not in record.getMessage()
+
+
+# Set when this module loads: it is the first a worker or the forkserver imports (worker/child.py PRELOAD), before
+# bitsandbytes.
+logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_KernelsNotice())
+
+
 def _to_log_file(level: str, message: str) -> None:
     """Also on stderr, which a supervised worker writes to its job's log file: the file alone then tells the
     job's story (the page shows it for any job, after a server restart too)."""
@@ -58,8 +72,9 @@ class Channel(ABC):
             self._send(event.model_dump_json())
         return event
 
-    def phase(self, phase: str, message: str = "") -> None:
-        self.emit(Phase, phase=phase, message=message)
+    def phase(self, phase: str, message: str = "", done: int | None = None, total: int | None = None) -> None:
+        """A phase (a status) or a step inside one (events.WorkerStep), with how far it is (done of total)."""
+        self.emit(Phase, phase=phase, message=message, done=done, total=total)
 
     def progress(self, **fields: Any) -> Progress:
         return self.emit(Progress, **fields)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from tunestudio.events import BeforeAfter, EvalExample, Evaluation
 SHOWN_EXAMPLES = 5  # rows the job's record keeps for people to read
 MAX_NEW_TOKENS = 256  # the longest answer generated for one row
 BATCH = 8
+Progress = Callable[[int, int], None]  # (done, total), as worker/phases.py's Steps.counter takes it
 
 
 # --- metrics ------------------------------------------------------------------------
@@ -125,8 +126,10 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
-def generate_answers(model: Any, tokenizer: Any, rows: Sequence[EvalRow], should_stop: Any = None) -> list[str] | None:
-    """Greedy answers to each row's prompt, in batches (left-padded); None if `should_stop()` said so between them."""
+def generate_answers(model: Any, tokenizer: Any, rows: Sequence[EvalRow], should_stop: Any = None,
+                     progress: Progress | None = None) -> list[str] | None:
+    """Greedy answers to each row's prompt, in batches (left-padded); None if `should_stop()` said so between them.
+    progress(done, total): rows answered, after each batch."""
     import torch
 
     was_training = model.training
@@ -158,6 +161,8 @@ def generate_answers(model: Any, tokenizer: Any, rows: Sequence[EvalRow], should
                 )
             width = inputs["input_ids"].shape[1]
             answers += [tokenizer.decode(seq[width:], skip_special_tokens=True).strip() for seq in output]
+            if progress is not None:
+                progress(len(answers), len(rows))
     finally:
         tokenizer.padding_side = side
         if was_training:
@@ -181,14 +186,16 @@ class Evaluator:
             return None
         return cls(eval_rows(eval_examples, limit) if limit > 0 else [])
 
-    def answer_before(self, model: Any, tokenizer: Any, loss: float | None, should_stop: Any = None) -> bool:
+    def answer_before(self, model: Any, tokenizer: Any, loss: float | None, should_stop: Any = None,
+                      progress: Progress | None = None) -> bool:
         """The base model's answers; False if a stop arrived meanwhile."""
         self.loss_before = loss
-        self.before = generate_answers(model, tokenizer, self.rows, should_stop) if self.rows else []
+        self.before = generate_answers(model, tokenizer, self.rows, should_stop, progress) if self.rows else []
         return self.before is not None
 
-    def result(self, model: Any, tokenizer: Any, loss_after: float | None) -> Evaluation:
-        after = generate_answers(model, tokenizer, self.rows) if self.rows else []
+    def result(self, model: Any, tokenizer: Any, loss_after: float | None,
+               progress: Progress | None = None) -> Evaluation:
+        after = generate_answers(model, tokenizer, self.rows, progress=progress) if self.rows else []
         assert after is not None and self.before is not None
         references = [r.reference for r in self.rows]
         first, last = score(self.before, references), score(after, references)

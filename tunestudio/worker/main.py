@@ -28,6 +28,7 @@ from tunestudio.events import Sample
 from tunestudio.worker import errors
 from tunestudio.worker.channel import Channel, quiet_libraries
 from tunestudio.worker.errors import UserError, disk_full, out_of_memory
+from tunestudio.worker.phases import Steps
 
 
 def run(
@@ -167,17 +168,21 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
         return _stopped_before_training(channel)
 
     # 4. the base model, for comparison afterwards (by the one process that reports): the sample prompts,
-    # the eval loss, held-out answers
-    before = [train_mod.generate(trainer.model, tokenizer, p) for p in cfg.sample_prompts] if channel.is_main else []
+    # the eval loss, held-out answers; each a step of its own (worker/phases.py), with how far it is
+    steps = Steps(channel)
+    before = steps.each("generating_base", "the base model answers the sample prompts", cfg.sample_prompts,
+                        lambda p: train_mod.generate(trainer.model, tokenizer, p)) if channel.is_main else []
     loss_before = None
-    if trainer.eval_dataset is not None and checkpoint is None:
-        loss_before = trainer.evaluate().get("eval_loss")  # eval loss at step 0, reported through the callback
+    if trainer.eval_dataset is not None and checkpoint is None:  # eval loss at step 0, reported through the callback
+        loss_before = steps.evaluate(trainer, "evaluating_base", "eval loss of the base model").get("eval_loss")
     evaluator = evaluation_mod.Evaluator.for_job(data.eval if trainer.eval_dataset is not None else None,
                                                  cfg.eval_generate_rows)
     if evaluator is not None and evaluator.rows:
         channel.log(f"evaluation: the base model answers {len(evaluator.rows)} held-out rows")
-    if evaluator is not None and not evaluator.answer_before(trainer.model, tokenizer, loss_before,
-                                                             lambda: channel.stop_request is not None):
+    if evaluator is not None and not evaluator.answer_before(
+        trainer.model, tokenizer, loss_before, lambda: channel.stop_request is not None,
+        steps.counter("generating_base", "the base model answers held-out rows"),
+    ):
         return _stopped_before_training(channel)
 
     # 5. train
@@ -207,14 +212,14 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
             fh.write(json.dumps(record) + "\n")
 
     # 7. the result
-    samples = [
-        Sample(prompt=p, before=b, after=train_mod.generate(trainer.model, tokenizer, p))
-        for p, b in zip(cfg.sample_prompts, before, strict=True)
-    ]
+    after = steps.each("generating", "the fine-tuned model answers the sample prompts", cfg.sample_prompts,
+                       lambda p: train_mod.generate(trainer.model, tokenizer, p))
+    samples = [Sample(prompt=p, before=b, after=a) for p, b, a in zip(cfg.sample_prompts, before, after, strict=True)]
     evaluation = None
     if evaluator is not None and stop is None:  # a stopped job is not judged: the stop asked for a quick end
         evaluation = evaluator.result(trainer.model, tokenizer,
-                                      _final_eval_loss(trainer, reporter.records, weights_step))
+                                      _final_eval_loss(trainer, reporter.records, weights_step, steps),
+                                      steps.counter("generating", "the fine-tuned model answers held-out rows"))
     metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     if cfg.dedupe != "off":
         metrics["dedupe_removed"] = float(data.deduplicated)  # the job's summary (final_metrics) says how many
@@ -233,12 +238,12 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     return 0
 
 
-def _final_eval_loss(trainer: Any, records: list[dict[str, Any]], step: int) -> float | None:
+def _final_eval_loss(trainer: Any, records: list[dict[str, Any]], step: int, steps: Steps) -> float | None:
     """The eval loss of the model's weights, those of `step`: the trainer's evaluation at that step, else a new one."""
     for record in reversed(records):
         if record.get("eval_loss") is not None and record["step"] == step:
             return record["eval_loss"]
-    return trainer.evaluate().get("eval_loss")
+    return steps.evaluate(trainer, "evaluating", "eval loss of the fine-tuned model").get("eval_loss")
 
 
 def _stopped_before_training(channel: Channel) -> int:

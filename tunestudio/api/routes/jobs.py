@@ -13,8 +13,10 @@ from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.schemas import (
     ERRORS,
     JobCreated,
+    JobMessage,
     JobOut,
     JobPage,
+    MessagesOut,
     MetricsOut,
     RenameRequest,
     ResumeRequest,
@@ -135,6 +137,20 @@ def job_metrics(
     # Plain records from the store: serialised directly, without a per-record model validation
     # (the declared response_model still documents the shape).
     return Response(json.dumps({"job_id": job_id, "records": records}), media_type="application/json")
+
+
+@router.get("/{job_id}/messages", response_model=MessagesOut)
+def job_messages(
+    job_id: str,
+    manager: ManagerDep,
+    upto: Annotated[int | None, Query(ge=0, le=INT64_MAX, description="Only events up to this seq (a job's "
+                                                                      "last_seq: then its stream goes on).")] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> MessagesOut:
+    """What a job said: its log, warning, failed and completed events (the newest `limit`), oldest first."""
+    items = [JobMessage(seq=e.seq, kind=e.kind, ts=e.data.get("ts"), level=e.data.get("level"),
+                        message=e.data.get("message") or "") for e in manager.messages(job_id, upto, limit)]
+    return MessagesOut(job_id=job_id, items=items)
 
 
 @router.get("/{job_id}/events", response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})

@@ -76,6 +76,7 @@ export const api = {
   hubModel: (id) => call(`/api/models/hub?id=${encodeURIComponent(id)}`),
   estimate: (config) => call("/api/models/estimate", {method: "POST", body: config}),
   hardware: () => call("/api/system/hardware"),
+  messages: (id, upto) => call(`${job(id)}/messages${upto !== undefined ? `?upto=${upto}` : ""}`),
   metrics: (id, maxPoints) => call(`${job(id)}/metrics${maxPoints ? `?max_points=${maxPoints}` : ""}`),
   // EventSource cannot send headers, so a token travels in the query string.
   eventsUrl: (id, after) => {

@@ -38,8 +38,6 @@ async function route() {
     if (view === "jobs" && arg) {
       list.setActive(arg);
       cleanup = await showJob(main, decodeURIComponent(arg), {onChange: () => list.refresh(), navigate});
-      // On a narrow screen the list sits above the view: bring the chosen job into sight.
-      if (mine === renderCount && matchMedia("(max-width: 900px)").matches) main.scrollIntoView({block: "start"});
     } else if (view === "compare" && arg) {
       const ids = arg.split(",").filter(Boolean);
       list.setActive(null);
@@ -55,6 +53,9 @@ async function route() {
     }
     if (mine !== renderCount) cleanup?.();  // the user moved on while this view loaded
     else dispose = cleanup;
+    // On a narrow screen the list sits above the view: bring the view's top into sight (a job, or the form
+    // after "+ New job", not wherever the last view was scrolled to).
+    if (mine === renderCount && matchMedia("(max-width: 900px)").matches) main.scrollIntoView({block: "start"});
     if (mine === renderCount && focusView) {
       focusView = false;
       main.focus();

@@ -175,11 +175,29 @@ export function watchChart(container, label) {
   }), {height: 200});
 }
 
-/** A training method's own metrics (reward margin, rewards per function, ...): one line per label. */
-export function methodChart(container, labels) {
+// TRL's metric names, as the page says them.
+const METRIC_NAMES = {"rewards/margins": "reward margin", "rewards/accuracies": "accuracy (chosen > rejected)",
+  "rewards/chosen": "reward of chosen", "rewards/rejected": "reward of rejected", kl: "KL", reward: "reward (mean)"};
+
+/** A method metric's name for people: "rewards/margins" → "reward margin",
+ * "rewards/exact_match/mean" → "exact match reward". */
+export function metricName(key) {
+  return METRIC_NAMES[key] || key.replace(/^rewards\/(.+)\/mean$/, "$1 reward").replaceAll("_", " ");
+}
+
+const isShare = (key) => /accurac/.test(key);  // a share of rows, 0..1: drawn on an axis of its own, in %
+
+/** A training method's own metrics (reward margin, rewards per function, ...): one line per metric, a share
+ * (DPO's accuracy) on a right-hand axis in % so that it does not flatten the rewards beside it. */
+export function methodChart(container, keys) {
+  const shares = keys.some(isShare);
   return new Chart(container, () => ({
-    series: labels.map((label, i) => ({label, stroke: colour(i), width: i === 0 ? 2 : 1.5, spanGaps: true,
-      points: {show: false}})),
+    scales: shares ? {share: {range: [0, 1]}} : {},
+    axes: shares ? [axis({size: 60, values: (u, splits, ax, space, incr) => tickLabels(splits, incr)}),
+      axis({scale: "share", side: 1, size: 48, grid: {show: false},
+        values: (u, splits) => splits.map((v) => `${Math.round(v * 100)}%`)})] : undefined,
+    series: keys.map((key, i) => ({label: metricName(key), scale: isShare(key) ? "share" : "y", stroke: colour(i),
+      width: i === 0 ? 2 : 1.5, spanGaps: true, points: {show: false}})),
   }), {height: 220});
 }
 

@@ -30,6 +30,12 @@ const LABELS = {
   logging_steps: "Log every (steps)", custom_format_mapping: "Custom format mapping (JSON)",
   sample_prompts: "Sample prompts (one a line)", target_modules: "Target modules (one a line; empty: all linear)",
   format_type: "Format", hf_token: "Hub token", wandb_token: "W&B token", optim: "Optimizer", lr_scheduler_type: "LR schedule",
+  // The training methods' own options (their schema titles would read "Dpo Loss Type").
+  beta: "Beta (β)", dpo_loss_type: "DPO loss", desirable_weight: "Desirable rows' weight",
+  undesirable_weight: "Undesirable rows' weight", num_generations: "Completions per prompt",
+  max_completion_length: "Max completion length", generation_temperature: "Sampling temperature",
+  kl_beta: "KL penalty (β)", reward_functions: "Reward functions (one a line)",
+  reward_weights: "Reward weights (one a line)", reward_format_pattern: "Format pattern (regex)",
 };
 // Examples shown in empty JSON fields.
 const PLACEHOLDERS = {custom_format_mapping: '{"question": "user", "answer": "assistant"}',
@@ -268,7 +274,7 @@ export async function showForm(main, {onCreated}) {
     el("section", {}, el("h2", {}, "Model"), modelBox),
     el("section", {}, el("h2", {}, "Dataset"), source, localBox, hubBox, formatBox, preview),
     el("section", {}, el("h2", {}, "Training method"), training, methodOptions),
-    el("section", {}, el("h2", {}, "Method"), method),
+    el("section", {}, el("h2", {}, "Weights to train"), method),
     el("section", {}, el("h2", {}, "Hyperparameters"), common, advanced),
     formError, el("div", {class: "actions"}, submit, estimateBox));
   main.replaceChildren(form);

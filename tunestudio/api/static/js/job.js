@@ -23,8 +23,10 @@ const MAX_POINTS = 100000;
 // The metric each training method is watched by, as config.METHOD_MAIN_METRIC names it (sft, pretrain: the loss),
 // the chart's title, the other headline figures it draws when the records hold them, and the stat's label.
 const METHOD_CHART = {
-  dpo: ["rewards/margins", "Reward margin (chosen − rejected)", /^rewards\/accuracies$/, "reward margin"],
-  orpo: ["rewards/margins", "Reward margin (chosen − rejected)", /^rewards\/accuracies$/, "reward margin"],
+  dpo: ["rewards/margins", "Reward margin (chosen − rejected) and accuracy", /^rewards\/accuracies$/,
+    "reward margin"],
+  orpo: ["rewards/margins", "Reward margin (chosen − rejected) and accuracy", /^rewards\/accuracies$/,
+    "reward margin"],
   kto: ["rewards/margins", "Rewards and KL", /^(rewards\/(chosen|rejected)|kl)$/, "reward margin"],
   grpo: ["reward", "Reward (mean, and per function)", /^rewards\/[^/]+\/mean$/, "reward"],
 };
@@ -38,6 +40,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   let job = await api.getJob(id);
   const series = new MetricSeries();
   let source = null, closed = false, lastSeq = job.last_seq;
+  let phaseCount = null;  // {done, total} of the step the last phase event named
 
   // --- the page -----------------------------------------------------------------
   const status = el("span", {id: "job-status"});
@@ -50,6 +53,10 @@ export async function showJob(main, id, {onChange, navigate}) {
   const cancelBtn = el("button", {class: "button danger", id: "cancel"}, "Cancel");
   const resumeBtn = el("button", {class: "button primary", id: "resume"}, "Resume");
   const errorBox = el("div", {class: "error-box", id: "job-error", hidden: true});
+  // The job's warnings (rows its dataset dropped, a converter's doubts...): in sight, not only in the logs.
+  const warningList = el("ul", {});
+  const warningsBox = el("div", {class: "warning-box", id: "job-warnings", hidden: true},
+    el("b", {}, "Warnings"), warningList);
   const results = el("div", {class: "results", id: "results", hidden: true});
   const judged = el("div", {class: "judged", id: "judged", hidden: true});
   const chatSlot = el("div", {id: "chat-slot"});
@@ -91,11 +98,13 @@ export async function showJob(main, id, {onChange, navigate}) {
     el("div", {class: "bar-head"}, el("span", {class: "muted"}, "progress"), barText),
     el("div", {class: "bar", role: "progressbar", id: "progress", "aria-label": "training progress",
       "aria-valuemin": "0", "aria-valuemax": "100"}, bar),
-    el("div", {class: "stats"}, stat("eta", "ETA"), stat("tps", "tokens/s"), stat("loss", "loss"),
-      methodSpec ? stat("method", methodSpec[3]) : null,
-      stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
-      stat("peak", "peak memory")),
-    errorBox, results, judged, chatSlot, exportBox, infoBox,
+    // An export has no training figures: its progress, the time it took and its memory.
+    isExport ? el("div", {class: "stats"}, stat("eta", "ETA"), stat("elapsed", "elapsed"), stat("peak", "peak memory"))
+      : el("div", {class: "stats"}, stat("eta", "ETA"), stat("tps", "tokens/s"), stat("loss", "loss"),
+        methodSpec ? stat("method", methodSpec[3]) : null,
+        stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
+        stat("peak", "peak memory")),
+    errorBox, warningsBox, results, judged, chatSlot, exportBox, infoBox,
     el("section", {class: "chart-card wide", hidden: isExport}, el("h3", {}, "Loss"), lossBox),
     methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h3", {}, methodSpec[1]), methodBox) : null,
     stopping ? el("section", {class: "chart-card wide"},
@@ -112,7 +121,10 @@ export async function showJob(main, id, {onChange, navigate}) {
   if (stopping) charts.watch = watchChart(watchBox, METRIC_LABELS[stopping.metric] || stopping.metric);
 
   // --- rendering ----------------------------------------------------------------
-  const setStat = (name, text) => { document.getElementById(`stat-${name}`).textContent = text; };
+  const setStat = (name, text) => {
+    const node = document.getElementById(`stat-${name}`);
+    if (node) node.textContent = text;  // an export shows only some of them
+  };
   // The method chart's lines are known once records arrive (GRPO: one per reward function).
   let methodKeys = [];
   const drawMethodChart = () => {
@@ -182,8 +194,11 @@ export async function showJob(main, id, {onChange, navigate}) {
   };
   const drawStatus = () => {
     status.replaceChildren(statusBadge(job.status));
+    // A step inside the status (evaluating the base model, generating its answers...), with how far it is.
     phase.textContent = job.phase && job.phase !== job.status && !job.is_terminal
-      ? `phase: ${job.phase.replace("_", " ")}` : "";
+      ? `phase: ${job.phase.replaceAll("_", " ")}${phaseCount ? ` ${phaseCount.done} / ${phaseCount.total}` : ""}`
+      : "";
+    document.title = `${job.status.replaceAll("_", " ")} · ${job.name || id} · tunestudio`;
     message.textContent = job.message && job.message !== job.status && job.message !== job.phase ? job.message : "";
     // What the job allows comes from the API (stoppable, cancellable, resumable): no status sets here.
     // An export keeps nothing when stopped: it is only cancelled.
@@ -236,12 +251,22 @@ export async function showJob(main, id, {onChange, navigate}) {
         el("table", {class: "compare-table"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
           el("th", {}, "base model"), el("th", {}, "fine-tuned"))),
         el("tbody", {}, samples.map((s) => el("tr", {}, el("td", {}, el("pre", {}, s.prompt)),
-          el("td", {}, el("pre", {}, s.before)), el("td", {}, el("pre", {}, s.after ?? "–"))))))) : null,
+          el("td", {}, el("pre", {}, answerText(s.before))),
+          el("td", {}, el("pre", {}, answerText(s.after)))))))) : null,
     ].filter(Boolean));
   };
   const log = (kind, text) => {
     logBox.append(el("div", {class: `log-line ${kind}`}, text));
     if (logBox.childElementCount > 500) logBox.firstElementChild.remove();
+  };
+  /** One event that says something (log, warning, failed, completed): into Events, a warning also on top. */
+  const said = (kind, data) => {
+    log(kind, data.message || (kind === "completed" ? (isExport ? "export finished" : "training finished")
+      : JSON.stringify(data)));
+    if (kind === "warning") {
+      warningList.append(el("li", {}, data.message));
+      warningsBox.hidden = false;
+    }
   };
 
   // --- data -------------------------------------------------------------------------
@@ -263,7 +288,9 @@ export async function showJob(main, id, {onChange, navigate}) {
     source.addEventListener("status", (event) => {
       seen(event);
       const data = JSON.parse(event.data);
-      job = {...job, status: data.status, message: data.message, error: data.error, is_terminal: !!data.terminal};
+      job = {...job, status: data.status, phase: data.status, message: data.message, error: data.error,
+        is_terminal: !!data.terminal};
+      phaseCount = null;
       if (data.terminal) {
         // The server ends the stream here; without close() EventSource would reconnect for ever.
         source.close();
@@ -276,15 +303,15 @@ export async function showJob(main, id, {onChange, navigate}) {
     });
     source.addEventListener("phase", (event) => {
       seen(event);
-      job = {...job, phase: JSON.parse(event.data).phase};
+      const data = JSON.parse(event.data);
+      phaseCount = data.total ? {done: data.done, total: data.total} : null;
+      job = {...job, phase: data.phase, message: data.message || job.message};
       drawStatus();
     });
     for (const kind of ["log", "warning", "failed", "completed"]) {
       source.addEventListener(kind, (event) => {
         seen(event);
-        const data = JSON.parse(event.data);
-        log(kind, data.message || (kind === "completed" ? (isExport ? "export finished" : "training finished")
-          : JSON.stringify(data)));
+        said(kind, JSON.parse(event.data));
       });
     }
     source.onopen = () => live.classList.remove("stale");
@@ -298,6 +325,12 @@ export async function showJob(main, id, {onChange, navigate}) {
   const fileLog = mountLog(fileLogBox, id, () => job.is_terminal);
   const snapshot = await api.metrics(id, MAX_POINTS);
   series.addAll(snapshot.records);
+  // What the job said before this view opened (all of it, for a finished job); the stream goes on after it.
+  try {
+    for (const m of (await api.messages(id, lastSeq)).items) said(m.kind, m);
+  } catch (err) {
+    log("failed", `the job's earlier events could not be read: ${err.message}`);
+  }
   drawCharts();
   drawStatus();
   drawProgress();
@@ -342,6 +375,7 @@ export async function showJob(main, id, {onChange, navigate}) {
 
   return () => {
     closed = true;
+    document.title = "tunestudio";
     clearInterval(ticker);
     fileLog.dispose();
     if (source) source.close();
@@ -354,6 +388,11 @@ export async function showJob(main, id, {onChange, navigate}) {
 const METRIC_LABELS = {exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L", eval_loss: "eval loss",
   perplexity: "perplexity"};
 const SHARES = new Set(["exact_match", "token_f1", "rouge_l"]);
+
+/** A model's answer as shown: "–" when there is none yet, "(empty)" when the model said nothing. */
+function answerText(text) {
+  return text === null || text === undefined ? "–" : text.trim() === "" ? "(empty)" : text;
+}
 
 function metricCell(name, v) {
   return v === null || v === undefined ? "–" : SHARES.has(name) ? `${(100 * v).toFixed(1)}%` : fmtNumber(v);
@@ -373,7 +412,7 @@ function evaluationTable(evaluation) {
       el("table", {class: "compare-table"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
         el("th", {}, "reference"), el("th", {}, "base model"), el("th", {}, "fine-tuned"))),
       el("tbody", {}, evaluation.examples.map((x) => el("tr", {}, el("td", {}, el("pre", {}, x.prompt)),
-        el("td", {}, el("pre", {}, x.reference)), el("td", {}, el("pre", {}, x.before)),
-        el("td", {}, el("pre", {}, x.after ?? "–")))))))
+        el("td", {}, el("pre", {}, x.reference)), el("td", {}, el("pre", {}, answerText(x.before))),
+        el("td", {}, el("pre", {}, answerText(x.after))))))))
       : null);
 }

@@ -22,6 +22,7 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
   const save = el("button", {type: "button", class: "button", id: "job-save"}, "Save");
   const clone = el("button", {type: "button", class: "button", id: "clone"}, "Clone to form");
   const del = el("button", {type: "button", class: "button danger", id: "delete"}, "Delete…");
+  const delError = el("p", {class: "error-text small delete-error", id: "delete-error", role: "alert"});
   const config = el("table", {class: "config", id: "job-config"});
   name.value = job.name || "";
   notes.value = job.notes || "";
@@ -29,7 +30,7 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
     el("div", {class: "job-meta"}, el("div", {class: "grow"}, name, notes), el("div", {class: "actions"}, save, saved)),
     el("details", {class: "config-card", id: "config-card"},
       el("summary", {}, "Config"), el("div", {class: "actions"}, clone), config),
-    el("div", {class: "actions end"}, del));
+    el("div", {class: "actions end"}, del, delError));
   // The samples (before/after) are the job view's (job.js), from the job's own `samples`.
 
   fieldDefaults().then((defaults) => {
@@ -62,6 +63,7 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
     navigate("#/new");
   });
   del.addEventListener("click", async () => {
+    delError.textContent = "";
     const withArtefacts = el("input", {type: "checkbox", id: "delete-artefacts"});
     const dialog = document.getElementById("confirm");
     const extra = el("label", {class: "check confirm-extra"}, withArtefacts, " also delete its output folder and log");
@@ -88,7 +90,7 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
       onChange();
       navigate("#/new");
     } catch (err) {
-      saved.textContent = err instanceof ApiError ? err.message : String(err);
+      delError.textContent = err instanceof ApiError ? err.message : String(err);
     }
   });
 
