@@ -83,6 +83,8 @@ def studio(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterat
     work, models = root / "work", root / "models"
     work.mkdir()
     models.mkdir()
+    for name in ("alpaca.jsonl", "preference.jsonl"):  # the scripted jobs' datasets, inside the dataset root
+        (work / name).write_text((DATA / name).read_text())
     with pytest.MonkeyPatch.context() as patch:
         # The embedded model is the session's tiny model (the one `make` built, or one built for the tests).
         patch.setattr(settings_module, "EMBEDDED_MODEL", tiny_model)
@@ -212,7 +214,8 @@ def test_the_prefilled_model_and_dataset_are_usable_outside_the_repository(studi
 def test_the_preview_names_bad_rows_and_an_upload_clears_the_stale_error(studio: Studio, tmp_path: Path,
                                                                          page: Page) -> None:
     page.goto(studio.url)
-    page.locator("#preview-format").wait_for(timeout=90_000)
+    page.locator("#new-job h1").wait_for()
+    page.locator("#f-model_name").fill("org/model")  # a hub id: only the dataset is wrong
     page.locator("#f-local_datasets").fill(str(studio.work / "missing.jsonl"))
     page.locator("#start").click()
     page.locator('[data-error-for="local_datasets"]').filter(has_text="missing.jsonl").wait_for()
@@ -242,16 +245,11 @@ def test_the_preview_names_bad_rows_and_an_upload_clears_the_stale_error(studio:
 def test_clone_of_a_dpo_job_keeps_dpo_and_previews_its_rows(studio: Studio, page: Page) -> None:
     with client(studio) as c:
         created = c.post("/api/jobs", json={"model_name": "scripted/dpo", "method": "dpo", "beta": 0.2,
-                                            "local_datasets": [str(BUNDLED_DATASETS / "preference.jsonl")]})
+                                            "local_datasets": [str(studio.work / "preference.jsonl")]})
         assert created.status_code == 201, created.text
     job_id = created.json()["id"]
     page.goto(f"{studio.url}/#/jobs/{job_id}")
     wait_for_status(page, "completed")
-    # Its chart: TRL's keys said as words, the accuracy (a share) on an axis of its own in %.
-    legend = page.locator("#method-chart .u-legend")
-    legend.filter(has_text="reward margin").wait_for()
-    assert "accuracy (chosen > rejected)" in legend.inner_text() and "rewards/" not in legend.inner_text()
-    assert page.locator("#method-chart .u-axis").count() == 3  # step, rewards, and the share in %
     page.locator("#config-card summary").click()
     page.locator("#clone").click()
     page.wait_for_url("**/#/new")
@@ -260,6 +258,13 @@ def test_clone_of_a_dpo_job_keeps_dpo_and_previews_its_rows(studio: Studio, page
     page.locator("#preview-format").filter(has_text="preference").wait_for(timeout=90_000)
     assert page.locator("#preview .error-text").count() == 0
 
+    # Its chart: TRL's keys said as words, the accuracy (a share) on an axis of its own in %.
+    page.goto(f"{studio.url}/#/jobs/{job_id}")
+    legend = page.locator("#method-chart .u-legend")
+    legend.filter(has_text="reward margin").wait_for()
+    assert "accuracy (chosen > rejected)" in legend.inner_text() and "rewards/" not in legend.inner_text()
+    assert page.locator("#method-chart .u-axis").count() == 3  # step, rewards, and the share in %
+
 
 # --- 4. numbers: a cleared or unreadable field is an error at the field -----------------------------------------
 @pytest.mark.timeout(300)
@@ -267,6 +272,8 @@ def test_a_cleared_or_comma_number_is_an_error_at_its_field_on_the_first_submit(
     with client(studio) as c:
         before = c.get("/api/jobs").json()["total"]
     page.goto(studio.url)
+    page.locator("#new-job h1").wait_for()
+    page.locator("#f-local_datasets").fill(str(studio.work / "alpaca.jsonl"))
     page.locator("#preview-format").wait_for(timeout=90_000)
     page.locator("#f-learning_rate").fill("")
     page.locator("#f-lora_dropout").fill("0,003")
@@ -287,8 +294,8 @@ def test_a_cleared_or_comma_number_is_an_error_at_its_field_on_the_first_submit(
 @pytest.mark.timeout(300)
 def test_a_preference_file_with_sft_says_to_choose_dpo_orpo_or_kto(studio: Studio, page: Page) -> None:
     page.goto(studio.url)
-    page.locator("#preview-format").wait_for(timeout=90_000)
-    page.locator("#f-local_datasets").fill(str(BUNDLED_DATASETS / "preference.jsonl"))
+    page.locator("#new-job h1").wait_for()
+    page.locator("#f-local_datasets").fill(str(studio.work / "preference.jsonl"))
     hint = page.locator("#preview .error-text").filter(has_text="choose one of those as the training method")
     hint.wait_for(timeout=90_000)
     assert "DPO, ORPO and KTO" in hint.inner_text()
@@ -298,7 +305,7 @@ def test_a_preference_file_with_sft_says_to_choose_dpo_orpo_or_kto(studio: Studi
 def test_an_empty_answer_says_empty(studio: Studio, page: Page) -> None:
     with client(studio) as c:
         job_id = c.post("/api/jobs", json={"model_name": "scripted/empty", "sample_prompts": ["Say nothing."],
-                                           "local_datasets": [str(BUNDLED_DATASETS / "alpaca.jsonl")]}).json()["id"]
+                                           "local_datasets": [str(studio.work / "alpaca.jsonl")]}).json()["id"]
     page.goto(f"{studio.url}/#/jobs/{job_id}")
     wait_for_status(page, "completed")
     row = page.locator("#samples tbody tr").first
@@ -382,7 +389,7 @@ def test_an_export_page_has_no_training_tiles_or_chat(studio: Studio, chain: Cha
 def scripted_job(studio: Studio, name: str | None = None, **config: Any) -> str:
     with client(studio) as c:
         created = c.post("/api/jobs", json={"model_name": "scripted/job", "local_datasets": [
-            str(BUNDLED_DATASETS / "alpaca.jsonl")], **config})
+            str(studio.work / "alpaca.jsonl")], **config})
         assert created.status_code == 201, created.text
         job_id = created.json()["id"]
         if name:
@@ -426,7 +433,8 @@ def test_a_phone_wide_screen_never_scrolls_sideways_and_new_job_starts_at_the_fo
     page.set_viewport_size({"width": 390, "height": 844})
     wide = "() => document.scrollingElement.scrollWidth"
     page.goto(studio.url)
-    page.locator("#preview-format").wait_for(timeout=90_000)
+    page.locator("#new-job h1").wait_for()
+    page.locator("#estimate-fit").wait_for()
     assert page.evaluate(wide) <= 390
     page.goto(f"{studio.url}/#/jobs/{first}")
     wait_for_status(page, "completed")
