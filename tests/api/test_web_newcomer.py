@@ -32,7 +32,7 @@ from ..helpers.server import read_sse, running_server
 from ..helpers.wait import wait_until
 from . import test_web as web
 from .test_web import SHORT, screenshot, wait_for_status
-from .test_web_studio import axe_serious
+from .test_web_studio import AXE, axe_serious
 
 playwright, browser, page = web.playwright, web.browser, web.page
 
@@ -447,3 +447,22 @@ def test_a_phone_wide_screen_never_scrolls_sideways_and_new_job_starts_at_the_fo
     page.locator("#nav-new").click()
     page.locator("#new-job h1").wait_for()
     page.wait_for_function("() => Math.abs(document.querySelector('#main').getBoundingClientRect().top) < 100")
+
+
+def axe_rule(page: Page, rule: str) -> list[str]:
+    """What axe-core's one rule finds on the page, whatever its impact (heading-order is "moderate")."""
+    page.add_script_tag(path=str(AXE))
+    return page.evaluate(f"""async () => (await axe.run(document, {{runOnly: ['{rule}']}})).violations
+        .map((v) => v.nodes.map((n) => n.target.join(' ')).join(', '))""")
+
+
+@pytest.mark.timeout(300)
+def test_headings_go_in_order_on_the_job_and_compare_views(studio: Studio, page: Page) -> None:
+    first, second = scripted_job(studio, sample_prompts=["Say nothing."]), scripted_job(studio)
+    page.goto(f"{studio.url}/#/jobs/{first}")
+    wait_for_status(page, "completed")
+    page.locator("#samples").wait_for()
+    assert axe_rule(page, "heading-order") == []
+    page.goto(f"{studio.url}/#/compare/{first},{second}")
+    page.locator("#config-diff").wait_for()
+    assert axe_rule(page, "heading-order") == []

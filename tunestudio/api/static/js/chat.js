@@ -40,7 +40,7 @@ export function chatPanel(id) {
     }
     columns.classList.toggle("two", compare.checked);
     columns.replaceChildren(...active().map((side) => el("section", {class: "chat-side"},
-      el("h4", {}, side.label, " ", el("code", {class: "muted small"}, side.model)), side.box)));
+      el("h3", {}, side.label, " ", el("code", {class: "muted small"}, side.model)), side.box)));
   };
 
   const bubble = (side, role, text) => {
@@ -120,7 +120,7 @@ export function chatPanel(id) {
   compare.addEventListener("change", () => { forget(); layout(); });
 
   const node = el("section", {class: "chat-card", id: "chat"},
-    el("div", {class: "chat-head"}, el("h3", {}, "Chat"),
+    el("div", {class: "chat-head"}, el("h2", {}, "Chat"),
       el("label", {class: "chat-compare"}, compare, " compare with base")),
     el("div", {class: "chat-settings"}, temperature, maxTokens, topP, seed),
     columns, error, form);

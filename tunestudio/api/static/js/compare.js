@@ -18,7 +18,7 @@ export async function showCompare(main, ids) {
   const labels = jobs.map((j) => (j.name ? j.name : `${j.id} · ${basename(j.config.model_name)}`));
   const chart = overlayChart(box, labels);
   main.querySelector(".compare").append(el("section", {class: "chart-card wide"},
-    el("h3", {}, "Config differences"), configDiff(jobs, labels)));
+    el("h2", {}, "Config differences"), configDiff(jobs, labels)));
   let timer = null;
 
   const load = async () => {

@@ -101,7 +101,7 @@ export function exportPanel(job, {navigate}) {
   refresh().catch(() => {});
 
   const panel = el("section", {class: "results export-panel", id: "export-panel"},
-    el("h3", {}, "Export"), help, form, error, list);
+    el("h2", {}, "Export"), help, form, error, list);
   panel.dispose = () => { gone = true; clearTimeout(timer); };
   panel.navigate = navigate;
   return panel;

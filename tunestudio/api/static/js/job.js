@@ -105,13 +105,13 @@ export async function showJob(main, id, {onChange, navigate}) {
         stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
         stat("peak", "peak memory")),
     errorBox, warningsBox, results, judged, chatSlot, exportBox, infoBox,
-    el("section", {class: "chart-card wide", hidden: isExport}, el("h3", {}, "Loss"), lossBox),
-    methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h3", {}, methodSpec[1]), methodBox) : null,
+    el("section", {class: "chart-card wide", hidden: isExport}, el("h2", {}, "Loss"), lossBox),
+    methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h2", {}, methodSpec[1]), methodBox) : null,
     stopping ? el("section", {class: "chart-card wide"},
-      el("h3", {}, `Early stopping: ${METRIC_LABELS[stopping.metric] || stopping.metric}`), watchBox, bestLine) : null,
+      el("h2", {}, `Early stopping: ${METRIC_LABELS[stopping.metric] || stopping.metric}`), watchBox, bestLine) : null,
     el("div", {class: "chart-row", hidden: isExport},
-      el("section", {class: "chart-card"}, el("h3", {}, "Learning rate"), lrBox),
-      el("section", {class: "chart-card"}, el("h3", {}, "Gradient norm"), gradBox)),
+      el("section", {class: "chart-card"}, el("h2", {}, "Learning rate"), lrBox),
+      el("section", {class: "chart-card"}, el("h2", {}, "Gradient norm"), gradBox)),
     el("details", {class: "log-card", id: "log-card"}, el("summary", {}, "Worker log"), fileLogBox),
     el("details", {class: "log-card"}, el("summary", {}, "Events"), logBox)));
 
@@ -226,7 +226,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     results.classList.toggle("partial", !complete);
     const metrics = Object.entries(job.final_metrics || {});
     results.replaceChildren(...[
-      el("h3", {}, complete ? "Output" : "Left on disk"),
+      el("h2", {}, complete ? "Output" : "Left on disk"),
       el("p", {}, el("code", {id: "output-dir", class: "path"}, job.output_dir || "–")),
       job.checkpoint ? el("p", {class: "muted"}, "checkpoint: ", el("code", {class: "path"}, job.checkpoint)) : null,
       job.artefacts.length ? el("table", {class: "artefacts", id: "artefacts"},
@@ -247,7 +247,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     if (judged.hidden) return;
     judged.replaceChildren(...[
       evaluation ? evaluationTable(evaluation) : null,
-      samples.length ? el("section", {class: "samples", id: "samples"}, el("h3", {}, "Samples"),
+      samples.length ? el("section", {class: "samples", id: "samples"}, el("h2", {}, "Samples"),
         el("table", {class: "compare-table"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
           el("th", {}, "base model"), el("th", {}, "fine-tuned"))),
         el("tbody", {}, samples.map((s) => el("tr", {}, el("td", {}, el("pre", {}, s.prompt)),
@@ -402,7 +402,7 @@ function evaluationTable(evaluation) {
   const cell = metricCell;
   const rows = Object.entries(evaluation.metrics).filter(([, m]) => m.before !== null || m.after !== null);
   return el("section", {class: "evaluation", id: "evaluation"},
-    el("h3", {}, evaluation.rows ? `Evaluation on ${evaluation.rows} held-out rows` : "Evaluation"),
+    el("h2", {}, evaluation.rows ? `Evaluation on ${evaluation.rows} held-out rows` : "Evaluation"),
     el("table", {class: "compare-table metrics-table"},
       el("thead", {}, el("tr", {}, el("th", {}, "metric"), el("th", {class: "num"}, "base model"),
         el("th", {class: "num"}, "fine-tuned"))),
