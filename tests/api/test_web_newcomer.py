@@ -466,3 +466,14 @@ def test_headings_go_in_order_on_the_job_and_compare_views(studio: Studio, page:
     page.goto(f"{studio.url}/#/compare/{first},{second}")
     page.locator("#config-diff").wait_for()
     assert axe_rule(page, "heading-order") == []
+
+
+@pytest.mark.timeout(300)
+def test_the_upload_button_shows_keyboard_focus(studio: Studio, page: Page) -> None:
+    page.goto(studio.url)
+    page.locator("#new-job h1").wait_for()
+    page.locator("#f-local_datasets").focus()
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.id") == "upload-input"
+    outline = page.evaluate("() => getComputedStyle(document.querySelector('label[for=upload-input]')).outlineStyle")
+    assert outline == "solid"
