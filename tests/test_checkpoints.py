@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from tunestudio.checkpoints import is_complete, latest_checkpoint
-from tunestudio.jobs.manager import latest_checkpoint as manager_latest
+from tunestudio.jobs import admission, tracker
 
 from .helpers.checkpoints import safetensors_bytes, write_checkpoint
 
@@ -68,4 +68,5 @@ def test_latest_skips_newer_incomplete_folders_and_staging(tmp_path: Path) -> No
     write_checkpoint(tmp_path / ".checkpoint-staging", 300)  # a save in progress
     (tmp_path / "checkpoint-notanumber").mkdir()
     assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint-20")
-    assert manager_latest is latest_checkpoint  # the manager uses this same finder
+    # the jobs wing (resume, recovery of interrupted jobs) uses this same finder
+    assert admission.latest_checkpoint is latest_checkpoint and tracker.latest_checkpoint is latest_checkpoint
