@@ -16,7 +16,9 @@ so a truncated file fails) for torch's .pt/.bin files.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import struct
 import zipfile
 from pathlib import Path
@@ -103,3 +105,32 @@ def latest_checkpoint(output_dir: str | Path | None) -> str | None:
         if is_complete(path):
             return str(path)
     return None
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Every file and the folder itself on disk before the rename makes them visible."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with path.open("rb") as fh:
+                os.fsync(fh.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(staged: Path, final: Path) -> None:
+    """Move a finished checkpoint into place; an older copy at the same step is replaced only after."""
+    _fsync_tree(staged)
+    replaced = final.with_name(f".replaced-{final.name}")
+    if final.exists():
+        shutil.rmtree(replaced, ignore_errors=True)
+        final.rename(replaced)
+    staged.rename(final)
+    shutil.rmtree(replaced, ignore_errors=True)
+    fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

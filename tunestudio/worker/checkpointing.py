@@ -15,43 +15,15 @@ TRL's model card still goes to `args.output_dir`, which is left alone.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from tunestudio.checkpoints import publish
+
 STAGING = ".checkpoint-staging"  # not matched by checkpoints.CHECKPOINT: never taken for a checkpoint
-
-
-def _fsync_tree(folder: Path) -> None:
-    """Every file and the folder itself on disk before the rename makes them visible."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            with path.open("rb") as fh:
-                os.fsync(fh.fileno())
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def publish(staged: Path, final: Path) -> None:
-    """Move a finished checkpoint into place; an older copy at the same step is replaced only after."""
-    _fsync_tree(staged)
-    replaced = final.with_name(f".replaced-{final.name}")
-    if final.exists():
-        shutil.rmtree(replaced, ignore_errors=True)
-        final.rename(replaced)
-    staged.rename(final)
-    shutil.rmtree(replaced, ignore_errors=True)
-    fd = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_checkpoints_atomically(trainer: Any) -> None:

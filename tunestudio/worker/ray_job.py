@@ -40,7 +40,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tunestudio.checkpoints import CHECKPOINT
+from tunestudio.checkpoints import CHECKPOINT, publish
 from tunestudio.events import Failed, Log, WarningEvent
 from tunestudio.worker.child import die_with_parent
 from tunestudio.worker.launch import RESULT_ENV
@@ -59,7 +59,6 @@ from tunestudio.worker.ray_ship import (
     local_inputs,
     move_into,
     pack,
-    publish_checkpoint,
     resolve_latest,
     ship_limit,
     unpack,
@@ -166,7 +165,7 @@ class Relay:
         if self._paths is not None:
             self._paths.files(staging, names)
         if item.name:
-            publish_checkpoint(staging, self.output_dir / item.name)
+            publish(staging, self.output_dir / item.name)
             self._written.add(item.name)
         else:
             move_into(staging, self.output_dir)

@@ -295,16 +295,6 @@ def move_into(source: Path, dest: Path) -> None:
     shutil.rmtree(source, ignore_errors=True)
 
 
-def publish_checkpoint(staged: Path, final: Path) -> None:
-    """A checkpoint folder into place whole; an older copy at the same step goes only after."""
-    replaced = final.with_name(f".replaced-{final.name}")
-    if final.exists():
-        shutil.rmtree(replaced, ignore_errors=True)
-        final.rename(replaced)
-    staged.rename(final)
-    shutil.rmtree(replaced, ignore_errors=True)
-
-
 # --- node paths back to the studio's --------------------------------------------------------
 class PathMap:
     """Node-local paths (of rank 0's node) to the studio's: the inputs' copies and the output folder."""
