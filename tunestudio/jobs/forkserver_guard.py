@@ -8,6 +8,12 @@ started it is gone, even in the middle of its preload. Workers forked from it
 do not inherit the watch (a fork copies only the forking thread); they have
 their own (worker/child.py) and PR_SET_PDEATHSIG on the forkserver.
 
+When the parent is gone after the preload, multiprocessing's own loop sees
+its "alive" pipe close first and exits through SystemExit, and the interpreter
+shutdown that follows freezes the watch (a daemon thread) and takes seconds with
+torch loaded; an atexit hook ends that shutdown at once too (the forkserver
+holds nothing to flush; its children end through os._exit and never run it).
+
 It acts only while multiprocessing's forkserver imports its preload, and only
 when the process that started it named itself in PARENT_ENV (prewarm.py does);
 imported anywhere else it does nothing.
@@ -15,6 +21,7 @@ imported anywhere else it does nothing.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -46,6 +53,12 @@ def _start() -> None:
     if not parent.isdigit() or not _in_forkserver_preload():
         return
     threading.Thread(target=_watch, args=(int(parent),), name="forkserver-guard", daemon=True).start()
+    atexit.register(_exit_now, os.getpid())
+
+
+def _exit_now(pid: int) -> None:
+    if os.getpid() == pid:  # the forkserver itself, never a process forked from it
+        os._exit(0)
 
 
 _start()

@@ -83,6 +83,23 @@ def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None
 
 
 def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
+    if not cfg.output_dir:
+        raise UserError("output_dir: the worker needs an output folder")
+    output_dir = Path(cfg.output_dir)
+    standalone = not (output_dir / ownership.MARKER).is_file() and channel.is_main
+    try:  # the manager took the folder (tunestudio.ownership); a worker run by hand takes it itself
+        if standalone:
+            ownership.take(output_dir, "standalone")
+    except ownership.NotOurs as exc:
+        raise UserError(f"output_dir: {exc}") from None
+    try:
+        return _train_in(cfg, channel, cache_dir, output_dir)
+    finally:  # a worker run by hand seals its own claim, and gives the folder back if it wrote nothing
+        if standalone and not ownership.seal(output_dir, "standalone"):
+            ownership.release(output_dir, "standalone")
+
+
+def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_dir: Path) -> int:
     import torch
 
     from tunestudio.worker import batching, calibrate, integrations, lmhead, performance
@@ -92,14 +109,6 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
     from tunestudio.worker import model as model_mod
     from tunestudio.worker import train as train_mod
 
-    if not cfg.output_dir:
-        raise UserError("output_dir: the worker needs an output folder")
-    output_dir = Path(cfg.output_dir)
-    try:  # the manager took the folder (tunestudio.ownership); a worker run by hand takes it itself
-        if not (output_dir / ownership.MARKER).is_file() and channel.is_main:
-            ownership.take(output_dir, "standalone")
-    except ownership.NotOurs as exc:
-        raise UserError(f"output_dir: {exc}") from None
     checkpoint = train_mod.resolve_checkpoint(cfg)
 
     # 1. tokenizer and model
