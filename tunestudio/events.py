@@ -31,6 +31,12 @@ WorkerPhase = Literal["loading_model", "loading_dataset", "training", "saving"]
 # manager records them as the job's `phase`). The base model is judged before training, the result after it.
 WorkerStep = Literal["evaluating_base", "generating_base", "evaluating", "generating"]
 
+# Files a training job leaves in its output folder that the parent reads: which rows it held out for evaluation
+# (written before training, so a resume of a stopped or failed job finds it; worker/data/held_out.py), and its
+# held-out rows one by one after the final evaluation (worker/evaluation.py).
+HELD_OUT_FILE = "held_out.json"
+EVAL_ROWS_FILE = "eval_rows.json"
+
 
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -128,6 +134,20 @@ class Evaluation(BaseModel):
     rows: int = Field(ge=0, description="Held-out rows answered by both models.")
     metrics: dict[str, BeforeAfter] = Field(default_factory=dict)
     examples: list[EvalExample] = Field(default_factory=list)
+    rows_file: str | None = Field(default=None, description="Every evaluated held-out row with its loss, reference "
+                                  "and answers (EVAL_ROWS_FILE; GET /api/jobs/{id}/rows).")
+    scored_rows: int = Field(default=0, ge=0, description="Held-out rows whose loss was measured one by one.")
+
+
+class HeldOut(BaseModel):
+    """The rows a job held out of its data for evaluation, recorded in `file` (HELD_OUT_FILE) by identity."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    rows: int = Field(ge=0)
+    seed: int | None = None
+    source: str | None = Field(default=None, description="The held_out_rows record it reused; None: a new split.")
 
 
 class Best(BaseModel):
@@ -167,6 +187,8 @@ class Completed(_Message):
     evaluation: Evaluation | None = None
     best: Best | None = None
     reason: str = ""
+    benchmarks: dict[str, Any] | None = None  # a bench job's: per task and metric, before and after
+    held_out: HeldOut | None = None
 
 
 class Failed(_Message):

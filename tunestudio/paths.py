@@ -6,8 +6,8 @@ asked here, at submit (and again in the worker, which may run later or
 elsewhere):
 
 - `resolve(cfg)`: every local path made absolute; local datasets, a local
-  model folder, an eval file, a local hub-dataset folder and a user reward
-  function's file must exist.
+  model folder, an eval file, a local hub-dataset folder, a user reward
+  function's file and a held-out record (`held_out_rows`) must exist.
 - `confine(cfg, roots)`: for clients that must not reach the whole machine
   (the HTTP API): every path a job reads or writes lies inside its allowed
   roots. It runs *before* `resolve`, on paths alone, so a refusal never tells
@@ -158,6 +158,13 @@ def resolve(cfg: JobConfig) -> JobConfig:
         raw = getattr(cfg, name)
         if raw and raw != "latest":
             update[name] = str(_abs(raw))
+    if cfg.held_out_rows:  # an earlier job's record of the rows it held out (its resume's, its clone's)
+        path = _abs(cfg.held_out_rows)
+        if not _on_disk(str(path), "is_file"):
+            raise PathRefused("held_out_rows", f"held-out record {cfg.held_out_rows!r} does not exist (the job that "
+                                               "wrote it was deleted with its files?); unset held_out_rows for a "
+                                               "new split", code="not_found")
+        update["held_out_rows"] = str(path)
     rewards = []
     for entry in cfg.reward_functions:  # GRPO: a user reward function's file (its code runs in the worker)
         source = reward_source(entry)
@@ -198,6 +205,8 @@ def confine(cfg: JobConfig, roots: Roots) -> None:
     checkpoint = cfg.resume_from_checkpoint
     if checkpoint and checkpoint != "latest" and not _inside(_abs(checkpoint), allowed):
         raise refuse("resume_from_checkpoint", checkpoint, allowed, "folders")
+    if cfg.held_out_rows and not _inside(_abs(cfg.held_out_rows), allowed):
+        raise refuse("held_out_rows", cfg.held_out_rows, allowed, "folders")
     if cfg.enable_tensorboard or Path(cfg.tensorboard_dir).is_absolute():
         board = tensorboard_path(cfg).resolve(strict=False)
         if cfg.output_dir is None and not expand(cfg.tensorboard_dir).is_absolute():
@@ -230,6 +239,8 @@ def protect_inputs(cfg: JobConfig) -> None:
     if (eval_file := _eval_path(cfg)) is not None:
         (folders if _on_disk(eval_file, "is_dir") else files).append(("eval_split", eval_file))
     files += [("reward_functions", raw) for raw in filter(None, map(reward_source, cfg.reward_functions))]
+    if cfg.held_out_rows:
+        files.append(("held_out_rows", cfg.held_out_rows))
     if cfg.resume_from_checkpoint and cfg.resume_from_checkpoint != "latest":
         folders.append(("resume_from_checkpoint", cfg.resume_from_checkpoint))
     for field, raw in folders:

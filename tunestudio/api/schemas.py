@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from tunestudio import ownership
-from tunestudio.events import Best, Evaluation, Sample
+from tunestudio.events import Best, Evaluation, HeldOut, Sample
 from tunestudio.inference.models import weights_folder
 from tunestudio.jobs.models import Job, JobKind
 from tunestudio.jobs.status import JobStatus
@@ -47,6 +47,9 @@ class JobOut(BaseModel):
     best: Best | None = Field(
         default=None, description="With early stopping: the best evaluation {step, metric, value, checkpoint}; "
                                   "with keep_best the artefacts are that step's weights.")
+    held_out: HeldOut | None = Field(
+        default=None, description="The rows held out of the data for evaluation: {file, rows, seed, source}; a "
+                                  "resume and a clone (held_out_rows) hold out the same ones.")
 
     name: str | None = None
     notes: str | None = None
@@ -70,6 +73,7 @@ class JobOut(BaseModel):
             samples=result.get("samples") or [],
             evaluation=result.get("evaluation"),
             best=result.get("best"),
+            held_out=result.get("held_out"),
             queue_position=queue_position,
             stoppable=job.stoppable, cancellable=job.cancellable, resumable=job.resumable, deletable=job.deletable,
             is_terminal=job.is_terminal, has_result=job.has_result,
@@ -148,6 +152,39 @@ class JobMessage(BaseModel):
 class MessagesOut(BaseModel):
     job_id: str
     items: list[JobMessage] = Field(description="Oldest first.")
+
+
+class EvalRowOut(BaseModel):
+    """One held-out row of a finished job's final evaluation."""
+
+    index: int = Field(description="Its place among the held-out rows (0-based).")
+    file: str | None = Field(default=None, description="The dataset it comes from.")
+    line: int | None = Field(default=None, description="Its row in that dataset (1-based: a line of a JSONL file).")
+    prompt: str
+    reference: str = Field(description="The dataset's reply (a plain text row: its text).")
+    loss: float | None = Field(default=None, description="After training: mean cross-entropy per reference token.")
+    loss_before: float | None = Field(default=None, description="The same, of the base model.")
+    answer: str | None = Field(default=None, description="The trained model's answer (answered rows only).")
+    answer_before: str | None = None
+    exact_match: float | None = None
+    token_f1: float | None = None
+    rouge_l: float | None = None
+    exact_match_before: float | None = None
+    token_f1_before: float | None = None
+    rouge_l_before: float | None = None
+
+
+class EvalRowsOut(BaseModel):
+    job_id: str
+    by: str = Field(description="loss, or a generation metric: exact_match, token_f1, rouge_l.")
+    order: str = Field(description="worst: highest loss or lowest metric first; best: the other way.")
+    total: int = Field(description="Every evaluated row.")
+    ranked: int = Field(description="Rows that have the figure ordered by (the others come last).")
+    offset: int
+    limit: int
+    loss: str = Field(description="What a row's loss is.")
+    metrics: list[str]
+    rows: list[EvalRowOut]
 
 
 class ErrorDetail(BaseModel):

@@ -79,6 +79,12 @@ class DataPart(BaseModel):
                     "normalising whitespace), or near (also rows whose word 3-grams overlap by an estimated "
                     "Jaccard of 0.8 or more: MinHash LSH).",
     )
+    held_out_rows: str | None = Field(
+        default=None,
+        description="The held_out.json an earlier job wrote in its output folder: hold out exactly its rows again "
+                    "(a resume and a clone do), matched by content; the job fails naming the rows its data no "
+                    "longer has. null: a new split, seeded by random_seed. Needs eval_steps > 0 and no eval_split.",
+    )
 
     @field_validator("local_datasets")
     @classmethod
@@ -450,6 +456,9 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
                 raise ValueError(
                     "custom_format_mapping: map at least one column to 'user' and one to 'assistant'"
                 )
+        if self.held_out_rows is not None and (self.eval_split or self.eval_steps <= 0):
+            raise ValueError("held_out_rows: applies to the rows a job holds out of its data for evaluation: "
+                             + ("unset eval_split" if self.eval_split else "set eval_steps above 0"))
         if self.resume_from_checkpoint == "latest" and not self.output_dir:
             raise ValueError('resume_from_checkpoint: "latest" needs output_dir')
         return self

@@ -13,6 +13,7 @@ from pathlib import Path
 from tunestudio import ownership, paths
 from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
+from tunestudio.events import HELD_OUT_FILE
 from tunestudio.export_config import ExportConfig, ExportOptions
 from tunestudio.jobs.models import Job, JobConflict
 from tunestudio.jobs.status import RESUMABLE, JobStatus
@@ -63,8 +64,9 @@ def check_export(config: ExportConfig, source: Job, data_dir: Path, others: list
 
 
 def resume_config(job: Job, resumed_by: str | None, secrets: dict[str, str], num_processes: int | None) -> JobConfig:
-    """The config of a job that continues `job` from its checkpoint (in a new output folder); JobConflict when
-    it cannot resume. num_processes: run the rest on this many ranks."""
+    """The config of a job that continues `job` from its checkpoint (in a new output folder), holding out the
+    rows `job` held out (its held_out.json); JobConflict when it cannot resume. num_processes: run the rest on
+    this many ranks."""
     if job.kind != "train":
         raise JobConflict(f"job {job.id} is an export; exports do not resume: export again")
     if job.status not in RESUMABLE:
@@ -75,6 +77,9 @@ def resume_config(job: Job, resumed_by: str | None, secrets: dict[str, str], num
     if checkpoint is None or not Path(checkpoint).is_dir():
         raise JobConflict(f"job {job.id} has no checkpoint to resume from")
     public = {**job.config, "resume_from_checkpoint": checkpoint, "output_dir": None}
+    held_out = Path(job.output_dir or "") / HELD_OUT_FILE
+    if job.output_dir and held_out.is_file():  # the rows it held out, again: the same evaluation, no leak
+        public["held_out_rows"] = str(held_out)
     if num_processes is not None:
         public["num_processes"] = num_processes
     return JobConfig.from_parts(public, secrets)

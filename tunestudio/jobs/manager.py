@@ -1,4 +1,5 @@
-"""The public face of jobs: submit, export, stop, cancel, resume, delete, get, list, metrics, subscribe.
+"""The public face of jobs: submit, export, stop, cancel, resume, delete, get, list, metrics, subscribe,
+eval_rows.
 
 Routes and the CLI call this and nothing deeper. The manager composes the
 parts of `jobs/`: the store (SQLite), the tracker of its own jobs' status
@@ -32,7 +33,7 @@ from tunestudio import paths
 from tunestudio.config import JobConfig
 from tunestudio.events import StatusEvent, WarningEvent
 from tunestudio.export_config import ExportConfig, ExportOptions
-from tunestudio.jobs import admission, artefacts, prewarm
+from tunestudio.jobs import admission, artefacts, evalrows, prewarm
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound, QueueFull
 from tunestudio.jobs.owners import Owners
 from tunestudio.jobs.slots import Slots
@@ -322,6 +323,12 @@ class JobManager:
         self.get(job_id)
         rows = self._store.messages(job_id, MESSAGE_KINDS, upto, limit)
         return [JobEvent(seq, kind, text) for seq, kind, text in rows]
+
+    def eval_rows(self, job_id: str, by: str = "loss", order: evalrows.Order = "worst", limit: int = 50,
+                  offset: int = 0) -> evalrows.RowsPage:
+        """A finished job's held-out rows, one by one, ordered by loss or a generation metric (worst or best first;
+        see evalrows.py). Raises JobNotFound, or JobConflict saying why the job has none."""
+        return evalrows.page(self.get(job_id), by, order, limit, offset)
 
     # --- scheduling --------------------------------------------------------------
     def _schedule_loop(self) -> None:

@@ -133,7 +133,7 @@ class Tracker:
         row = self.store.get_job(job_id) or {}
         if done is not None:
             fields["final_metrics"] = done.metrics
-            fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation", "best"})
+            fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation", "best", "held_out"})
             self._inherit_base_eval_loss(fields["result"], row.get("resumed_from"))
             if done.output_dir:
                 fields["output_dir"] = done.output_dir

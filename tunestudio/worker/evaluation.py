@@ -13,14 +13,24 @@ training (the base model) and after it (the result). On the assistant replies:
 
 each a mean over the rows, 0..1. The eval loss (and perplexity, its exp) over
 the whole eval split come from the trainer's own evaluation.
+
+Row by row (`row_losses`): the loss of each of the first max(SCORED_ROWS,
+eval_generate_rows) held-out rows, before and after, is the mean cross-entropy
+per token of its reference reply given its prompt (the whole text for a plain
+text row), teacher-forced, with the model in eval mode; a row's answers and
+metrics come with it where it was answered. They are written to the job's
+EVAL_ROWS_FILE (`write_rows`), which GET /api/jobs/{id}/rows pages through,
+worst first.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tunestudio.events import BeforeAfter, EvalExample, Evaluation
@@ -28,6 +38,7 @@ from tunestudio.events import BeforeAfter, EvalExample, Evaluation
 SHOWN_EXAMPLES = 5  # rows the job's record keeps for people to read
 MAX_NEW_TOKENS = 256  # the longest answer generated for one row
 BATCH = 8
+SCORED_ROWS = 256  # held-out rows whose loss is measured one by one (at least; all the answered rows too)
 Progress = Callable[[int, int], None]  # (done, total), as worker/phases.py's Steps.counter takes it
 
 
@@ -78,12 +89,15 @@ def score(predictions: Sequence[str], references: Sequence[str]) -> dict[str, fl
 # --- held-out rows ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class EvalRow:
-    prompt: Any  # a list of chat messages, or plain prompt text
+    prompt: Any  # a list of chat messages, plain prompt text, or None: a plain text row (its text is the reference)
     reference: str
+    place: dict[str, Any] | None = None  # {file, line}: where the row is in the data
 
     @property
     def shown(self) -> str:
         """The prompt as a person reads it: the last user turn, or the plain text."""
+        if self.prompt is None:
+            return ""
         if isinstance(self.prompt, str):
             return self.prompt
         users = [m["content"] for m in self.prompt if m.get("role") == "user"]
@@ -98,22 +112,27 @@ def _content(turns: Any) -> str | None:
     return None
 
 
-def eval_rows(examples: Iterable[dict[str, Any]], limit: int) -> list[EvalRow]:
-    """The first `limit` examples that have a prompt and a reference reply (plain text rows have neither)."""
+def eval_rows(examples: Iterable[dict[str, Any]], limit: int, places: Sequence[dict[str, Any]] | None = None,
+              text: bool = False) -> list[EvalRow]:
+    """The first `limit` examples that have a prompt and a reference reply (and, with `text`, plain text rows,
+    whose text is their reference); places: each example's {file, line}, in the examples' order."""
     out: list[EvalRow] = []
-    for example in examples:
+    for i, example in enumerate(examples):
         if len(out) >= limit:
             break
+        place = places[i] if places is not None and i < len(places) else None
         if "messages" in example:
             messages = example["messages"]
             last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
             if last:
-                out.append(EvalRow(messages[:last], str(messages[last]["content"])))
+                out.append(EvalRow(messages[:last], str(messages[last]["content"]), place))
             continue
         reply = example.get("completion", example.get("chosen"))
         reference = _content(reply)
         if "prompt" in example and reference is not None:
-            out.append(EvalRow(example["prompt"], reference))
+            out.append(EvalRow(example["prompt"], reference, place))
+        elif text and isinstance(example.get("text"), str) and "prompt" not in example:
+            out.append(EvalRow(None, example["text"], place))
     return out
 
 
@@ -170,31 +189,110 @@ def generate_answers(model: Any, tokenizer: Any, rows: Sequence[EvalRow], should
     return answers
 
 
+# --- the loss of each row ----------------------------------------------------------------------
+def _token_ids(encoded: Any) -> list[int]:
+    ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
+    return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+
+
+def _chat_ids(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
+    return _token_ids(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt))
+
+
+def row_tokens(tokenizer: Any, row: EvalRow) -> tuple[list[int], list[int]]:
+    """(prompt tokens, reference tokens) as the trainer sees the row: a conversation through the chat template
+    (the reply is what the template adds after the generation prompt), plain text with EOS after the reply."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    if row.prompt is None:
+        return [], _token_ids(tokenizer(row.reference)) + eos
+    if isinstance(row.prompt, str):
+        prompt = _token_ids(tokenizer(row.prompt))
+        full = _token_ids(tokenizer(row.prompt + row.reference)) + eos
+    else:
+        prompt = _chat_ids(tokenizer, row.prompt, True)
+        full = _chat_ids(tokenizer, [*row.prompt, {"role": "assistant", "content": row.reference}], False)
+    if full[: len(prompt)] != prompt:  # a tokenizer that merges across the seam: the reply on its own
+        full = prompt + _token_ids(tokenizer(row.reference, add_special_tokens=False)) + eos
+    return prompt, full[len(prompt):]
+
+
+def row_losses(model: Any, tokenizer: Any, rows: Sequence[EvalRow], max_length: int,
+               should_stop: Any = None) -> list[float | None] | None:
+    """Each row's mean cross-entropy per reference token given its prompt (cut to max_length tokens, as training
+    cuts it); None for a row with no reference token left; None for all if `should_stop()` said so."""
+    import torch
+    import torch.nn.functional as F
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    losses: list[float | None] = []
+    try:
+        for row in rows:
+            if should_stop is not None and should_stop():
+                return None
+            prompt, reference = row_tokens(tokenizer, row)
+            ids = (prompt + reference)[:max_length]
+            first = max(len(prompt), 1)  # the first position predicted (a text row's first token is given)
+            k = len(ids) - first
+            if k <= 0:
+                losses.append(None)
+                continue
+            inputs = torch.tensor([ids], device=device)
+            with torch.no_grad():
+                try:  # only the logits that predict reference tokens (a long prompt's would fill the memory)
+                    logits = model(input_ids=inputs, logits_to_keep=k + 1).logits
+                except TypeError:  # a model without logits_to_keep
+                    logits = model(input_ids=inputs).logits
+            predicted = logits[0, -(k + 1):-1].float()
+            losses.append(float(F.cross_entropy(predicted, inputs[0, -k:]).item()))
+    finally:
+        if was_training:
+            model.train()
+    return losses
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
 # --- before and after --------------------------------------------------------------------
 class Evaluator:
-    """Answers the held-out rows with the base model, then with the result, and compares both."""
+    """Answers the held-out rows with the base model, then with the result, and compares both; measures each
+    scored row's loss under both."""
 
-    def __init__(self, rows: list[EvalRow]) -> None:
-        self.rows = rows
+    def __init__(self, rows: list[EvalRow], scored: list[EvalRow] | None = None, max_length: int = 2048) -> None:
+        self.rows = rows  # answered by both models
+        self.scored = scored if scored is not None else rows  # their loss measured one by one (rows among them)
+        self.max_length = max_length
         self.before: list[str] | None = None
         self.loss_before: float | None = None
+        self.row_loss_before: list[float | None] = []
 
     @classmethod
-    def for_job(cls, eval_examples: Iterable[dict[str, Any]] | None, limit: int) -> Evaluator | None:
-        """None when there is nothing to judge: no eval split."""
+    def for_job(cls, eval_examples: Iterable[dict[str, Any]] | None, limit: int,
+                places: Sequence[dict[str, Any]] | None = None, max_length: int = 2048) -> Evaluator | None:
+        """None when there is nothing to judge: no eval split. places: each eval example's {file, line}."""
         if eval_examples is None:
             return None
-        return cls(eval_rows(eval_examples, limit) if limit > 0 else [])
+        scored = eval_rows(eval_examples, max(SCORED_ROWS, limit), places, text=True)
+        answered = [r for r in scored if r.prompt is not None][:limit] if limit > 0 else []
+        return cls(answered, scored, max_length)
 
     def answer_before(self, model: Any, tokenizer: Any, loss: float | None, should_stop: Any = None,
                       progress: Progress | None = None) -> bool:
-        """The base model's answers; False if a stop arrived meanwhile."""
+        """The base model's answers and row losses; False if a stop arrived meanwhile."""
         self.loss_before = loss
         self.before = generate_answers(model, tokenizer, self.rows, should_stop, progress) if self.rows else []
-        return self.before is not None
+        if self.before is None:
+            return False
+        losses = row_losses(model, tokenizer, self.scored, self.max_length, should_stop)
+        self.row_loss_before = losses or []
+        return losses is not None
 
     def result(self, model: Any, tokenizer: Any, loss_after: float | None,
-               progress: Progress | None = None) -> Evaluation:
+               progress: Progress | None = None, rows_file: Path | None = None) -> Evaluation:
+        """The comparison; with rows_file, every scored row (write_rows) goes there."""
         after = generate_answers(model, tokenizer, self.rows, progress=progress) if self.rows else []
         assert after is not None and self.before is not None
         references = [r.reference for r in self.rows]
@@ -204,7 +302,42 @@ class Evaluator:
         metrics["perplexity"] = BeforeAfter(before=_perplexity(self.loss_before), after=_perplexity(loss_after))
         examples = [EvalExample(prompt=r.shown, reference=r.reference, before=b, after=a)
                     for r, b, a in list(zip(self.rows, self.before, after, strict=True))[:SHOWN_EXAMPLES]]
-        return Evaluation(rows=len(self.rows), metrics=metrics, examples=examples)
+        written = None
+        if rows_file is not None and self.scored:
+            losses = row_losses(model, tokenizer, self.scored, self.max_length) or []
+            write_rows(rows_file, self.table(after, losses))
+            written = str(rows_file)
+        return Evaluation(rows=len(self.rows), metrics=metrics, examples=examples, rows_file=written,
+                          scored_rows=len(self.scored) if written else 0)
+
+    def table(self, after: Sequence[str], losses: Sequence[float | None]) -> list[dict[str, Any]]:
+        """One record per scored row, in the held-out rows' order: where it is, its prompt and reference, its loss
+        before and after, and, where it was answered, both answers and each metric of the answer after."""
+        answered = {id(r): i for i, r in enumerate(self.rows)}
+        before_losses = list(self.row_loss_before) + [None] * (len(self.scored) - len(self.row_loss_before))
+        table = []
+        for n, (row, loss, loss_before) in enumerate(zip(self.scored, losses, before_losses, strict=True)):
+            record: dict[str, Any] = {
+                "index": n, **(row.place or {"file": None, "line": None}),
+                "prompt": row.shown, "reference": row.reference,
+                "loss": _finite(loss), "loss_before": _finite(loss_before),
+                "answer": None, "answer_before": None,
+            }
+            i = answered.get(id(row))
+            if i is not None and self.before is not None:
+                record["answer"], record["answer_before"] = after[i], self.before[i]
+                for name, fn in METRICS.items():
+                    record[name] = fn(after[i], row.reference)
+                    record[f"{name}_before"] = fn(self.before[i], row.reference)
+            table.append(record)
+        return table
+
+
+def write_rows(path: Path, table: list[dict[str, Any]]) -> None:
+    """The rows' records as EVAL_ROWS_FILE: {"loss": what loss means, "metrics": [...], "rows": [...]}."""
+    body = {"loss": "mean cross-entropy per token of the reference reply given the prompt (teacher-forced)",
+            "metrics": list(METRICS), "rows": table}
+    path.write_text(json.dumps(body, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _perplexity(loss: float | None) -> float | None:

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from tunestudio import ownership, paths
 from tunestudio.config import JobConfig, format_validation_error, summary
-from tunestudio.events import Sample
+from tunestudio.events import EVAL_ROWS_FILE, HELD_OUT_FILE, HeldOut, Sample
 from tunestudio.worker import errors
 from tunestudio.worker.channel import Channel, quiet_libraries
 from tunestudio.worker.errors import UserError, disk_full, out_of_memory
@@ -108,6 +108,7 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
     from tunestudio.worker import evaluation as evaluation_mod
     from tunestudio.worker import model as model_mod
     from tunestudio.worker import train as train_mod
+    from tunestudio.worker.data import held_out as held_out_mod
 
     checkpoint = train_mod.resolve_checkpoint(cfg)
 
@@ -140,6 +141,14 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
         channel.log(note)
     for warning in data.warnings:
         channel.warn(warning)
+    held_out = None
+    if data.held_out is not None and channel.is_main:  # which rows, before training: a resume of any end reuses it
+        held_file = output_dir / HELD_OUT_FILE
+        held_out_mod.write(held_file, data.held_out)
+        held_out = HeldOut(file=str(held_file), rows=len(data.held_out["rows"]), seed=data.held_out["seed"],
+                           source=data.held_out["source"])
+
+    held_eval = data.eval  # the converted held-out rows, as they were split (the trainer's copy is tokenised)
 
     # 3. trainer, with the logging integrations the job asked for
     report_to, integration_notes = integrations.setup(cfg)
@@ -184,8 +193,8 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
     loss_before = None
     if trainer.eval_dataset is not None and checkpoint is None:  # eval loss at step 0, reported through the callback
         loss_before = steps.evaluate(trainer, "evaluating_base", "eval loss of the base model").get("eval_loss")
-    evaluator = evaluation_mod.Evaluator.for_job(data.eval if trainer.eval_dataset is not None else None,
-                                                 cfg.eval_generate_rows)
+    evaluator = evaluation_mod.Evaluator.for_job(held_eval if trainer.eval_dataset is not None else None,
+                                                 cfg.eval_generate_rows, data.eval_places, cfg.max_seq_length)
     if evaluator is not None and evaluator.rows:
         channel.log(f"evaluation: the base model answers {len(evaluator.rows)} held-out rows")
     if evaluator is not None and not evaluator.answer_before(
@@ -228,7 +237,8 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
     if evaluator is not None and stop is None:  # a stopped job is not judged: the stop asked for a quick end
         evaluation = evaluator.result(trainer.model, tokenizer,
                                       _final_eval_loss(trainer, reporter.records, weights_step, steps),
-                                      steps.counter("generating", "the fine-tuned model answers held-out rows"))
+                                      steps.counter("generating", "the fine-tuned model answers held-out rows"),
+                                      rows_file=output_dir / EVAL_ROWS_FILE)
     metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     if cfg.dedupe != "off":
         metrics["dedupe_removed"] = float(data.deduplicated)  # the job's summary (final_metrics) says how many
@@ -243,6 +253,7 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
         evaluation=evaluation,
         best=stopper.best() if stopper is not None else None,
         reason=stopper.reason if stopper is not None else "",
+        held_out=held_out,
     )
     return 0
 

@@ -138,6 +138,7 @@ def local_inputs(config: dict[str, Any]) -> list[Input]:
         add("reward_functions", reward_source(entry))
     if config.get("resume_from_checkpoint") != "latest":
         add("resume_from_checkpoint", config.get("resume_from_checkpoint"))
+    add("held_out_rows", config.get("held_out_rows"))
     return found
 
 
@@ -163,7 +164,7 @@ def localise(config: dict[str, Any], inputs: list[Input], stage: str | Path) -> 
     """The config a rank runs: every shipped input at its node path, the output folder in the stage."""
     where = {item.path: node_path(stage, i, item.path) for i, item in enumerate(inputs)}
     out = dict(config)
-    for name in ("model_name", "hf_dataset", "eval_split", "resume_from_checkpoint"):
+    for name in ("model_name", "hf_dataset", "eval_split", "resume_from_checkpoint", "held_out_rows"):
         if out.get(name) in where:
             out[name] = where[out[name]]
     out["local_datasets"] = [where.get(raw, raw) for raw in out.get("local_datasets") or []]

@@ -12,6 +12,7 @@ from tunestudio.api import sse
 from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.schemas import (
     ERRORS,
+    EvalRowsOut,
     JobCreated,
     JobMessage,
     JobOut,
@@ -25,6 +26,7 @@ from tunestudio.api.schemas import (
 from tunestudio.api.security import confine_export, confine_paths
 from tunestudio.config import JobConfig
 from tunestudio.export_config import ExportOptions
+from tunestudio.jobs.evalrows import ORDER_KEYS, Order
 from tunestudio.jobs.status import JobStatus
 from tunestudio.jobs.store import INT64_MAX  # query parameters must fit SQLite's integers
 
@@ -151,6 +153,24 @@ def job_messages(
     items = [JobMessage(seq=e.seq, kind=e.kind, ts=e.data.get("ts"), level=e.data.get("level"),
                         message=e.data.get("message") or "") for e in manager.messages(job_id, upto, limit)]
     return MessagesOut(job_id=job_id, items=items)
+
+
+@router.get("/{job_id}/rows", response_model=EvalRowsOut)
+def job_rows(
+    job_id: str,
+    manager: ManagerDep,
+    order: Annotated[Order, Query(description="worst: highest loss (lowest metric) first; best: the other way.")]
+    = "worst",
+    by: Annotated[str, Query(pattern=f"^({'|'.join(ORDER_KEYS)})$",
+                             description=f"What orders the rows: {', '.join(ORDER_KEYS)}.")] = "loss",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
+) -> EvalRowsOut:
+    """A finished job's held-out rows one by one, with the reference, the model's answer, the loss and the
+    generation metrics; 409 when the job has none (running, stopped, no held-out rows), saying why."""
+    found = manager.eval_rows(job_id, by=by, order=order, limit=limit, offset=offset)
+    return EvalRowsOut(job_id=job_id, by=by, order=order, total=found.total, ranked=found.ranked, offset=offset,
+                       limit=limit, loss=found.loss, metrics=found.metrics, rows=found.rows)
 
 
 @router.get("/{job_id}/events", response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})

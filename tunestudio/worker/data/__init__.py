@@ -2,7 +2,8 @@
 
 read (sources) → slice → tell the format (formats) → convert each row → render
 check (templates) → drop and count unusable rows → remove duplicates (dedupe, when
-the job asks) → split off the eval rows.
+the job asks) → split off the eval rows (seeded, or the rows an earlier job held out:
+held_out; the record of which rows is `PreparedData.held_out`).
 
 Errors a user can cause name the file and the row (1-based, as an editor shows it).
 """
@@ -18,6 +19,7 @@ from datasets import Dataset
 
 from tunestudio.config import JobConfig
 from tunestudio.worker.data import dedupe as dedupe_mod
+from tunestudio.worker.data import held_out as held_out_mod
 from tunestudio.worker.data.formats import Converter, RowProblem, detect_format, resolve_format
 from tunestudio.worker.data.sources import SUPPORTED_SUFFIXES, Row, read_file, read_rows
 from tunestudio.worker.data.templates import (
@@ -58,6 +60,8 @@ class PreparedData:
     warnings: list[str] = field(default_factory=list)
     dropped: int = 0
     deduplicated: int = 0  # rows removed as duplicates (JobConfig.dedupe)
+    held_out: dict[str, Any] | None = None  # which rows the held-out split holds (held_out.record), when it made one
+    eval_places: list[dict[str, Any]] = field(default_factory=list)  # each eval row's {file, line}, in eval's order
 
 
 # --- slicing and splitting ------------------------------------------------------
@@ -95,10 +99,12 @@ def hold_out(examples: list[Any], n_eval: int, seed: int) -> tuple[list[Any], li
 
 # --- converting and checking rows -------------------------------------------------
 def _usable(rows: list[Row], convert: Converter, cfg: JobConfig, tokenizer: Any,
-            fix: Any = None, clipped: list[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+            fix: Any = None, clipped: list[str] | None = None,
+            sources: list[Row] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The rows' TRL examples, and one line per dropped row saying where and why.
 
-    Rows longer than max_seq_length can hold are cut as text first (their places go into `clipped`).
+    Rows longer than max_seq_length can hold are cut as text first (their places go into `clipped`); each
+    example's row goes into `sources`, in the examples' order.
     """
     examples: list[dict[str, Any]] = []
     problems: list[str] = []
@@ -122,6 +128,8 @@ def _usable(rows: list[Row], convert: Converter, cfg: JobConfig, tokenizer: Any,
             problems.append(f"{row.where()} {exc}")
             continue
         examples.append(example)
+        if sources is not None:
+            sources.append(row)
     return examples, problems
 
 
@@ -174,22 +182,27 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
                             "the last assistant turn of each conversation is trained on")
 
     clipped: list[str] = []
-    examples, problems = _usable(train_rows, convert, cfg, tokenizer, fix, clipped)
+    sources: list[Row] = []
+    examples, problems = _usable(train_rows, convert, cfg, tokenizer, fix, clipped, sources)
     drop_warning = _check_drops(f"dataset {rows.description}", len(train_rows), problems)
     if drop_warning:
         warnings.append(drop_warning)
     dropped = len(problems)
     deduplicated = 0
     if cfg.dedupe != "off":  # before the split, so no held-out row repeats a training row it removes
-        kept, deduplicated = dedupe_mod.dedupe(examples, cfg.dedupe)
+        gone = dedupe_mod.find(examples, near=cfg.dedupe == "near").removed(cfg.dedupe)
+        deduplicated = len(gone)
         notes.append(dedupe_mod.describe(cfg.dedupe, deduplicated, len(examples)))
-        examples = kept
+        examples = [e for i, e in enumerate(examples) if i not in gone]
+        sources = [r for i, r in enumerate(sources) if i not in gone]
 
     eval_examples: list[dict[str, Any]] = []
+    eval_sources: list[Row] = []
+    held_record = None
     if rows.eval is not None:
         if not rows.eval:
             raise UserError(f"eval_split {cfg.eval_split!r} is empty")
-        eval_examples, eval_problems = _usable(rows.eval, convert, cfg, tokenizer, fix, clipped)
+        eval_examples, eval_problems = _usable(rows.eval, convert, cfg, tokenizer, fix, clipped, eval_sources)
         eval_warning = _check_drops(f"eval split {cfg.eval_split}", len(rows.eval), eval_problems)
         if eval_warning:
             warnings.append(eval_warning)
@@ -198,12 +211,28 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
             notes.append(f"eval: {len(eval_examples)} rows from eval_split {cfg.eval_split!r}")
         else:
             warnings.append(f"eval_split {cfg.eval_split!r} is set but eval_steps is 0, so there is no eval")
-            eval_examples = []
+            eval_examples = eval_sources = []
+    elif cfg.eval_steps > 0 and cfg.held_out_rows:  # the rows an earlier job held out (its resume, its clone)
+        previous = held_out_mod.read(cfg.held_out_rows)
+        split = held_out_mod.reuse(previous, sources, cfg.held_out_rows)
+        notes.append(split.note)
+        if split.warning:
+            warnings.append(split.warning)
+        held_record = held_out_mod.record(sources, split.held, previous.get("seed", cfg.random_seed),
+                                          cfg.held_out_rows)
+        examples, eval_examples, sources, eval_sources = (
+            [examples[i] for i in split.train], [examples[i] for i in split.held],
+            [sources[i] for i in split.train], [sources[i] for i in split.held])
     elif cfg.eval_steps > 0:
         n_eval = auto_eval_size(len(examples))
         if n_eval:
-            examples, eval_examples = hold_out(examples, n_eval, cfg.random_seed)
-            notes.append(f"eval: held out {n_eval} of {n_eval + len(examples)} rows for evaluation")
+            kept, held = hold_out(list(range(len(examples))), n_eval, cfg.random_seed)
+            held_record = held_out_mod.record(sources, held, cfg.random_seed, None)
+            examples, eval_examples, sources, eval_sources = (
+                [examples[i] for i in kept], [examples[i] for i in held],
+                [sources[i] for i in kept], [sources[i] for i in held])
+            notes.append(f"eval: held out {n_eval} of {n_eval + len(examples)} rows for evaluation "
+                         f"(seed {cfg.random_seed})")
         else:
             warnings.append(f"eval_steps is set but the dataset has only {len(examples)} rows (fewer than 32) "
                             "and no eval_split; no eval")
@@ -220,6 +249,8 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
         warnings=warnings,
         dropped=dropped,
         deduplicated=deduplicated,
+        held_out=held_record,
+        eval_places=[{"file": r.source, "line": r.number} for r in eval_sources] if eval_examples else [],
     )
 
 
