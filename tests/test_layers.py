@@ -26,8 +26,8 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # name, rooms, side by side
     # data_report/: the dataset report for the CLI and the API (its spawned child runs the worker's data code,
     # as api/preview.py's does)
-    ("faces", frozenset({"cli", "cli_chat", "cli_sweep", "api", "data_report"}), False),
-    ("wings", frozenset({"jobs", "inference", "worker", "sweeps"}), True),
+    ("faces", frozenset({"cli", "cli_chat", "cli_sweep", "cli_judge", "api", "data_report"}), False),
+    ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
                         "ownership", "export_config", "estimate"}), False),
 )

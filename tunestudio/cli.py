@@ -26,6 +26,7 @@ from rich.table import Table
 
 from tunestudio import ownership
 from tunestudio.cli_chat import chat, print_evaluation
+from tunestudio.cli_judge import judge
 from tunestudio.cli_sweep import sweep
 from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, format_validation_error, load_config
 from tunestudio.data_report.cli import data_app
@@ -95,6 +96,7 @@ def train(
 
 app.command()(chat)
 app.command()(sweep)
+app.command()(judge)
 
 
 class ExportTargetOption(StrEnum):

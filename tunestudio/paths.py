@@ -42,7 +42,7 @@ __all__ = [
 
 
 # The data directory's folders tunestudio keeps (jobs/ID is the manager's to assign): no job writes there.
-KEPT_FOLDERS = ("jobs", "data", "slots", "cache", "rewards", "sweeps")
+KEPT_FOLDERS = ("jobs", "data", "slots", "cache", "rewards", "sweeps", "mlflow", "judgements")
 
 
 class PathRefused(ValueError):

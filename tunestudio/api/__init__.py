@@ -11,11 +11,13 @@ from fastapi.staticfiles import StaticFiles
 
 from tunestudio.api import errors
 from tunestudio.api.deps import require_token
+from tunestudio.api.judging import pool_answerer
 from tunestudio.api.routes import (
     datasets,
     files,
     fine_tuning,
     jobs,
+    judgements,
     logs,
     models,
     openai,
@@ -31,6 +33,8 @@ from tunestudio.inference import InferencePool
 from tunestudio.jobs.executor import inference_executor
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.status import RUNNING
+from tunestudio.judge import Judgements
+from tunestudio.judge.service import FOLDER as JUDGEMENTS
 from tunestudio.settings import Settings
 from tunestudio.sweeps import Sweeps
 
@@ -54,9 +58,13 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
                                             training_active=lambda: jobs_manager.count(list(RUNNING)) > 0)
         # Sweeps left live by an earlier server continue; their runners stop before the manager closes.
         app.state.sweeps = Sweeps(jobs_manager, poll_seconds=min(0.5, settings.request_poll_seconds)).start()
+        pool = app.state.inference
+        app.state.judgements = Judgements(settings.data_dir() / JUDGEMENTS,
+                                          lambda model_id, tokens: pool_answerer(pool, jobs_manager, model_id, tokens))
         try:
             yield
         finally:
+            app.state.judgements.close()
             app.state.sweeps.close()
             app.state.inference.close()
             if own:
@@ -80,6 +88,7 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(files.router, dependencies=guarded)
     app.include_router(fine_tuning.router, dependencies=guarded)
     app.include_router(sweeps.router, dependencies=guarded)
+    app.include_router(judgements.router, dependencies=guarded)
     app.include_router(system.health)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/api/uploads": settings.max_upload_bytes,
                                                                              "/v1/files": settings.max_upload_bytes})

@@ -9,6 +9,7 @@
 import {api, ApiError} from "./api.js";
 import {lossChart, methodChart, singleChart, watchChart} from "./charts.js";
 import {chatPanel} from "./chat.js";
+import {judgePanel} from "./judge.js";
 import {exportPanel} from "./export.js";
 import {mountJobInfo} from "./jobinfo.js";
 import {mountLog} from "./log.js";
@@ -61,6 +62,8 @@ export async function showJob(main, id, {onChange, navigate}) {
   const judged = el("div", {class: "judged", id: "judged", hidden: true});
   const chatSlot = el("div", {id: "chat-slot"});
   let chat = null;
+  const judgeSlot = el("div", {id: "judge-slot"});  // a pairwise judge against the base (judge.js)
+  let judgeView = null;
   const logBox = el("div", {class: "log", id: "events-log"});
   const fileLogBox = el("div", {class: "log-file", id: "log-file"});
   const infoBox = el("div", {class: "job-info", id: "job-info"});
@@ -104,7 +107,7 @@ export async function showJob(main, id, {onChange, navigate}) {
         methodSpec ? stat("method", methodSpec[3]) : null,
         stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
         stat("peak", "peak memory")),
-    errorBox, warningsBox, results, judged, chatSlot, exportBox, infoBox,
+    errorBox, warningsBox, results, judged, chatSlot, judgeSlot, exportBox, infoBox,
     el("section", {class: "chart-card wide", hidden: isExport}, el("h2", {}, "Loss"), lossBox),
     methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h2", {}, methodSpec[1]), methodBox) : null,
     stopping ? el("section", {class: "chart-card wide"},
@@ -239,6 +242,10 @@ export async function showJob(main, id, {onChange, navigate}) {
     if (!chat && job.chattable) {
       chat = chatPanel(id);
       chatSlot.replaceChildren(chat.node);
+    }
+    if (!judgeView && job.chattable) {
+      judgeView = judgePanel(id);
+      judgeSlot.replaceChildren(judgeView.node);
     }
   };
   const drawJudged = () => {
@@ -380,6 +387,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     fileLog.dispose();
     if (source) source.close();
     if (chat) chat.dispose();
+    if (judgeView) judgeView.dispose();
     if (panel) panel.dispose();
     Object.values(charts).forEach((c) => c && c.destroy());
   };
