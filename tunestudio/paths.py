@@ -216,6 +216,13 @@ def confine(cfg: JobConfig, roots: Roots) -> None:
         if not inside_output and not _inside(board, [roots.data_dir]):
             raise PathRefused("tensorboard_dir", f"{cfg.tensorboard_dir} must be inside output_dir or the data "
                                                  f"directory {roots.data_dir}")
+    uri = cfg.mlflow_tracking_uri
+    if uri is not None and not uri.startswith(("http://", "https://")):
+        # a local store is a file the worker writes: only the data directory's (the default leaves it unset)
+        store = uri.removeprefix("sqlite:///").removeprefix("file://")
+        if "://" in store or not _inside(_abs(store), [roots.data_dir]):
+            raise PathRefused("mlflow_tracking_uri", f"{uri}: the API takes an http(s) tracking server, or a store "
+                                                     f"inside the data directory {roots.data_dir}; unset: its own")
 
 
 def protect_inputs(cfg: JobConfig) -> None:

@@ -72,6 +72,12 @@ class Settings(BaseSettings):
                     "job's output_dir); unset: they come back through Ray's object store.",
     )
 
+    mlflow_uri: str | None = Field(
+        default=None,
+        description="The MLflow tracking store of jobs with report_to mlflow (an http(s) server, a sqlite:/// "
+                    "file...); unset: a SQLite store in the data directory (mlflow/mlflow.db).",
+    )
+
     # --- the server --------------------------------------------------------------
     host: str = Field(default="127.0.0.1", description="Bind address; anything but loopback needs api_token.")
     port: int = Field(default=8765, ge=1, le=65535)
@@ -156,6 +162,10 @@ class Settings(BaseSettings):
         path = self.home.expanduser().resolve()
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def mlflow_tracking_uri(self) -> str:
+        """Where jobs with report_to mlflow log: TUNESTUDIO_MLFLOW_URI, else the data directory's SQLite store."""
+        return self.mlflow_uri or f"sqlite:///{self.data_dir() / 'mlflow' / 'mlflow.db'}"
 
     def cache_dir(self) -> Path:
         """Where workers keep what they measured between jobs (worker/calibrate.py: `precision.json`)."""

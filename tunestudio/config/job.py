@@ -2,8 +2,9 @@
 method), each a pydantic model of its fields; the whole is validated once.
 
 The model is pure: validators never touch the filesystem, so `JobConfig.model_validate(c.public_dict() |
-c.secrets()) == c` (tests/test_config.py checks it on generated configs). Two fields are derived, in
-`_consistent`: `load_in_4bit` follows `training_type`. Paths are made absolute and checked in an explicit
+c.secrets()) == c` (tests/test_config.py checks it on generated configs). Derived fields: in `_consistent`,
+`load_in_4bit` follows `training_type`; in `LoggingPart._trackers`, `report_to`'s wandb and tensorboard turn
+`enable_wandb` and `enable_tensorboard` on. Paths are made absolute and checked in an explicit
 step, `tunestudio.paths`. Every number has bounds, and NaN or infinity is refused.
 """
 
@@ -27,6 +28,7 @@ from tunestudio.config.vocabulary import (
     MappingTarget,
     Method,
     Optimizer,
+    ReportTarget,
     TrainingType,
 )
 
@@ -184,6 +186,43 @@ class LoggingPart(BaseModel):
     tensorboard_dir: str = Field(
         default="runs", min_length=1, description="TensorBoard event files; relative: inside output_dir."
     )
+    report_to: list[ReportTarget] = Field(
+        default_factory=list, max_length=3,
+        description="Experiment trackers: mlflow (params, per-step metrics, the evaluation and where the artefacts "
+                    "are, into mlflow_tracking_uri), wandb and tensorboard (the same as enable_wandb and "
+                    "enable_tensorboard, which they turn on).",
+    )
+    mlflow_tracking_uri: str | None = Field(
+        default=None, max_length=2000,
+        description="With report_to mlflow: the tracking store; unset: TUNESTUDIO_MLFLOW_URI, else a SQLite store "
+                    "in the data directory (filled in at submit).",
+    )
+    mlflow_experiment: str = Field(default="tunestudio", min_length=1, max_length=500,
+                                   description="With report_to mlflow: the experiment the job's run goes into.")
+    mlflow_run_name: str | None = Field(default=None, max_length=250,
+                                        description="With report_to mlflow: the run's name; unset: MLflow's.")
+    mlflow_parent_run_id: str | None = Field(
+        default=None, max_length=64, pattern=r"^[0-9a-zA-Z_-]+$",
+        description="With report_to mlflow: the run this job's run is a child of (a sweep sets it for its trials).",
+    )
+
+    @field_validator("report_to")
+    @classmethod
+    def _once_each(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _trackers(self) -> LoggingPart:
+        # report_to's wandb and tensorboard are the older switches' other spelling: the switches follow them
+        if "wandb" in self.report_to:
+            self.enable_wandb = True
+        if "tensorboard" in self.report_to:
+            self.enable_tensorboard = True
+        if "mlflow" not in self.report_to:
+            for name in ("mlflow_tracking_uri", "mlflow_run_name", "mlflow_parent_run_id"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: applies with report_to mlflow only")
+        return self
 
 
 

@@ -7,7 +7,8 @@ from typing import Literal
 
 __all__ = [
     "FORMAT_ALIASES", "GENERATION_METRICS", "MAX_ROWS", "MAX_STEPS", "ROLE_ALIASES", "SECRET_FIELDS", "DpoLoss",
-    "FormatType", "LrScheduler", "MappingTarget", "Method", "MethodField", "Optimizer", "Role", "TrainingType",
+    "FormatType", "LrScheduler", "MappingTarget", "Method", "MethodField", "Optimizer", "ReportTarget", "Role",
+    "TrainingType",
 ]
 
 SECRET_FIELDS = ("hf_token", "wandb_token")
@@ -83,6 +84,9 @@ ROLE_ALIASES = {"human": "user", "gpt": "assistant", "instruction": "user", "inp
 
 # What the held-out evaluation measures on generated answers (worker/evaluation.py's METRICS, by these names).
 GENERATION_METRICS: tuple[str, ...] = ("exact_match", "token_f1", "rouge_l")
+
+# Where a job's figures go beside the studio's own store: an MLflow tracking store, W&B, TensorBoard.
+ReportTarget = Literal["mlflow", "wandb", "tensorboard"]
 
 DpoLoss = Literal["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down",
                   "sigmoid_norm"]

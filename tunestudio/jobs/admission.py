@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tunestudio import ownership, paths
+from tunestudio.bench_config import BenchConfig
 from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import HELD_OUT_FILE
@@ -32,6 +33,8 @@ def new_job_id() -> str:
 def check_train(config: JobConfig, settings: Settings) -> JobConfig:
     """The config with its paths resolved, once its ranks, inputs and output folder pass."""
     config = paths.resolve(config)
+    if "mlflow" in config.report_to and config.mlflow_tracking_uri is None:  # the worker cannot know the default
+        config = config.model_copy(update={"mlflow_tracking_uri": settings.mlflow_tracking_uri()})
     _check_processes(config.num_processes, settings)
     paths.protect_inputs(config)
     if config.output_dir:
@@ -85,10 +88,12 @@ def resume_config(job: Job, resumed_by: str | None, secrets: dict[str, str], num
     return JobConfig.from_parts(public, secrets)
 
 
-def stored_config(row: dict, secrets: dict[str, str]) -> JobConfig | ExportConfig:
+def stored_config(row: dict, secrets: dict[str, str]) -> JobConfig | ExportConfig | BenchConfig:
     """The config of a job another process queued, validated again from its row."""
     if row.get("kind") == "export":
         return ExportConfig.from_parts(row["config"], secrets)
+    if row.get("kind") == "bench":
+        return BenchConfig.from_parts(row["config"], secrets)
     return paths.resolve(JobConfig.from_parts(row["config"], secrets))
 
 

@@ -25,6 +25,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tunestudio.jobs.manager import Job, JobConflict, JobManager, JobNotFound, QueueFull
+from tunestudio.sweeps import tracking
 from tunestudio.sweeps.config import SweepConfig, Values
 from tunestudio.sweeps.errors import SweepNotFound
 
@@ -143,15 +144,18 @@ class SweepRunner(threading.Thread):
         self._halt = threading.Event()
         self._trials: dict[int, optuna.Trial] = {}  # the live trials' handles, by number
         self._sent_stop: set[int] = set()
+        self._tracking: dict[str, str] = {}  # report_to mlflow: the fields each trial's config gets
 
     def halt(self) -> None:
         """Stop this thread (not the sweep's jobs): a later runner on the same study continues the sweep."""
         self._halt.set()
 
     def run(self) -> None:
+        self._tracking = self._open_tracking()
         while not self._halt.is_set():
             try:
                 if self.step():
+                    self._close_tracking()
                     return
             except Exception:  # a runner outlives any one bad poll (the store busy, a job deleted under it)
                 log.exception("sweep %s: poll failed", self.study.id)
@@ -187,6 +191,29 @@ class SweepRunner(threading.Thread):
             return True
         return False
 
+    def _open_tracking(self) -> dict[str, str]:
+        """report_to mlflow: the sweep's parent run (opened once, kept in the study), as the trials' fields."""
+        if not tracking.wanted(self.config):
+            return {}
+        uri, experiment = tracking.store(self.config, self.manager.settings.mlflow_tracking_uri())
+        attrs = self.study.study.user_attrs
+        run_id = attrs.get("mlflow_run_id")
+        if run_id is None and self.study.status == "running":
+            answer = tracking.open_parent(self.study.id, self.config, uri, experiment)
+            if "error" in answer:  # the trials still report to mlflow, and say what is wrong in their own runs
+                log.warning("sweep %s: no MLflow parent run: %s", self.study.id, answer["error"])
+                self.study.study.set_user_attr("mlflow_error", answer["error"])
+                return {"mlflow_tracking_uri": uri}
+            run_id = answer["run_id"]
+            self.study.study.set_user_attr("mlflow_run_id", run_id)
+        return {"mlflow_tracking_uri": uri, **({"mlflow_parent_run_id": run_id} if run_id else {})}
+
+    def _close_tracking(self) -> None:
+        run_id = self._tracking.get("mlflow_parent_run_id")
+        if run_id:
+            uri, experiment = tracking.store(self.config, self.manager.settings.mlflow_tracking_uri())
+            tracking.close_parent(run_id, uri, experiment, view(self.study, self._jobs_by_trial()))
+
     def _jobs_by_trial(self) -> dict[int, Job]:
         """The newest job of each trial, found by its tag."""
         found: dict[int, Job] = {}
@@ -204,6 +231,9 @@ class SweepRunner(threading.Thread):
     def _submit(self, number: int, params: dict[str, Any]) -> None:
         try:
             config = self.config.trial_config(params, number)
+            if self._tracking:  # the trial's MLflow run: a child of the sweep's
+                config = config.model_copy(update={**self._tracking,
+                                                   "mlflow_run_name": f"{self.study.id} trial {number}"})
             job = self.manager.submit(config, sweep=(self.study.id, number))
         except QueueFull:
             return  # the trial stays running; the next poll tries again
@@ -281,6 +311,18 @@ class SweepRunner(threading.Thread):
         self._trials.pop(number, None)
 
 
+def _job_figures(job: Job | None) -> dict[str, Any]:
+    """What a trial's job adds to its row: the steps it ran, its evaluation before and after training
+    ({metric: {before, after}}, as the job's result has it), and its status as a job."""
+    if job is None:
+        return {"steps": None, "evaluation": None, "job_status": None}
+    evaluation = ((job.result or {}).get("evaluation") or {}).get("metrics") or None
+    steps = (job.progress or {}).get("step")
+    return {"steps": steps, "job_status": job.status.value,
+            "evaluation": {name: {"before": m.get("before"), "after": m.get("after")}
+                           for name, m in evaluation.items() if isinstance(m, dict)} if evaluation else None}
+
+
 def new_sweep_id() -> str:
     return "sw-" + secrets.token_hex(6)
 
@@ -301,7 +343,8 @@ def view(study: Study, jobs: dict[int, Job]) -> dict[str, Any]:
             value = frozen.intermediate_values[max(frozen.intermediate_values)]
         trials.append({"number": frozen.number, "job_id": job.id if job else frozen.user_attrs.get("job_id"),
                        "params": frozen.params, "status": state, "value": value,
-                       "best_step": frozen.user_attrs.get("best_step"), "error": frozen.user_attrs.get("error")})
+                       "best_step": frozen.user_attrs.get("best_step"), "error": frozen.user_attrs.get("error"),
+                       **_job_figures(job)})
     order = {"completed": 0, "pruned": 1}
 
     def rank(t: dict[str, Any]) -> tuple[int, float, int]:
@@ -322,4 +365,5 @@ def view(study: Study, jobs: dict[int, Job]) -> dict[str, Any]:
                           "mode": "min" if minimize else "max"},
             "sampler": config.sampler, "pruner": config.pruner, "n_trials": config.budget,
             "parallel": config.parallel, "config": json.loads(json.dumps(attrs.get("config"))),
+            "mlflow_run_id": attrs.get("mlflow_run_id"), "mlflow_error": attrs.get("mlflow_error"),
             "trials": trials, "best": best}

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from tunestudio import ownership, paths
 from tunestudio.config import JobConfig, format_validation_error, summary
 from tunestudio.events import EVAL_ROWS_FILE, HELD_OUT_FILE, HeldOut, Sample
-from tunestudio.worker import errors
+from tunestudio.worker import errors, tracking
 from tunestudio.worker.channel import Channel, quiet_libraries
 from tunestudio.worker.errors import UserError, disk_full, out_of_memory
 from tunestudio.worker.phases import Steps
@@ -43,7 +43,9 @@ def run(
     try:
         cfg = _validate(config, secrets)
         quiet_libraries()
-        return _train(cfg, channel, Path(cache_dir) if cache_dir else None)
+        code = _train(cfg, channel, Path(cache_dir) if cache_dir else None)
+        tracking.end_open_runs("KILLED")  # an MLflow run a stop before training left open
+        return code
     except UserError as exc:
         channel.failed(str(exc), traceback.format_exc())
     except Exception as exc:
@@ -56,6 +58,7 @@ def run(
                            "its last checkpoint", traceback.format_exc())
         else:
             channel.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    tracking.end_open_runs("FAILED")
     return 1
 
 
@@ -154,6 +157,9 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
     report_to, integration_notes = integrations.setup(cfg)
     for note in integration_notes:
         channel.log(note)
+    run = tracking.job_run(cfg) if channel.is_main else None  # report_to mlflow: the job's run, its params
+    if run is not None:
+        channel.log(f"mlflow: run {run.run_id} in experiment {cfg.mlflow_experiment!r} of {run.uri}")
     if lmhead.install() and not torch.cuda.is_available():
         channel.log("LM head: TRL's fused log-probabilities computed by worker/lmhead.py on the CPU "
                     "(the same values, in a few passes per chunk of tokens)")
@@ -173,6 +179,8 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
             )
     if isinstance(trainer.data_collator, batching.ChoosingCollator):
         trainer.data_collator.reset()  # the batches calibration drew are not the job's
+    if run is not None:
+        trainer.add_callback(tracking.callback(run))  # after early stopping's: its generation metrics are logged
     batches = batching.describe(trainer, cfg.padding_free)
     if batches:
         channel.log(batches)
@@ -212,6 +220,8 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
     stop = reporter.stop
     stopper = best_mod.stopper_of(trainer)  # early stopping's watch, if the job has one
     if stop is not None and not stop.save:
+        if run is not None:
+            run.end("KILLED")
         channel.completed(output_dir=None, stopped=True, saved=False, global_step=trainer.state.global_step)
         return 0
 
@@ -242,6 +252,10 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
     metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     if cfg.dedupe != "off":
         metrics["dedupe_removed"] = float(data.deduplicated)  # the job's summary (final_metrics) says how many
+    best = stopper.best() if stopper is not None else None
+    if run is not None:
+        tracking.finish(run, stopped=stop is not None, output_dir=str(output_dir), metrics=metrics,
+                        evaluation=evaluation, best=best, reason=stopper.reason if stopper is not None else "")
     channel.completed(
         output_dir=str(output_dir),
         stopped=stop is not None,
@@ -251,7 +265,7 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
         metrics=metrics,
         samples=samples,
         evaluation=evaluation,
-        best=stopper.best() if stopper is not None else None,
+        best=best,
         reason=stopper.reason if stopper is not None else "",
         held_out=held_out,
     )

@@ -78,6 +78,9 @@ export const api = {
   hardware: () => call("/api/system/hardware"),
   messages: (id, upto) => call(`${job(id)}/messages${upto !== undefined ? `?upto=${upto}` : ""}`),
   metrics: (id, maxPoints) => call(`${job(id)}/metrics${maxPoints ? `?max_points=${maxPoints}` : ""}`),
+  listSweeps: () => call("/api/sweeps"),
+  getSweep: (id) => call(`/api/sweeps/${encodeURIComponent(id)}`),
+  stopSweep: (id) => call(`/api/sweeps/${encodeURIComponent(id)}/stop`, {method: "POST"}),
   // EventSource cannot send headers, so a token travels in the query string.
   eventsUrl: (id, after) => {
     const token = localStorage.getItem("tunestudio.token");
