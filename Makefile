@@ -26,7 +26,7 @@ setup: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,ray]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,ray,mlflow]'
 	touch $(STAMP)
 
 # pip checks the hash (--require-hashes); pip prepares the sdist's metadata, which takes about a minute.
