@@ -75,7 +75,7 @@ export function judgePanel(id) {
       if (!alive) return;
       list.replaceChildren(...(all.length ? [el("ul", {class: "plain"}, ...all.map((j) => el("li", {},
         el("a", {href: "#", "data-judgement": j.id, onclick: (e) => { e.preventDefault(); show(j.id); }},
-          `${fmtWhen(j.created_at)}: against ${j.against}`), ` · ${j.status} · score ${rate(j.summary.score)}`))))]
+          `${fmtWhen(j.created_at)}: against ${j.against}`), ` · ${j.status} · score ${rate(j.summary.score)}`)))]
         : [el("p", {class: "muted small"}, "No judgement yet.")]));
       if (open && all.length) show(all[0].id);
     } catch { /* the list is a convenience; the panel still starts one */ }
