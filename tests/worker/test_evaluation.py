@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,33 @@ def test_evaluation_record_holds_before_after_and_perplexity(monkeypatch: pytest
     assert result.metrics["eval_loss"].after == 1.0
     assert [(e.prompt, e.reference, e.before, e.after) for e in result.examples] == [
         ("p", "a b", "x", "a b"), ("q", "c", "c", "c")]
+
+
+def test_row_losses_are_each_rows_reference_cross_entropy_under_the_full_logits(tiny_model: Path) -> None:
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tunestudio.worker.evaluation import EvalRow, row_losses, row_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    rows = [EvalRow("What comes after one?", " two"),
+            EvalRow([{"role": "user", "content": "Say cat"}], "cat"),
+            EvalRow(None, "a plain text row, every token of it scored")]
+    losses = row_losses(model, tokenizer, rows, max_length=128)
+    assert losses is not None and len(losses) == 3
+    for row, loss in zip(rows, losses, strict=True):
+        prompt, reference = row_tokens(tokenizer, row)
+        assert reference and reference[-1] == tokenizer.eos_token_id
+        if row.prompt is not None:
+            assert row.reference.strip() in tokenizer.decode(reference)
+        ids = torch.tensor(prompt + reference)
+        first = max(len(prompt), 1)
+        with torch.no_grad():
+            logits = model(input_ids=ids[None]).logits[0]  # every position, no logits_to_keep
+        expected = F.cross_entropy(logits[first - 1 : -1].float(), ids[first:]).item()
+        assert loss == pytest.approx(expected, rel=1e-5)
+    # cut to max_length as training cuts: a row with no reference token left has no loss
+    prompt, _ = row_tokens(tokenizer, rows[0])
+    assert row_losses(model, tokenizer, rows[:1], max_length=len(prompt)) == [None]

@@ -36,6 +36,8 @@ export const ADVANCED = {
     "Recompute activations to save memory; slower (3.5× on CPU). auto: on only if the job would not fit."],
   random_seed: ["optimisation", "Random seed", "The same seed and data give the same run."],
   eval_split: ["evaluation", "Evaluation split or file", "A split name (test) or a file (data/val.jsonl)."],
+  held_out_rows: ["evaluation", "Held-out rows of a job",
+    "A job's held_out.json: hold out exactly its rows again (Clone to form sets it). Empty: a new seeded split."],
   early_stopping: ["evaluation", "Early stopping (JSON)",
     'Stop when the eval metric stalls, e.g. {"metric": "exact_match", "patience": 3, "min_delta": 0.01}; metric: '
     + "eval_loss, exact_match, token_f1, rouge_l or the method's (eval_rewards/margins). Needs Eval every > 0."],

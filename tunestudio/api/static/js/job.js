@@ -15,6 +15,7 @@ import {mountJobInfo} from "./jobinfo.js";
 import {mountLog} from "./log.js";
 import {MetricSeries} from "./metrics.js";
 import {loadParent, withParent} from "./parent.js";
+import {rowsPanel} from "./rows.js";
 import {
   basename, confirmAction, datasetLabel, el, fmtBytes, fmtDuration, fmtNumber, fmtWhen, ranFor,
   statusBadge,
@@ -60,6 +61,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     el("b", {}, "Warnings"), warningList);
   const results = el("div", {class: "results", id: "results", hidden: true});
   const judged = el("div", {class: "judged", id: "judged", hidden: true});
+  const rowsSlot = el("div", {id: "rows-slot"});  // the held-out rows one by one, worst first (rows.js)
+  let rowsView = null;
   const chatSlot = el("div", {id: "chat-slot"});
   let chat = null;
   const judgeSlot = el("div", {id: "judge-slot"});  // a pairwise judge against the base (judge.js)
@@ -107,7 +110,7 @@ export async function showJob(main, id, {onChange, navigate}) {
         methodSpec ? stat("method", methodSpec[3]) : null,
         stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
         stat("peak", "peak memory")),
-    errorBox, warningsBox, results, judged, chatSlot, judgeSlot, exportBox, infoBox,
+    errorBox, warningsBox, results, judged, rowsSlot, chatSlot, judgeSlot, exportBox, infoBox,
     el("section", {class: "chart-card wide", hidden: isExport}, el("h2", {}, "Loss"), lossBox),
     methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h2", {}, methodSpec[1]), methodBox) : null,
     stopping ? el("section", {class: "chart-card wide"},
@@ -239,6 +242,10 @@ export async function showJob(main, id, {onChange, navigate}) {
       metrics.length ? el("p", {class: "muted small"}, metrics.map(([k, v]) => `${k} ${fmtNumber(v)}`).join(" · ")) : null,
     ].filter(Boolean));
     drawJudged();
+    if (!rowsView && job.evaluation && job.evaluation.rows_file) {
+      rowsView = rowsPanel(id, job.evaluation);
+      rowsSlot.replaceChildren(rowsView.node);
+    }
     if (!chat && job.chattable) {
       chat = chatPanel(id);
       chatSlot.replaceChildren(chat.node);
@@ -387,6 +394,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     fileLog.dispose();
     if (source) source.close();
     if (chat) chat.dispose();
+    if (rowsView) rowsView.dispose();
     if (judgeView) judgeView.dispose();
     if (panel) panel.dispose();
     Object.values(charts).forEach((c) => c && c.destroy());

@@ -1,0 +1,148 @@
+"""A finished job's held-out rows one by one (GET /api/jobs/{id}/rows and the job page's panel), on a real tiny-model
+job: worst first by loss or by a generation metric, paged; 404 for an unknown job, 409 saying why for a job without
+rows; Clone to form holds out the same rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page
+
+from tunestudio.events import HELD_OUT_FILE
+from tunestudio.settings import Settings
+
+from ..helpers.jobs import DATA
+from ..helpers.server import running_server
+from ..helpers.wait import wait_until
+from .test_web import SHORT, browser, playwright, screenshot  # noqa: F401  (module fixtures, shared)
+
+ANSWERED = 6
+
+
+@dataclass
+class Finished:
+    url: str
+    job_id: str
+    job: dict
+    rows: list[dict]  # every row, in held-out order
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finished]:
+    home = tmp_path_factory.mktemp("rows-home")
+    settings = Settings(home=home, dataset_roots=[DATA, home], sse_heartbeat_seconds=0.5)
+    config = {"model_name": str(tiny_model), "local_datasets": [str(DATA / "alpaca.jsonl")], **SHORT,
+              "max_steps": 20, "eval_steps": 10, "eval_generate_rows": ANSWERED, "random_seed": 5}
+    with running_server(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        created = client.post("/api/jobs", json=config)
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["is_terminal"], 600, "the job's end")
+        job = client.get(f"/api/jobs/{job_id}").json()
+        assert job["status"] == "completed", job["error"]
+        everything = client.get(f"/api/jobs/{job_id}/rows", params={"order": "worst", "limit": 1000}).json()
+        rows = sorted(everything["rows"], key=lambda r: r["index"])
+        yield Finished(url, job_id, job, rows)
+
+
+@pytest.mark.timeout(900)  # the module's real job is trained on first use
+def test_the_rows_come_worst_first_by_loss_or_a_metric_a_page_at_a_time(finished: Finished) -> None:
+    job = finished.job
+    held = json.loads(Path(job["held_out"]["file"]).read_text())["rows"]
+    assert job["held_out"]["rows"] == len(held) == 20 and job["held_out"]["seed"] == 5
+    assert job["evaluation"]["scored_rows"] == 20 and job["evaluation"]["rows"] == ANSWERED
+    # every held-out row, at its place in the data, with its reference and both losses
+    rows = finished.rows
+    assert [(r["file"], r["line"]) for r in rows] == [(e["file"], e["line"]) for e in held]
+    lines = (DATA / "alpaca.jsonl").read_text().splitlines()
+    assert all(r["reference"] == json.loads(lines[r["line"] - 1])["output"] for r in rows)
+    assert all(r["loss"] > 0 and r["loss_before"] > 0 for r in rows)
+    assert sum(r["answer"] is not None for r in rows) == ANSWERED
+    assert sum(r["loss"] for r in rows) < sum(r["loss_before"] for r in rows)  # training lowered them
+
+    with httpx.Client(base_url=finished.url, timeout=30) as client:
+        def get(**params: object) -> dict:
+            answer = client.get(f"/api/jobs/{finished.job_id}/rows", params=params)
+            assert answer.status_code == 200, answer.text
+            return answer.json()
+
+        worst = get(order="worst")
+        assert worst["total"] == worst["ranked"] == 20 and worst["by"] == "loss"
+        assert worst["rows"][0]["loss"] == max(r["loss"] for r in rows)  # the worst row's loss >= every other's
+        losses = [r["loss"] for r in get(order="worst", limit=1000)["rows"]]
+        assert losses == sorted(losses, reverse=True)
+        assert [r["loss"] for r in get(order="best", limit=1000)["rows"]] == sorted(losses)
+        page = get(order="worst", limit=5, offset=5)
+        assert [r["loss"] for r in page["rows"]] == losses[5:10] and page["offset"] == 5 and page["limit"] == 5
+
+        by_rouge = get(order="worst", by="rouge_l", limit=1000)
+        assert by_rouge["ranked"] == ANSWERED
+        scores = [r["rouge_l"] for r in by_rouge["rows"][:ANSWERED]]
+        assert scores == sorted(scores) and all(r["rouge_l"] is None for r in by_rouge["rows"][ANSWERED:])
+
+        assert client.get("/api/jobs/nope/rows").status_code == 404
+        assert client.get(f"/api/jobs/{finished.job_id}/rows", params={"by": "nonsense"}).status_code == 422
+
+        # a job without rows (yet, and after: it holds none out): a 409 that says why
+        created = client.post("/api/jobs", json={**finished.job["config"], "output_dir": None, "max_steps": 2,
+                                                  "eval_steps": 0})
+        other = created.json()["id"]
+        refused = client.get(f"/api/jobs/{other}/rows")
+        assert refused.status_code == 409
+        assert "the rows are measured by its final evaluation, when it completes" in refused.json()["detail"]["message"]
+        wait_until(lambda: client.get(f"/api/jobs/{other}").json()["is_terminal"], 600, "the second job's end")
+        assert client.get(f"/api/jobs/{other}").json()["status"] == "completed"
+        refused = client.get(f"/api/jobs/{other}/rows")
+        assert refused.status_code == 409
+        assert refused.json()["detail"]["message"] == (
+            f"job {other} has no evaluation rows: it held out no rows to evaluate: set eval_steps above 0 (a dataset "
+            "of 32 rows or more holds rows out) or name an eval_split")
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:  # noqa: F811
+    context = browser.new_context(viewport={"width": 1400, "height": 1100})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_default_timeout(30_000)
+    yield page
+    context.close()
+    assert not errors, f"the page threw: {errors}"
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(900)
+def test_the_job_page_lists_its_rows_worst_first_and_a_clone_holds_them_out_again(finished: Finished,
+                                                                                  page: Page) -> None:
+    page.goto(f"{finished.url}/#/jobs/{finished.job_id}")
+    table = page.locator("#rows-table tbody tr")
+    page.locator("#rows-note").filter(has_text="20 of 20 rows, worst loss first").wait_for()
+    shown = [float(x) for x in table.evaluate_all("rows => rows.map(r => r.dataset.loss)")]
+    assert len(shown) == 20 and shown == sorted(shown, reverse=True)
+    assert shown[0] == max(r["loss"] for r in finished.rows)
+    worst = max(finished.rows, key=lambda r: r["loss"])
+    first = table.first
+    assert first.get_attribute("data-index") == str(worst["index"])
+    assert worst["reference"] in first.inner_text() and f"alpaca.jsonl:{worst['line']}" in first.inner_text()
+    screenshot(page, "job-eval-rows.png")
+
+    page.locator("#rows-order").select_option("best")
+    page.locator("#rows-note").filter(has_text="best loss first").wait_for()
+    assert float(table.first.get_attribute("data-loss") or "nan") == min(r["loss"] for r in finished.rows)
+
+    page.locator("#rows-by").select_option("rouge_l")
+    page.locator("#rows-note").filter(has_text=f"({20 - ANSWERED} not answered come last)").wait_for()
+    answered = next(r for r in finished.rows if r["answer"] is not None)
+    assert page.locator("#rows-table").filter(has_text=answered["answer"] or "(empty)").count() == 1
+
+    page.locator("#config-card summary").click()
+    page.locator("#clone").click()
+    page.wait_for_url("**/#/new")
+    assert page.locator("#f-held_out_rows").input_value() == finished.job["held_out"]["file"]
+    assert finished.job["held_out"]["file"].endswith(HELD_OUT_FILE)

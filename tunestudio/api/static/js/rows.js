@@ -1,0 +1,70 @@
+// A finished job's held-out rows one by one (GET /api/jobs/{id}/rows), worst first: by loss or by a generation
+// metric, with the dataset's reference and what each model answered, a page at a time.
+
+import {ApiError, call} from "./api.js";
+import {basename, el, fmtNumber} from "./util.js";
+
+const PAGE = 20;
+const LABELS = {loss: "loss", exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L"};
+
+const answer = (text) => (text === null || text === undefined ? "–" : text.trim() === "" ? "(empty)" : text);
+const share = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)}%`);
+const loss = (v) => (v === null || v === undefined ? "–" : fmtNumber(v, 3));
+
+export function rowsPanel(jobId, evaluation) {
+  const metrics = evaluation.rows ? ["exact_match", "token_f1", "rouge_l"] : [];  // answered rows carry them
+  const by = el("select", {id: "rows-by", "aria-label": "order the rows by"},
+    ["loss", ...metrics].map((k) => el("option", {value: k}, LABELS[k])));
+  const order = el("select", {id: "rows-order", "aria-label": "which rows first"},
+    el("option", {value: "worst"}, "worst first"), el("option", {value: "best"}, "best first"));
+  const body = el("tbody", {});
+  const head = el("tr", {});
+  const table = el("table", {class: "compare-table rows-table", id: "rows-table"}, el("thead", {}, head), body);
+  const note = el("p", {class: "muted small", id: "rows-note", role: "status"});
+  const more = el("button", {type: "button", class: "button", id: "rows-more", hidden: true}, "More rows");
+  const node = el("section", {class: "eval-rows", id: "eval-rows"},
+    el("h2", {}, "Held-out rows"),
+    el("div", {class: "actions"}, el("label", {}, "by ", by), el("label", {}, "order ", order)),
+    note, table, more);
+  let offset = 0, token = 0;
+
+  const load = async (reset) => {
+    const mine = ++token;
+    if (reset) offset = 0;
+    const query = `by=${by.value}&order=${order.value}&limit=${PAGE}&offset=${offset}`;
+    let page;
+    try {
+      page = await call(`/api/jobs/${encodeURIComponent(jobId)}/rows?${query}`);
+    } catch (err) {
+      if (mine !== token) return;
+      note.textContent = err instanceof ApiError ? err.message : String(err);
+      more.hidden = true;
+      return;
+    }
+    if (mine !== token) return;  // the user chose another order meanwhile
+    const metric = by.value === "loss" ? null : by.value;
+    if (reset) {
+      head.replaceChildren(el("th", {}, "row"), el("th", {class: "num"}, "loss (base → tuned)"),
+        metric ? el("th", {class: "num"}, LABELS[metric]) : null,
+        el("th", {}, "prompt"), el("th", {}, "reference"), el("th", {}, "fine-tuned"), el("th", {}, "base model"));
+      body.replaceChildren();
+    }
+    body.append(...page.rows.map((r) => el("tr", {"data-index": String(r.index), "data-loss": String(r.loss ?? "")},
+      el("td", {class: "muted small", title: r.file || ""}, r.file ? `${basename(r.file)}:${r.line}` : `#${r.index}`),
+      el("td", {class: "num"}, `${loss(r.loss_before)} → `, el("b", {}, loss(r.loss))),
+      metric ? el("td", {class: "num"}, share(r[metric])) : null,
+      el("td", {}, el("pre", {}, r.prompt || "(plain text row)")), el("td", {}, el("pre", {}, r.reference)),
+      el("td", {}, el("pre", {}, answer(r.answer))), el("td", {}, el("pre", {}, answer(r.answer_before))))));
+    offset += page.rows.length;
+    const unranked = page.total - page.ranked;
+    note.textContent = `${offset} of ${page.total} rows, ${order.value} ${LABELS[by.value]} first`
+      + (unranked ? ` (${unranked} not answered come last)` : "") + `. Loss: ${page.loss}.`;
+    more.hidden = offset >= page.total;
+  };
+
+  by.addEventListener("change", () => load(true));
+  order.addEventListener("change", () => load(true));
+  more.addEventListener("click", () => load(false));
+  load(true);
+  return {node, dispose() { token++; }};
+}
