@@ -26,10 +26,10 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # name, rooms, side by side
     # data_report/: the dataset report for the CLI and the API (its spawned child runs the worker's data code,
     # as api/preview.py's does)
-    ("faces", frozenset({"cli", "cli_chat", "cli_sweep", "cli_judge", "api", "data_report"}), False),
+    ("faces", frozenset({"cli", "cli_chat", "cli_sweep", "cli_bench", "cli_judge", "api", "data_report"}), False),
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
-                        "ownership", "export_config", "estimate"}), False),
+                        "ownership", "export_config", "bench_config", "estimate"}), False),
 )
 
 # The doors between rooms of a side-by-side floor: (importing room, module it may import). Each is used

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = ("torch", "transformers", "peft", "trl", "datasets", "bitsandbytes")
+HEAVY = ("torch", "transformers", "peft", "trl", "datasets", "bitsandbytes", "lm_eval")
 
 
 def test_parent_modules_import_no_heavy_library() -> None:
@@ -14,7 +14,7 @@ def test_parent_modules_import_no_heavy_library() -> None:
 import sys
 from pathlib import Path
 import tunestudio.cli, tunestudio.jobs, tunestudio.jobs.supervisor, tunestudio.config, tunestudio.events
-import tunestudio.export_config
+import tunestudio.export_config, tunestudio.bench_config, tunestudio.cli_bench, tunestudio.api.benchmarks
 import tunestudio.settings, tunestudio.worker.child, tunestudio.api
 tunestudio.api.create_app()
 print(",".join(m for m in {HEAVY!r} if m in sys.modules))
@@ -33,7 +33,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 import tunestudio.cli
 from tunestudio.api import create_app
-from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, ModelSpec
+from tunestudio.inference import CompletionParams, GenerateParams, InferencePool, InferenceUnavailable, ModelSpec
 from tunestudio.jobs.executor import inference_executor
 from tunestudio.settings import Settings
 
@@ -43,6 +43,8 @@ if __name__ == "__main__":
         assert client.get("/v1/models").json()["data"] == []
         chat = {{"model": "x", "messages": [{{"role": "user", "content": "hi"}}]}}
         assert client.post("/v1/chat/completions", json=chat).status_code == 404
+        assert client.post("/v1/completions", json={{"model": "x", "prompt": [[1, 2]]}}).status_code == 404
+        assert client.get("/api/jobs/x/benchmarks").status_code == 404
         assert client.get("/api/inference").json()["state"] == "stopped"
     assert CliRunner().invoke(tunestudio.cli.app, ["chat", "no-such-job"]).exit_code == 2
     pool = InferencePool(settings, inference_executor)
@@ -51,6 +53,10 @@ if __name__ == "__main__":
     try:
         list(pool.generate(spec, [{{"role": "user", "content": "hi"}}], GenerateParams(max_tokens=1)))
     except InferenceUnavailable as exc:  # the worker started, imported torch and refused the folder
+        assert exc.status == 409, exc
+    try:
+        list(pool.complete(spec, [[1, 2]], CompletionParams(max_tokens=1, logprobs=1, echo=True)))
+    except InferenceUnavailable as exc:
         assert exc.status == 409, exc
     assert pool.status()["starts"] == 1
     pool.close()

@@ -1,5 +1,6 @@
 """The command line: `tunestudio train JOB.yaml`, `export JOB_ID --to TARGET`,
-`jobs list|show|stop|resume`, `sweep SWEEP.yaml`, `data inspect FILE…`, `serve`, `make-tiny-model DIR`.
+`jobs list|show|stop|resume`, `sweep SWEEP.yaml`, `bench JOB --tasks ...`, `data inspect FILE…`, `serve`,
+`make-tiny-model DIR`.
 
 The CLI is the parent side: it never imports torch or the HF libraries itself;
 training runs in a supervised worker process.
@@ -25,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from tunestudio import ownership
+from tunestudio.cli_bench import bench
 from tunestudio.cli_chat import chat, print_evaluation
 from tunestudio.cli_judge import judge
 from tunestudio.cli_sweep import sweep
@@ -96,6 +98,7 @@ def train(
 
 app.command()(chat)
 app.command()(sweep)
+app.command()(bench)
 app.command()(judge)
 
 

@@ -5,9 +5,12 @@ parent's `inference/pool.py` and the child's `worker/inference.py` and
 `worker/generation.py` both import only this module to talk, so neither wing
 reaches into the other. Plain frozen dataclasses, carried pickled by the
 executor's channels (jobs/executor.py, kind "inference"). Parent → child
-(`Command`): `Generate`, `Cancel`, `Shutdown`. Child → parent (`Reply`), per
-request: `Started` (the prompt is accepted), any number of `Delta`, then `Done`
-or `Error`; and `Loaded` when a model comes into memory.
+(`Command`): `Generate` (a chat answer), `Complete` (a text completion of one or
+more prompts, `/v1/completions`), `Cancel`, `Shutdown`. Child → parent
+(`Reply`), per request: `Started` (the prompt is accepted), any number of
+`Delta` (chat) or `ChoiceDelta` (completions: text of one choice with its
+tokens' log-probabilities), then `Done` or `Error`; and `Loaded` when a model
+comes into memory.
 """
 
 from __future__ import annotations
@@ -56,6 +59,15 @@ class GenerateParams(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
 
 
+class CompletionParams(GenerateParams):
+    """A text completion's knobs: `max_tokens` may be 0 (with `echo`: score the prompt only), `logprobs` top
+    alternatives per position (None: no log-probabilities), `echo` the prompt's tokens before the completion."""
+
+    max_tokens: int | None = Field(default=16, ge=0, le=1_000_000)
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+
+
 @dataclass(frozen=True)
 class Generate:
     request_id: int
@@ -63,6 +75,17 @@ class Generate:
     messages: list[dict[str, str]]
     params: dict
     threads: int  # torch threads for this request (fewer while a training job shares the CPU)
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Complete each prompt (text, or token ids as they are): one choice per prompt, in order."""
+
+    request_id: int
+    spec: ModelSpec
+    prompts: list[str | list[int]]
+    params: dict  # CompletionParams, dumped
+    threads: int
 
 
 @dataclass(frozen=True)
@@ -75,7 +98,7 @@ class Shutdown:
     pass
 
 
-Command = Generate | Cancel | Shutdown
+Command = Generate | Complete | Cancel | Shutdown
 
 
 @dataclass(frozen=True)
@@ -99,6 +122,31 @@ class Delta:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One token of a completion's choice: its text, its log-probability given what precedes it (None for the
+    first token of an echoed prompt), the `top` alternatives (token text → log-probability) and where its text
+    starts in the choice's text."""
+
+    token: str
+    logprob: float | None
+    top: dict[str, float] | None
+    offset: int
+
+
+@dataclass(frozen=True)
+class ChoiceDelta:
+    """More text of one choice (`index`: its prompt's place); `tokens`: the tokens that text holds (with
+    logprobs asked for); `finish_reason` set on a choice's last delta."""
+
+    request_id: int
+    index: int
+    text: str
+    tokens: list[TokenLogprob] | None = None
+    finish_reason: Literal["stop", "length", "cancelled"] | None = None
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class Done:
     request_id: int
     finish_reason: Literal["stop", "length", "cancelled"]
@@ -117,4 +165,4 @@ class Error:
     extra: dict = field(default_factory=dict)
 
 
-Reply = Loaded | Started | Delta | Done | Error
+Reply = Loaded | Started | Delta | ChoiceDelta | Done | Error

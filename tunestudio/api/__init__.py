@@ -13,6 +13,8 @@ from tunestudio.api import errors
 from tunestudio.api.deps import require_token
 from tunestudio.api.judging import pool_answerer
 from tunestudio.api.routes import (
+    benchmarks,
+    completions,
     datasets,
     files,
     fine_tuning,
@@ -54,8 +56,10 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
         app.state.manager.start()
         jobs_manager = app.state.manager
         # On a GPU the chat worker gives the device back while a job (of any process on this data directory) trains.
-        app.state.inference = InferencePool(settings, inference_executor,
-                                            training_active=lambda: jobs_manager.count(list(RUNNING)) > 0)
+        # A benchmark is no training: it asks this very worker, which must stay loaded for it.
+        app.state.inference = InferencePool(
+            settings, inference_executor,
+            training_active=lambda: any(j.kind != "bench" for j in jobs_manager.list(list(RUNNING), limit=100)))
         # Sweeps left live by an earlier server continue; their runners stop before the manager closes.
         app.state.sweeps = Sweeps(jobs_manager, poll_seconds=min(0.5, settings.request_poll_seconds)).start()
         pool = app.state.inference
@@ -85,6 +89,8 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(datasets.router, dependencies=guarded)
     app.include_router(openai.router, dependencies=guarded)
     app.include_router(openai.status_router, dependencies=guarded)
+    app.include_router(completions.router, dependencies=guarded)
+    app.include_router(benchmarks.router, dependencies=guarded)
     app.include_router(files.router, dependencies=guarded)
     app.include_router(fine_tuning.router, dependencies=guarded)
     app.include_router(sweeps.router, dependencies=guarded)

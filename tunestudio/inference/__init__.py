@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from tunestudio.inference.models import BASE_SUFFIX, ChatJob, ChatModel, JobSource, UnknownModel, chat_models, resolve
 from tunestudio.inference.pool import Generation, InferencePool, InferenceUnavailable, WorkerExecutor
-from tunestudio.inference_protocol import GenerateParams, ModelSpec
+from tunestudio.inference_protocol import CompletionParams, GenerateParams, ModelSpec
 
 __all__ = [
     "BASE_SUFFIX",
     "ChatJob",
     "ChatModel",
+    "CompletionParams",
     "GenerateParams",
     "Generation",
     "InferencePool",

@@ -189,8 +189,9 @@ def resolve(jobs: JobSource, model_id: str) -> ModelSpec:
     except LookupError:
         raise UnknownModel(model_id, "does not exist: give a job id, or a job id followed by ':base' "
                                      "(GET /v1/models lists them)") from None
-    if job.kind == "export":
-        raise UnknownModel(model_id, f"is not a chat model: job {job_id} is an export; chat with its source job "
+    if job.kind != "train":  # an export, or a benchmark: their source job is the model
+        what = "an export" if job.kind == "export" else "a benchmark"
+        raise UnknownModel(model_id, f"is not a chat model: job {job_id} is {what}; chat with its source job "
                                      f"{job.source_job}")
     checkpoint = Path(job.output_dir or "") / f"checkpoint-{step.group(1)}" if step else None
     if checkpoint is not None and not _has_weights(checkpoint):

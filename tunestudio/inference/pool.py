@@ -36,6 +36,8 @@ from typing import Any, Protocol
 from tunestudio.inference_protocol import (
     Cancel,
     Command,
+    Complete,
+    CompletionParams,
     Delta,
     Done,
     Error,
@@ -178,8 +180,9 @@ class InferencePool:
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
         self._inflight: dict[int, Generation] = {}
-        self._waiting: list[Generate] = []  # asked for before the worker was up
-        self._sent: dict[int, Generate] = {}  # sent to the worker and not answered yet, in the order it takes them
+        self._waiting: list[Generate | Complete] = []  # asked for before the worker was up
+        # sent to the worker and not answered yet, in the order it takes them
+        self._sent: dict[int, Generate | Complete] = {}
         self._proc: WorkerExecutor | None = None  # the worker requests go to
         self._ending: WorkerExecutor | None = None  # a detached worker being shut down: "stopping" until it exited
         self._want_start = False
@@ -203,6 +206,20 @@ class InferencePool:
         deliver: Callable[[Reply], None] | None = None,
     ) -> Generation:
         """Queue one request; never blocks on the worker (safe to call from an event loop)."""
+        return self._enqueue(lambda rid, threads: Generate(rid, spec, messages, params.model_dump(), threads), deliver)
+
+    def complete(
+        self,
+        spec: ModelSpec,
+        prompts: list[str | list[int]],
+        params: CompletionParams,
+        deliver: Callable[[Reply], None] | None = None,
+    ) -> Generation:
+        """Queue one text completion (`/v1/completions`): a choice per prompt, as `ChoiceDelta` replies."""
+        return self._enqueue(lambda rid, threads: Complete(rid, spec, prompts, params.model_dump(), threads), deliver)
+
+    def _enqueue(self, command: Callable[[int, int], Generate | Complete],
+                 deliver: Callable[[Reply], None] | None) -> Generation:
         with self._cond:
             if self._closing:
                 raise InferenceUnavailable("the inference pool is closed")
@@ -214,7 +231,7 @@ class InferencePool:
             self._inflight[request_id] = generation
             self._last_used = time.monotonic()
             threads = threads_for(self._training_now())
-            request = Generate(request_id, spec, messages, params.model_dump(), threads)
+            request = command(request_id, threads)
             if self._proc is not None:
                 self._sent[request_id] = request
                 self._proc.send(request)

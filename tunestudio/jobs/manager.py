@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tunestudio import paths
+from tunestudio.bench_config import BenchConfig
 from tunestudio.config import JobConfig
 from tunestudio.events import StatusEvent, WarningEvent
 from tunestudio.export_config import ExportConfig, ExportOptions
@@ -167,7 +168,18 @@ class JobManager:
                             lambda others: admission.check_export(config, source, self.data_dir, others),
                             source_job=job_id)
 
-    def _record(self, kind: str, config: JobConfig | ExportConfig, request_id: str | None,
+    def benchmark(self, config: BenchConfig, request_id: str | None = None) -> Job:
+        """Queue a benchmark of a finished job (config.source_job_id) through lm-evaluation-harness: a job of kind
+        "bench", linked to it by source_job, sharing the queue, slots, store, stream and cancel. Raises JobNotFound,
+        JobConflict for a job with no result to measure, QueueFull."""
+        source = self.get(config.source_job_id)
+        if not source.has_result:
+            raise JobConflict(f"job {source.id} is a {source.kind} job that is {source.status.value}; only a "
+                              "training job that completed (or stopped with a save) can be benchmarked")
+        return self._record("bench", config.model_copy(update={"output_dir": None}), request_id, lambda others: None,
+                            source_job=source.id)
+
+    def _record(self, kind: str, config: JobConfig | ExportConfig | BenchConfig, request_id: str | None,
                 protect: Callable[[list[tuple[str, bool]]], None], source_job: str | None = None,
                 resumed_from: str | None = None, warnings: Sequence[str] = (),
                 sweep: tuple[str, int] | None = None) -> Job:

@@ -10,13 +10,13 @@ from pydantic import BaseModel
 
 from tunestudio.jobs.status import CANCELLABLE, RESUMABLE, STOPPABLE, JobStatus
 
-JobKind = Literal["train", "export"]
+JobKind = Literal["train", "export", "bench"]  # bench: a benchmark of source_job (bench_config.py)
 
 
 class Job(BaseModel):
     id: str
     kind: JobKind = "train"
-    source_job: str | None = None  # an export: the job whose result it exports
+    source_job: str | None = None  # an export: the job whose result it exports; a bench: the job it measures
     status: JobStatus
     phase: str | None = None
     message: str = ""

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from tunestudio.bench_config import BenchConfig
 from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Stop, parse_event
 from tunestudio.export_config import ExportConfig
@@ -105,7 +106,8 @@ class Supervisor:
     # --- lifecycle -------------------------------------------------------------
     def start(self) -> None:
         log_path = str(self.log_path) if self.log_path else None
-        kind: WorkerKind = "export" if isinstance(self.config, ExportConfig) else "train"
+        kind: WorkerKind = ("export" if isinstance(self.config, ExportConfig)
+                            else "bench" if isinstance(self.config, BenchConfig) else "train")
         self.executor.start(self.config.public_dict(), self.config.secrets(), log_path, kind)
         threading.Thread(target=self._pump, name=f"pump-{self.pid}", daemon=True).start()
 

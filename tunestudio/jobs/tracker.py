@@ -135,6 +135,8 @@ class Tracker:
             fields["final_metrics"] = done.metrics
             fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation", "best", "held_out"})
             self._inherit_base_eval_loss(fields["result"], row.get("resumed_from"))
+            if done.benchmarks is not None:  # a bench job's figures (worker/bench.py)
+                fields["result"]["benchmarks"] = done.benchmarks
             if done.output_dir:
                 fields["output_dir"] = done.output_dir
         checkpoint = (done.checkpoint if done else None) or latest_checkpoint(row.get("output_dir"))

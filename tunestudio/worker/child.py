@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from tunestudio.process import pid_alive
 
-WorkerKind = Literal["train", "export", "inference"]
+WorkerKind = Literal["train", "export", "inference", "bench"]
 PR_SET_PDEATHSIG = 1
 PARENT_POLL_S = 0.5
 
@@ -48,7 +48,8 @@ class WorkerArgs:
     write end and the command queue of `tunestudio.inference_protocol`).
     parent_pid: the process the worker must not outlive. kind: which recipe
     runs: "train" (worker/main.py), "export" (worker/export.py, with an
-    ExportConfig) or "inference" (worker/inference.py: chat, no config).
+    ExportConfig), "bench" (worker/bench.py, with a BenchConfig: lm-evaluation-harness
+    against the studio's /v1/completions) or "inference" (worker/inference.py: chat, no config).
     cache_dir: where the worker may keep measured decisions between jobs.
     """
 
@@ -140,12 +141,14 @@ def run(args: WorkerArgs) -> int:
 
     if args.kind == "export":
         from tunestudio.worker.export import run as recipe
+    elif args.kind == "bench":
+        from tunestudio.worker.bench import run as recipe
     else:
         from tunestudio.worker.main import run as recipe
 
     channel = QueueChannel(args.events, args.commands)
     try:
-        if args.kind == "export":
+        if args.kind in ("export", "bench"):
             return recipe(args.public_config, channel, args.secrets)
         return recipe(args.public_config, channel, args.secrets, cache_dir=args.cache_dir)
     finally:

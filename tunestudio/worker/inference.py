@@ -22,7 +22,7 @@ import warnings
 from collections import deque
 from typing import Any
 
-from tunestudio.inference_protocol import Cancel, Done, Error, Generate, Shutdown
+from tunestudio.inference_protocol import Cancel, Complete, Done, Error, Generate, Shutdown
 from tunestudio.worker.errors import UserFacing
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class Server:
         self.requests = requests
         self.replies = replies
         self._lock = threading.Condition()
-        self._pending: deque[Generate | Shutdown] = deque()
+        self._pending: deque[Generate | Complete | Shutdown] = deque()
         self._cancelled: set[int] = set()
         self._current: int | None = None
         self.halt = threading.Event()  # set: the running generation stops at its next token
@@ -73,7 +73,7 @@ class Server:
             if isinstance(command, Shutdown):
                 return
 
-    def next_request(self) -> Generate | None:
+    def next_request(self) -> Generate | Complete | None:
         """The next request to answer (None: shut down); one cancelled before it started is answered here."""
         while True:
             with self._lock:
@@ -91,6 +91,7 @@ class Server:
                 return command
 
     def serve(self) -> None:
+        from tunestudio.worker.completion import complete
         from tunestudio.worker.generation import Models, answer
 
         models = Models(self.replies)
@@ -100,7 +101,8 @@ class Server:
             if request is None:
                 return
             try:
-                answer(models, request, self.replies, self.halt)
+                recipe = complete if isinstance(request, Complete) else answer  # /v1/completions, or chat
+                recipe(models, request, self.replies, self.halt)
             except UserFacing as exc:
                 self.replies.put(Error(request.request_id, str(exc), exc.status, exc.code, exc.extra))
             except Exception as exc:  # a bug, or a library's failure: this request fails, the worker lives on

@@ -197,10 +197,10 @@ async def chat_completions(
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.model}
     # Until the answer is sent, a client that goes away cancels the generation at once (the worker stops before
     # its next token); a stream's client is watched by StreamingResponse instead.
-    gone = asyncio.ensure_future(_gone(request))
+    gone = asyncio.ensure_future(client_gone(request))
     streaming = False
     try:
-        first = await _unless_gone(replies.get(), gone)  # Started, or an Error (a bad prompt, an unloadable model)
+        first = await unless_gone(replies.get(), gone)  # Started, or an Error (a bad prompt, an unloadable model)
         if first is None:
             return Response(status_code=499)
         if isinstance(first, Error):
@@ -211,7 +211,7 @@ async def chat_completions(
             streaming = True
             return StreamingResponse(_chunks(replies, generation, meta, usage), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-        done = await _unless_gone(_whole(replies), gone)
+        done = await unless_gone(_whole(replies), gone)
         if done is None:
             return Response(status_code=499)
         reply, text = done
@@ -226,14 +226,14 @@ async def chat_completions(
     return JSONResponse(answer.model_dump())
 
 
-async def _gone(request: Request) -> None:
+async def client_gone(request: Request) -> None:
     """Returns once the client has gone away. The body is read already: the server's next message is the
     disconnect (uvicorn sends it when the connection closes, or once the answer is sent)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
 
 
-async def _unless_gone(work: Coroutine[Any, Any, T], gone: asyncio.Future[None]) -> T | None:
+async def unless_gone(work: Coroutine[Any, Any, T], gone: asyncio.Future[None]) -> T | None:
     """The work's result; None (the work cancelled) if the client goes away first."""
     task = asyncio.ensure_future(work)
     try:

@@ -58,6 +58,8 @@ export const api = {
   cancelJob: (id) => call(`${job(id)}/cancel`, {method: "POST"}),
   resumeJob: (id) => call(`${job(id)}/resume`, {method: "POST"}),
   exportJob: (id, body) => call(`${job(id)}/exports`, {method: "POST", body}),
+  benchmarks: (id) => call(`${job(id)}/benchmarks`),
+  startBenchmark: (id, body) => call(`${job(id)}/benchmarks`, {method: "POST", body}),
   renameJob: (id, name, notes) => call(job(id), {method: "PATCH", body: {name, notes}}),
   deleteJob: (id, artefacts, exports = false) =>
     call(`${job(id)}?delete_artifacts=${artefacts ? "true" : "false"}&delete_exports=${exports ? "true" : "false"}`,

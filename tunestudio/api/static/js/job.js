@@ -10,6 +10,7 @@ import {api, ApiError} from "./api.js";
 import {lossChart, methodChart, singleChart, watchChart} from "./charts.js";
 import {chatPanel} from "./chat.js";
 import {judgePanel} from "./judge.js";
+import {benchPanel, benchTable} from "./bench.js";
 import {exportPanel} from "./export.js";
 import {mountJobInfo} from "./jobinfo.js";
 import {mountLog} from "./log.js";
@@ -76,20 +77,27 @@ export async function showJob(main, id, {onChange, navigate}) {
   const cfg = job.config;
   const methodSpec = METHOD_CHART[cfg.method];
   const methodBox = el("div", {class: "chart", id: "method-chart"});
-  const isExport = job.kind === "export";
+  const isBench = job.kind === "bench";  // a benchmark of its source job: like an export, no training figures
+  const isExport = job.kind === "export" || isBench;
   // Early stopping: the metric it watches (as the eval records name it), charted with its best step marked.
   const stopping = isExport ? null : cfg.early_stopping;
   const watchKey = stopping && (stopping.metric.startsWith("eval_") ? stopping.metric : `eval_${stopping.metric}`);
   const watchBox = el("div", {class: "chart", id: "watch-chart"});
   const bestLine = el("p", {class: "muted small", id: "best-step"});
   const exportBox = el("div", {id: "export-box"});
+  const benchBox = el("div", {id: "bench-box"});
+  let benchView = null, benchShown = false;
   let panel = null;
 
   main.replaceChildren(el("article", {class: "job-view", "data-job-id": id},
     el("div", {class: "job-head"},
       el("div", {},
         el("h1", {}, el("span", {id: "job-title"}, job.name || "Job"), " ", el("code", {}, id), " ", live),
-        isExport
+        isBench
+          ? el("p", {class: "muted"}, "benchmark of job ", el("a", {href: `#/jobs/${job.source_job}`}, job.source_job),
+            ` · ${[...(cfg.tasks || []), ...(cfg.eval_file ? [cfg.eval_file] : [])].join(", ")}`
+            + ` · created ${fmtWhen(job.created_at)}`)
+          : isExport
           ? el("p", {class: "muted"}, `export as ${cfg.target}${cfg.quantization ? ` ${cfg.quantization}` : ""} of job `,
             el("a", {href: `#/jobs/${job.source_job}`}, job.source_job), ` · created ${fmtWhen(job.created_at)}`)
           : el("p", {class: "muted"}, `${basename(cfg.model_name)} · ${datasetLabel(cfg)} · ${cfg.method || "sft"}`
@@ -110,7 +118,7 @@ export async function showJob(main, id, {onChange, navigate}) {
         methodSpec ? stat("method", methodSpec[3]) : null,
         stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
         stat("peak", "peak memory")),
-    errorBox, warningsBox, results, judged, rowsSlot, chatSlot, judgeSlot, exportBox, infoBox,
+    errorBox, warningsBox, results, judged, rowsSlot, chatSlot, judgeSlot, exportBox, benchBox, infoBox,
     el("section", {class: "chart-card wide", hidden: isExport}, el("h2", {}, "Loss"), lossBox),
     methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h2", {}, methodSpec[1]), methodBox) : null,
     stopping ? el("section", {class: "chart-card wide"},
@@ -221,6 +229,19 @@ export async function showJob(main, id, {onChange, navigate}) {
     if (!panel && !isExport && job.has_result) {
       panel = exportPanel(job, {navigate});
       exportBox.replaceChildren(panel);
+    }
+    // ... and the Benchmarks panel; a finished benchmark shows its figures.
+    if (!benchView && !isExport && job.has_result) {
+      benchView = benchPanel(job);
+      benchBox.replaceChildren(benchView);
+    }
+    if (isBench && job.is_terminal && !benchShown) {
+      benchShown = true;
+      api.benchmarks(job.source_job).then((page) => {
+        const mine = page.benchmarks.find((b) => b.id === job.id);
+        if (mine && mine.result) benchBox.replaceChildren(el("section", {class: "results", id: "bench-result"},
+          el("h2", {}, "Benchmark"), benchTable(mine.result)));
+      }).catch(() => {});
     }
   };
   const drawResults = () => {
@@ -397,6 +418,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     if (rowsView) rowsView.dispose();
     if (judgeView) judgeView.dispose();
     if (panel) panel.dispose();
+    if (benchView) benchView.dispose();
     Object.values(charts).forEach((c) => c && c.destroy());
   };
 }

@@ -1,0 +1,126 @@
+"""Benchmarks: the real lm-evaluation-harness in a bench job's worker, against a real server's /v1/completions,
+on the session's trained LoRA job and its base model, with a multiple-choice task made of the data it learned."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tunestudio.jobs.models import Job
+from tunestudio.settings import Settings
+from tunestudio.worker.tiny import alpaca_user_text
+
+from ..helpers.chat import ChatHome
+from ..helpers.jobs import DATA
+from ..helpers.server import running_server
+from ..helpers.wait import wait_until
+
+pytestmark = pytest.mark.timeout(900)  # the session's chat job trains first (minutes on a busy machine)
+ROWS = 24
+
+
+def lookup_questions(path: Path, count: int = ROWS, seed: int = 3) -> Path:
+    """Multiple-choice questions from the job's own training rows: the right output among 3 others that answer
+    the same instruction elsewhere in the data (a task the job learned, and its base model did not)."""
+    rows = [json.loads(line) for line in (DATA / "alpaca.jsonl").read_text().splitlines()]
+    outputs: dict[str, list[str]] = {}
+    for row in rows:
+        outputs.setdefault(row["instruction"], [])
+        if row["output"] not in outputs[row["instruction"]]:
+            outputs[row["instruction"]].append(row["output"])
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    questions: list[dict[str, Any]] = []
+    for row in rows:
+        question = alpaca_user_text(row)
+        if question in seen or len(outputs[row["instruction"]]) < 4:
+            continue
+        seen.add(question)
+        wrong = rng.sample([o for o in outputs[row["instruction"]] if o != row["output"]], 3)
+        choices = [row["output"], *wrong]
+        rng.shuffle(choices)
+        questions.append({"question": question, "choices": choices, "answer": row["output"]})
+        if len(questions) == count:
+            break
+    path.write_text("".join(json.dumps(q) + "\n" for q in questions))
+    return path
+
+
+@pytest.fixture(scope="module")
+def job(chat_home: ChatHome) -> Job:
+    return chat_home.job
+
+
+@pytest.fixture(scope="module")
+def questions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return lookup_questions(tmp_path_factory.mktemp("bench") / "lookup.jsonl")
+
+
+@pytest.fixture(scope="module")
+def server(job: Job, chat_home: ChatHome, questions: Path) -> Iterator[str]:
+    with running_server(Settings(home=chat_home.home, dataset_roots=[DATA, questions.parent])) as url:
+        yield url
+
+
+def finished(server: str, job_id: str, bench_id: str, timeout: float) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        listed = httpx.get(f"{server}/api/jobs/{job_id}/benchmarks", timeout=30).json()["benchmarks"]
+        mine = next(b for b in listed if b["id"] == bench_id)
+        return mine if mine["is_terminal"] else None
+
+    return wait_until(done, timeout, f"benchmark {bench_id} to end", every=0.5)
+
+
+def test_accuracy_after_training_is_above_before_on_a_task_the_job_learned(server: str, job: Job,
+                                                                           questions: Path) -> None:
+    answer = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", timeout=30,
+                        json={"eval_file": str(questions), "limit": ROWS})
+    assert answer.status_code == 201, answer.text
+    bench = answer.json()
+    assert bench["kind"] == "bench" and bench["source_job"] == job.id
+    run = finished(server, job.id, bench["id"], 600)
+    assert run["status"] == "completed", run["error"]
+    result = run["result"]
+    assert result["harness"] == "lm-eval 0.4.13" and result["chat_template"] is True
+    assert result["models"] == {"before": f"{job.id}:base", "after": job.id}
+    task = result["tasks"]["tunestudio_lookup"]
+    assert task["version"] == 1.0 and task["samples"] == ROWS
+    acc = task["metrics"]["acc"]
+    assert acc["after"] > acc["before"] and acc["difference"] == pytest.approx(acc["after"] - acc["before"])
+    assert acc["stderr"] > 0 and acc["stderr_before"] >= 0
+    output = httpx.get(f"{server}/api/jobs/{bench['id']}", timeout=30).json()["output_dir"]
+    stored = json.loads((Path(output) / "benchmarks.json").read_text())
+    assert stored["tasks"] == result["tasks"]
+
+
+def test_a_standard_task_whose_data_is_not_here_fails_at_once_naming_it(server: str, job: Job) -> None:
+    answer = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", json={"tasks": ["arc_easy"], "limit": 2},
+                        timeout=30)
+    assert answer.status_code == 201, answer.text
+    run = finished(server, job.id, answer.json()["id"], 300)
+    assert run["status"] == "failed"
+    assert "arc_easy" in run["error"] and "ai2_arc" in run["error"] and "Download" in run["error"]
+    assert run["result"] is None
+    assert run["phase"] == "loading_dataset"  # it failed before any model was asked (evaluating_base)
+
+
+def test_bad_benchmark_requests_name_the_field(server: str, job: Job, tmp_path: Path) -> None:
+    def post(job_id: str, body: dict) -> httpx.Response:
+        return httpx.post(f"{server}/api/jobs/{job_id}/benchmarks", json=body, timeout=30)
+
+    nothing = post(job.id, {})
+    assert nothing.status_code == 422 and "tasks" in nothing.text
+    outside = post(job.id, {"eval_file": str(tmp_path / "q.jsonl")})
+    assert outside.status_code == 422 and outside.json()["detail"]["field"] == "eval_file"
+    assert post("no-such-job", {"tasks": ["arc_easy"]}).status_code == 404
+    assert post(job.id, {"tasks": ["bad name!"]}).status_code == 422
+    bench_jobs = [b["id"] for b in httpx.get(f"{server}/api/jobs/{job.id}/benchmarks", timeout=30)
+                  .json()["benchmarks"]]
+    if bench_jobs:  # a benchmark measures a training job, not another benchmark
+        assert post(bench_jobs[0], {"tasks": ["arc_easy"]}).status_code == 409

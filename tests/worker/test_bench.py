@@ -1,0 +1,79 @@
+"""worker/bench.py without a model: the user's eval file as harness task YAML (read back by the harness's own
+TaskManager), its refusals naming the row, and the before/after comparison of two harness results."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tunestudio.worker.bench import compare, custom_task
+from tunestudio.worker.errors import UserError
+
+
+def write(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_a_multiple_choice_file_becomes_a_task_the_harness_finds(tmp_path: Path) -> None:
+    source = write(tmp_path / "my-questions.jsonl", [
+        {"question": "What sound does this animal make?\n\ncow", "choices": ["moo", "woof", "baa"], "answer": "moo"},
+        {"question": "What colour is it?\n\nbanana", "choices": ["red", "yellow"], "answer": 1},
+    ])
+    name = custom_task(source, tmp_path / "tasks", chat=True)
+    assert name == "tunestudio_my_questions"
+    task = yaml.safe_load((tmp_path / "tasks" / f"{name}.yaml").read_text())
+    assert task["output_type"] == "multiple_choice" and task["target_delimiter"] == ""
+    assert task["dataset_path"] == "json" and task["metric_list"][0]["metric"] == "acc"
+    rows = [json.loads(line) for line in Path(task["dataset_kwargs"]["data_files"]["test"]).read_text().splitlines()]
+    assert [row["answer"] for row in rows] == [0, 1]  # the right choice's text became its index
+
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=str(tmp_path / "tasks"))
+    assert name in manager.task_index
+    loaded = manager.load([name])["tasks"][name]
+    docs = list(loaded.test_docs())
+    assert loaded.doc_to_text(docs[0]) == rows[0]["question"]
+    assert loaded.doc_to_choice(docs[0]) == ["moo", "woof", "baa"]
+
+
+def test_a_generation_file_is_scored_by_exact_match(tmp_path: Path) -> None:
+    source = write(tmp_path / "gen.jsonl", [{"question": "What number comes next?\n\none", "answer": "two"}])
+    task = yaml.safe_load((tmp_path / "t" / f"{custom_task(source, tmp_path / 't', chat=False)}.yaml").read_text())
+    assert task["output_type"] == "generate_until" and task["metric_list"][0]["metric"] == "exact_match"
+    assert task["generation_kwargs"]["until"] == ["\n"] and task["target_delimiter"] == " "
+
+
+@pytest.mark.parametrize(("rows", "says"), [
+    ([{"question": "q", "choices": ["a", "b"], "answer": "c"}], "row 1: 'answer' 'c' is not one of its choices"),
+    ([{"question": "q", "choices": ["a", "b"], "answer": 0}, {"question": "q", "choices": ["a"], "answer": 0}],
+     "row 2: 'choices' must be a list of at least 2"),
+    ([{"question": "q", "answer": "a"}, {"question": "", "answer": "b"}], "row 2 has no 'question'"),
+    ([{"question": "q", "answer": "a"}, {"question": "r", "choices": ["a", "b"], "answer": 0}],
+     "all rows are one kind"),
+    ([{"question": "q", "choices": ["a", "b"], "answer": 2}], "is not a choice's index (0 to 1)"),
+    ([], "has no rows"),
+])
+def test_a_bad_eval_file_is_refused_naming_the_row(tmp_path: Path, rows: list[object], says: str) -> None:
+    with pytest.raises(UserError) as caught:
+        custom_task(write(tmp_path / "bad.jsonl", rows), tmp_path / "tasks", chat=False)
+    assert says in str(caught.value) and str(tmp_path / "bad.jsonl") in str(caught.value)
+
+
+def test_compare_gives_the_difference_and_its_standard_error() -> None:
+    def result(acc: float, se: float) -> dict:
+        return {"results": {"t": {"alias": "t", "acc,none": acc, "acc_stderr,none": se,
+                                  "exact_match,strip": acc / 2, "exact_match_stderr,strip": "N/A"}},
+                "versions": {"t": 1.0}, "n-samples": {"t": {"original": 30, "effective": 20}}}
+
+    compared = compare(result(0.25, 0.03), result(0.75, 0.04))["tasks"]["t"]
+    assert compared["version"] == 1.0 and compared["samples"] == 20
+    acc = compared["metrics"]["acc"]
+    assert (acc["before"], acc["after"], acc["difference"]) == (0.25, 0.75, 0.5)
+    assert math.isclose(acc["stderr"], 0.05) and acc["stderr_before"] == 0.03
+    assert compared["metrics"]["exact_match (strip)"]["stderr"] is None  # the harness's "N/A"
