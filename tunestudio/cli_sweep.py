@@ -58,15 +58,24 @@ def leaderboard(sweep: dict[str, Any]) -> Table:
     done = sum(t["status"] in ("completed", "pruned", "failed") for t in sweep["trials"])
     table = Table(title=f"sweep {sweep['id']}: {sweep['status']}, {done}/{sweep['n_trials']} trials, "
                         f"{objective['metric']} ({objective['mode']})")
-    for column in ("#", "params", "status", objective["metric"], "best step", "job"):
+    for column in ("#", "params", "status", objective["metric"], "best step", "steps", "evaluation (base → trained)",
+                   "job"):
         table.add_column(column)
     best = (sweep.get("best") or {}).get("number")
     for trial in sweep["trials"]:
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in trial["params"].items())
         style = "bold green" if trial["number"] == best else None
         table.add_row(str(trial["number"]), params, trial["status"], _fmt(trial["value"]),
-                      _fmt(trial["best_step"]), trial["job_id"] or "–", style=style)
+                      _fmt(trial["best_step"]), _fmt(trial.get("steps")), _evaluation(trial.get("evaluation")),
+                      trial["job_id"] or "–", style=style)
     return table
+
+
+def _evaluation(evaluation: dict[str, Any] | None) -> str:
+    if not evaluation:
+        return "–"
+    return ", ".join(f"{name} {_fmt(m.get('before'))} → {_fmt(m.get('after'))}" for name, m in evaluation.items()
+                     if m.get("before") is not None or m.get("after") is not None)
 
 
 def sweep(sweep_file: Annotated[Path, typer.Argument(help="A YAML or JSON sweep: base, space, sampler, "
@@ -101,6 +110,8 @@ def sweep(sweep_file: Annotated[Path, typer.Argument(help="A YAML or JSON sweep:
             console.print(f"best: trial {best['number']} (job {best['job_id']}): "
                           f"{view['objective']['metric']} {_fmt(best['value'])} with "
                           + ", ".join(f"{k}={_fmt(v)}" for k, v in best["params"].items()))
+        if view.get("mlflow_run_id"):
+            console.print(f"mlflow: the sweep's run {view['mlflow_run_id']}, its trials child runs")
     finally:
         signal.signal(signal.SIGINT, previous)
         sweeps.close()

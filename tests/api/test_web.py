@@ -8,36 +8,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from tunestudio.settings import Settings
 
+from ..helpers.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, browser, open_page, playwright, screenshot
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+# The browser's setup is tests/helpers/browser.py's; these names stay importable from here.
+__all__ = ["ARTIFACTS", "CHROMIUM", "CHROMIUM_ARGS", "browser", "playwright", "screenshot"]
 SHORT = {"max_steps": 30, "batch_size": 8, "max_seq_length": 128, "logging_steps": 1,
          "gradient_accumulation_steps": 1, "learning_rate": 3e-3, "lora_alpha": 32}
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Playwright]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs it (apt-get install chromium)")
-    with sync_playwright() as pw:
-        yield pw
-
-
-@pytest.fixture(scope="module")
-def browser(playwright: Playwright) -> Iterator[Browser]:
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-    yield browser
-    browser.close()
 
 
 @pytest.fixture
@@ -50,14 +34,8 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.set_default_timeout(30_000)
-    yield page
-    context.close()
-    assert not errors, f"the page threw: {errors}"
+    with open_page(browser, height=1000) as page:
+        yield page
 
 
 def api(url: str) -> httpx.Client:
@@ -84,13 +62,6 @@ def wait_for_steps(page: Page, at_least: int, timeout_s: float = 180) -> list[in
 
 def wait_for_status(page: Page, status: str, timeout_s: float = 240) -> None:
     page.locator(f'#job-status [data-status="{status}"]').wait_for(timeout=timeout_s * 1000)
-
-
-def screenshot(page: Page, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    page.screenshot(path=str(path), full_page=True)
-    return path
 
 
 # The hard timeouts are generous: the first test to ask builds the session's tiny model, which takes minutes

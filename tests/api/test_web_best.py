@@ -13,24 +13,18 @@ from tunestudio.jobs.manager import JobManager
 from tunestudio.settings import Settings
 
 from ..helpers import fake_workers
+from ..helpers.browser import browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
 from ..helpers.jobs import DATA, job_config
 from ..helpers.server import running_server
 from ..helpers.wait import wait_until
-from .test_web import browser, playwright, screenshot  # noqa: F401  (module fixtures, shared)
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:  # noqa: F811
-    context = browser.new_context(viewport={"width": 1400, "height": 1100})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.set_default_timeout(30_000)
-    yield page
-    context.close()
-    assert not errors, f"the page threw: {errors}"
+    with open_page(browser, timeout_ms=30_000) as page:
+        yield page
 
 
 def test_the_chart_marks_the_best_step_and_says_the_artefacts_are_its_weights(tmp_path: Path, page: Page) -> None:

@@ -11,10 +11,10 @@ from playwright.sync_api import Browser, Page
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
+from ..helpers.browser import browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
 from ..helpers.chat import PROMPT, ChatHome
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
-from .test_web import browser, playwright, screenshot  # noqa: F401  (module fixtures, shared)
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -37,14 +37,8 @@ def server(job: Job, home: Path) -> Iterator[str]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:  # noqa: F811
-    context = browser.new_context(viewport={"width": 1400, "height": 1100})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.set_default_timeout(60_000)
-    yield page
-    context.close()
-    assert not errors, f"the page threw: {errors}"
+    with open_page(browser, timeout_ms=60_000) as page:
+        yield page
 
 
 def send(page: Page, prompt: str) -> None:

@@ -187,7 +187,7 @@ class LoggingPart(BaseModel):
         default="runs", min_length=1, description="TensorBoard event files; relative: inside output_dir."
     )
     report_to: list[ReportTarget] = Field(
-        default_factory=list, max_length=3,
+        default_factory=list, max_length=10,
         description="Experiment trackers: mlflow (params, per-step metrics, the evaluation and where the artefacts "
                     "are, into mlflow_tracking_uri), wandb and tensorboard (the same as enable_wandb and "
                     "enable_tensorboard, which they turn on).",

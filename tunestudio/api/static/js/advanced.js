@@ -54,6 +54,11 @@ export const ADVANCED = {
   enable_wandb: ["logging", "Weights & Biases", "Send metrics to W&B (needs its token)."],
   wandb_project: ["logging", "W&B project", "The W&B project the run goes to."],
   wandb_token: ["logging", "W&B token", "Used for this job only; never stored."],
+  report_to: ["logging", "Report to", "Experiment trackers, one a line: mlflow, wandb, tensorboard."],
+  mlflow_tracking_uri: ["logging", "MLflow store", "An http(s) tracking server; empty: the studio's own store."],
+  mlflow_experiment: ["logging", "MLflow experiment", "The experiment the job's run goes into."],
+  mlflow_run_name: ["logging", "MLflow run name", "Empty: MLflow names the run."],
+  mlflow_parent_run_id: ["logging", "MLflow parent run", "The run this one nests under (a sweep sets it)."],
   hf_token: ["data", "Hub token", "For gated models and datasets; used for this job only, never stored."],
 };
 

@@ -2,6 +2,7 @@
 //   #/new            the new-job form
 //   #/jobs/ID        one job
 //   #/compare/A,B    loss curves of several jobs
+//   #/sweeps         the sweeps; #/sweeps/ID one sweep's leaderboard
 
 import {rebuildAll} from "./charts.js";
 import {showCompare} from "./compare.js";
@@ -9,6 +10,7 @@ import {showForm} from "./form.js";
 import {mountHardware} from "./hardware.js";
 import {showJob} from "./job.js";
 import {JobList} from "./list.js";
+import {showSweeps} from "./sweep.js";
 import {el} from "./util.js";
 
 const main = document.getElementById("main");
@@ -38,6 +40,9 @@ async function route() {
     if (view === "jobs" && arg) {
       list.setActive(arg);
       cleanup = await showJob(main, decodeURIComponent(arg), {onChange: () => list.refresh(), navigate});
+    } else if (view === "sweeps") {
+      list.setActive(null);
+      cleanup = await showSweeps(main, arg ? decodeURIComponent(arg) : null, {navigate});
     } else if (view === "compare" && arg) {
       const ids = arg.split(",").filter(Boolean);
       list.setActive(null);

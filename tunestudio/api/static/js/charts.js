@@ -90,14 +90,15 @@ export class Chart {
     return {
       width, height: this.height, pxAlign: false,
       scales: {x: {time: false}, ...(spec.scales || {})},
+      // spec.xAxis: the x axis's own ticks (a sweep's parameter), else whole steps
       axes: [axis({label: spec.xLabel || "step", labelSize: 18, labelFont: `11px ${css("--font")}`,
-        incrs: STEP_INCRS, values: (u, splits) => splits.map((v) => String(Math.round(v)))}),
+        ...(spec.xAxis || {incrs: STEP_INCRS, values: (u, splits) => splits.map((v) => String(Math.round(v)))})}),
       ...(spec.axes || [axis({size: 60, values: (u, splits, ax, space, incr) => tickLabels(splits, incr)})])],
       legend: {live: true},
       // The legend shows each series' value at the hovered step, or nothing: uPlot's default would
       // show the nearest non-null value of a series with a gap there (another step's value).
       cursor: {drag: {x: true, y: false}, dataIdx: (u, seriesIdx, hoveredIdx) => hoveredIdx},
-      series: [{label: "step"}, ...spec.series],
+      series: [{label: spec.xLabel || "step"}, ...spec.series],
       hooks: {draw: [(u) => drawMarks(u, this.marks)]},
     };
   }

@@ -57,8 +57,10 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
     }
   });
   clone.addEventListener("click", () => {
-    // The worker's own choices (resume point, the output folder it was given) are not the user's.
-    const {resume_from_checkpoint: _r, output_dir: _o, ...rest} = job.config;
+    // The worker's own choices (resume point, the output folder it was given) are not the user's, nor what a
+    // sweep set for its trial's MLflow run.
+    const {resume_from_checkpoint: _r, output_dir: _o, mlflow_parent_run_id: _p, mlflow_run_name: _n,
+      ...rest} = job.config;
     // The rows it held out for evaluation, held out again (by content): the two evaluations compare.
     if (job.held_out) rest.held_out_rows = job.held_out.file;
     sessionStorage.setItem(CLONE_KEY, JSON.stringify(rest));
