@@ -125,3 +125,24 @@ def test_the_config_takes_a_record_only_for_rows_it_holds_out() -> None:
     with pytest.raises(ValueError, match=r"held_out_rows: .* unset eval_split"):
         JobConfig.model_validate({"model_name": "m", "local_datasets": ["a.jsonl"], "held_out_rows": "h.json",
                                   "eval_steps": 5, "eval_split": "test"})
+
+
+@pytest.mark.parametrize(("rows", "fraction", "size"), [(400, None, 20), (20, None, 0), (400, 0.1, 40), (20, 0.1, 2),
+                                                        (3, 0.01, 1), (2, 0.99, 1), (1, 0.5, 0)])
+def test_eval_fraction_sizes_the_split_and_leaves_a_row_to_train(rows: int, fraction: float | None, size: int) -> None:
+    assert data.eval_size(rows, fraction) == size
+
+
+def test_eval_fraction_holds_out_its_share_and_the_report_names_the_same_rows(tmp_path: Path) -> None:
+    from tunestudio.worker.data import report
+
+    dataset = write(tmp_path / "a.jsonl", ROWS[:50])
+    cfg = config(dataset, eval_fraction=0.2)
+    prepared = data.prepare(cfg)
+    assert prepared.held_out is not None and len(prepared.held_out["rows"]) == 10 and len(prepared.train) == 40
+    overlap = report.build(cfg)["eval_overlap"]
+    assert overlap["eval_rows"] == 10 and overlap["source"].startswith("held-out split: 10 of 50 rows, seed 11")
+    with pytest.raises(ValueError, match="eval_fraction: held_out_rows decides which rows are held out"):
+        config(dataset, eval_fraction=0.2, held_out_rows="h.json")
+    with pytest.raises(ValueError, match=r"eval_fraction: .* unset eval_split"):
+        config(dataset, eval_fraction=0.2, eval_split="test")

@@ -81,6 +81,11 @@ class DataPart(BaseModel):
                     "normalising whitespace), or near (also rows whose word 3-grams overlap by an estimated "
                     "Jaccard of 0.8 or more: MinHash LSH).",
     )
+    eval_fraction: float | None = Field(
+        default=None, gt=0, lt=1,
+        description="Without eval_split: the share of the rows held out for evaluation (eval_steps > 0), at least "
+                    "one, and one left to train; seeded by random_seed. null: 5%, 16 to 128 rows, none under 32.",
+    )
     held_out_rows: str | None = Field(
         default=None,
         description="The held_out.json an earlier job wrote in its output folder: hold out exactly its rows again "
@@ -495,9 +500,12 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
                 raise ValueError(
                     "custom_format_mapping: map at least one column to 'user' and one to 'assistant'"
                 )
-        if self.held_out_rows is not None and (self.eval_split or self.eval_steps <= 0):
-            raise ValueError("held_out_rows: applies to the rows a job holds out of its data for evaluation: "
-                             + ("unset eval_split" if self.eval_split else "set eval_steps above 0"))
+        for name in ("eval_fraction", "held_out_rows"):
+            if getattr(self, name) is not None and (self.eval_split or self.eval_steps <= 0):
+                raise ValueError(f"{name}: applies to the rows a job holds out of its data for evaluation: "
+                                 + ("unset eval_split" if self.eval_split else "set eval_steps above 0"))
+        if self.eval_fraction is not None and self.held_out_rows is not None:
+            raise ValueError("eval_fraction: held_out_rows decides which rows are held out; unset one of them")
         if self.resume_from_checkpoint == "latest" and not self.output_dir:
             raise ValueError('resume_from_checkpoint: "latest" needs output_dir')
         return self

@@ -44,6 +44,8 @@ def inspect(
     held_out: Annotated[bool, typer.Option(help="The rows a job with eval_steps > 0 holds out: their overlap with "
                                                 "the training rows.")] = False,
     seed: Annotated[int | None, typer.Option(help="random_seed of the job (the held-out split).")] = None,
+    eval_fraction: Annotated[float | None, typer.Option(help="eval_fraction of the job: the share held out.")]
+    = None,
     dedupe: Annotated[str, typer.Option(help="The job's dedupe (off, exact, near): removed before the held-out "
                                              "split.")] = "off",
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
@@ -53,7 +55,7 @@ def inspect(
         request = ReportRequest.model_validate({
             "local_datasets": [str(f) for f in files], "model_name": model, "max_seq_length": max_seq_length,
             "format_type": format_type, "method": method, "eval_split": eval_split, "held_out": held_out,
-            "random_seed": seed, "dedupe": dedupe})
+            "random_seed": seed, "eval_fraction": eval_fraction, "dedupe": dedupe})
         config = resolve(request.job_config())
     except ValidationError as exc:
         for error in format_validation_error(exc):

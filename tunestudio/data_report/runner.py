@@ -54,6 +54,8 @@ class ReportRequest(BaseModel):
     held_out: bool = Field(default=False, description="Without eval_split: the rows a job with eval_steps > 0 "
                                                       "holds out (seeded by random_seed).")
     random_seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+    eval_fraction: float | None = Field(default=None, gt=0, lt=1, description="With held_out: the share held out, "
+                                                                              "as JobConfig's.")
     dataset_slice_start: int | None = Field(default=None, ge=0)
     dataset_slice_end: int | None = Field(default=None, ge=0)
     train_on_completions: bool | None = None
@@ -66,6 +68,8 @@ class ReportRequest(BaseModel):
         fields["local_datasets"] = list(dict.fromkeys(self.local_datasets))
         if self.held_out and not self.eval_split:
             fields["eval_steps"] = 1  # a job that evaluates: it holds rows out
+        else:
+            fields.pop("eval_fraction", None)  # no held-out split to size
         if self.method == "grpo" and not self.reward_functions:
             fields["reward_functions"] = ["length_penalty"]  # a job needs one; this one asks nothing of the rows
         return JobConfig.model_validate({"model_name": self.model_name or NO_MODEL, **fields})

@@ -41,6 +41,7 @@ __all__ = [
     "Row",
     "auto_eval_size",
     "detect_format",
+    "eval_size",
     "hold_out",
     "prepare",
     "read_file",
@@ -86,6 +87,16 @@ def auto_eval_size(n_rows: int) -> int:
     if n_rows < 32:
         return 0
     return min(max(math.ceil(n_rows * 0.05), 16), 128)
+
+
+def eval_size(n_rows: int, fraction: float | None) -> int:
+    """The rows held out of n_rows: `auto_eval_size` without a fraction; else ceil(fraction x n_rows), at least 1
+    and at most n_rows - 1 (0 when there are not two rows)."""
+    if fraction is None:
+        return auto_eval_size(n_rows)
+    if n_rows < 2:
+        return 0
+    return min(max(math.ceil(n_rows * fraction), 1), n_rows - 1)
 
 
 def hold_out(examples: list[Any], n_eval: int, seed: int) -> tuple[list[Any], list[Any]]:
@@ -224,7 +235,7 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
             [examples[i] for i in split.train], [examples[i] for i in split.held],
             [sources[i] for i in split.train], [sources[i] for i in split.held])
     elif cfg.eval_steps > 0:
-        n_eval = auto_eval_size(len(examples))
+        n_eval = eval_size(len(examples), cfg.eval_fraction)
         if n_eval:
             kept, held = hold_out(list(range(len(examples))), n_eval, cfg.random_seed)
             held_record = held_out_mod.record(sources, held, cfg.random_seed, None)
@@ -234,8 +245,8 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
             notes.append(f"eval: held out {n_eval} of {n_eval + len(examples)} rows for evaluation "
                          f"(seed {cfg.random_seed})")
         else:
-            warnings.append(f"eval_steps is set but the dataset has only {len(examples)} rows (fewer than 32) "
-                            "and no eval_split; no eval")
+            warnings.append(f"eval_steps is set but the dataset has only {len(examples)} rows "
+                            f"({'fewer than 2' if cfg.eval_fraction else 'fewer than 32'}) and no eval_split; no eval")
     if clipped:
         where = ", ".join(clipped[:_SHOWN_PROBLEMS]) + (" and more" if len(clipped) > _SHOWN_PROBLEMS else "")
         notes.append(f"dataset: {len(clipped)} row(s) far longer than max_seq_length {cfg.max_seq_length} were cut "

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunestudio.config import JobConfig
-from tunestudio.worker.data import auto_eval_size, hold_out, slice_rows
 from tunestudio.worker.data import dedupe as dedupe_mod
+from tunestudio.worker.data import eval_size, hold_out, slice_rows
 from tunestudio.worker.data.formats import Converter, RowProblem, resolve_format
 from tunestudio.worker.data.sources import Row, read_rows
 from tunestudio.worker.data.templates import (
@@ -315,7 +315,7 @@ def _overlap(cfg: JobConfig, usable: list[Seen], kept: list[int], eval_usable: l
         train_side, eval_side = kept, None
         eval_signed = dedupe_mod.signatures(dedupe_mod.text_of(s.example or {}) for s in eval_usable)
         eval_seen = eval_usable
-    elif cfg.eval_steps > 0 and (n_eval := auto_eval_size(len(kept))):
+    elif cfg.eval_steps > 0 and (n_eval := eval_size(len(kept), cfg.eval_fraction)):
         source = f"held-out split: {n_eval} of {len(kept)} rows, seed {cfg.random_seed} (as the job holds them out)"
         train_side, eval_side = hold_out(kept, n_eval, cfg.random_seed)
         eval_signed = [signed[i] for i in eval_side]

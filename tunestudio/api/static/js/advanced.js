@@ -36,6 +36,8 @@ export const ADVANCED = {
     "Recompute activations to save memory; slower (3.5× on CPU). auto: on only if the job would not fit."],
   random_seed: ["optimisation", "Random seed", "The same seed and data give the same run."],
   eval_split: ["evaluation", "Evaluation split or file", "A split name (test) or a file (data/val.jsonl)."],
+  eval_fraction: ["evaluation", "Held-out share",
+    "Without an evaluation split: the share of rows held out (0.1 = 10%). Empty: 5%, 16 to 128 rows."],
   held_out_rows: ["evaluation", "Held-out rows of a job",
     "A job's held_out.json: hold out exactly its rows again (Clone to form sets it). Empty: a new seeded split."],
   early_stopping: ["evaluation", "Early stopping (JSON)",
