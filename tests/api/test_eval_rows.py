@@ -16,10 +16,11 @@ from playwright.sync_api import Browser, Page
 from tunestudio.events import HELD_OUT_FILE
 from tunestudio.settings import Settings
 
+from ..helpers.browser import browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
 from ..helpers.wait import wait_until
-from .test_web import SHORT, browser, playwright, screenshot  # noqa: F401  (module fixtures, shared)
+from .test_web import SHORT
 
 ANSWERED = 6
 
@@ -106,14 +107,8 @@ def test_the_rows_come_worst_first_by_loss_or_a_metric_a_page_at_a_time(finished
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:  # noqa: F811
-    context = browser.new_context(viewport={"width": 1400, "height": 1100})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.set_default_timeout(30_000)
-    yield page
-    context.close()
-    assert not errors, f"the page threw: {errors}"
+    with open_page(browser) as page:
+        yield page
 
 
 @pytest.mark.browser
