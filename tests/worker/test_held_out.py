@@ -146,3 +146,25 @@ def test_eval_fraction_holds_out_its_share_and_the_report_names_the_same_rows(tm
         config(dataset, eval_fraction=0.2, held_out_rows="h.json")
     with pytest.raises(ValueError, match=r"eval_fraction: .* unset eval_split"):
         config(dataset, eval_fraction=0.2, eval_split="test")
+
+
+def test_the_report_holds_out_a_records_rows_as_the_clone_does(tmp_path: Path) -> None:
+    from tunestudio.worker.data import report
+
+    dataset = write(tmp_path / "a.jsonl", ROWS)
+    first = data.prepare(config(dataset))
+    path = recorded(tmp_path, first)
+    assert first.held_out is not None
+    copies = [ROWS[e["line"] - 1] for e in first.held_out["rows"]]
+    write(dataset, [*ROWS, *copies])  # every held-out row now also a training row, at the end of the file
+    cfg = config(dataset, held_out_rows=str(path), random_seed=1)
+    assert contents(data.prepare(cfg)) == contents(first)
+    overlap = report.build(cfg)["eval_overlap"]
+    assert overlap["source"] == f"held-out rows of {path}: 20 of 420 rows (as the job holds them out)"
+    assert overlap["eval_rows"] == overlap["exact"] == 20  # the very rows the clone holds out, each leaked
+
+    gone = first.held_out["rows"][0]["line"]  # a held-out row edited: the report says what the job would
+    write(dataset, [r.replace('"output": "', '"output": "x') if n == gone else r for n, r in enumerate(ROWS, 1)])
+    changed = report.build(cfg)["eval_overlap"]
+    assert changed["source"] is None and changed["note"].startswith(
+        f"held_out_rows: the data changed since {path} was written: 1 of its 20 held-out rows")

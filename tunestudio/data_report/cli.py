@@ -46,6 +46,8 @@ def inspect(
     seed: Annotated[int | None, typer.Option(help="random_seed of the job (the held-out split).")] = None,
     eval_fraction: Annotated[float | None, typer.Option(help="eval_fraction of the job: the share held out.")]
     = None,
+    held_out_rows: Annotated[str | None, typer.Option(help="held_out_rows of the job: a job's held_out.json, "
+                                                           "whose rows are held out.")] = None,
     dedupe: Annotated[str, typer.Option(help="The job's dedupe (off, exact, near): removed before the held-out "
                                              "split.")] = "off",
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
@@ -55,7 +57,8 @@ def inspect(
         request = ReportRequest.model_validate({
             "local_datasets": [str(f) for f in files], "model_name": model, "max_seq_length": max_seq_length,
             "format_type": format_type, "method": method, "eval_split": eval_split, "held_out": held_out,
-            "random_seed": seed, "eval_fraction": eval_fraction, "dedupe": dedupe})
+            "random_seed": seed, "eval_fraction": eval_fraction,
+            "held_out_rows": held_out_rows, "dedupe": dedupe})
         config = resolve(request.job_config())
     except ValidationError as exc:
         for error in format_validation_error(exc):

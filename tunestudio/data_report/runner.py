@@ -56,6 +56,8 @@ class ReportRequest(BaseModel):
     random_seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     eval_fraction: float | None = Field(default=None, gt=0, lt=1, description="With held_out: the share held out, "
                                                                               "as JobConfig's.")
+    held_out_rows: str | None = Field(default=None, description="With held_out: a job's held_out.json, whose rows "
+                                                                "are held out (as JobConfig's).")
     dataset_slice_start: int | None = Field(default=None, ge=0)
     dataset_slice_end: int | None = Field(default=None, ge=0)
     train_on_completions: bool | None = None
@@ -70,6 +72,7 @@ class ReportRequest(BaseModel):
             fields["eval_steps"] = 1  # a job that evaluates: it holds rows out
         else:
             fields.pop("eval_fraction", None)  # no held-out split to size
+            fields.pop("held_out_rows", None)
         if self.method == "grpo" and not self.reward_functions:
             fields["reward_functions"] = ["length_penalty"]  # a job needs one; this one asks nothing of the rows
         return JobConfig.model_validate({"model_name": self.model_name or NO_MODEL, **fields})

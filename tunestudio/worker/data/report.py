@@ -27,6 +27,7 @@ from typing import Any
 from tunestudio.config import JobConfig
 from tunestudio.worker.data import dedupe as dedupe_mod
 from tunestudio.worker.data import eval_size, hold_out, slice_rows
+from tunestudio.worker.data import held_out as held_out_mod
 from tunestudio.worker.data.formats import Converter, RowProblem, resolve_format
 from tunestudio.worker.data.sources import Row, read_rows
 from tunestudio.worker.data.templates import (
@@ -36,6 +37,7 @@ from tunestudio.worker.data.templates import (
     supports_assistant_mask,
     text_budget,
 )
+from tunestudio.worker.errors import UserError
 
 HISTOGRAM_BINS = 30
 MEASURE_FACTOR = 4
@@ -315,6 +317,17 @@ def _overlap(cfg: JobConfig, usable: list[Seen], kept: list[int], eval_usable: l
         train_side, eval_side = kept, None
         eval_signed = dedupe_mod.signatures(dedupe_mod.text_of(s.example or {}) for s in eval_usable)
         eval_seen = eval_usable
+    elif cfg.eval_steps > 0 and cfg.held_out_rows:  # the rows an earlier job held out, as its clone holds them out
+        try:
+            split = held_out_mod.reuse(held_out_mod.read(cfg.held_out_rows), [usable[i].row for i in kept],
+                                       cfg.held_out_rows)
+        except UserError as exc:
+            return {"source": None, "eval_rows": 0, "exact": 0, "near": 0, "rows": [], "note": str(exc)}
+        source = (f"held-out rows of {cfg.held_out_rows}: {len(split.held)} of {len(kept)} rows (as the job holds "
+                  "them out)")
+        train_side, eval_side = [kept[i] for i in split.train], [kept[i] for i in split.held]
+        eval_signed = [signed[i] for i in eval_side]
+        eval_seen = [usable[i] for i in eval_side]
     elif cfg.eval_steps > 0 and (n_eval := eval_size(len(kept), cfg.eval_fraction)):
         source = f"held-out split: {n_eval} of {len(kept)} rows, seed {cfg.random_seed} (as the job holds them out)"
         train_side, eval_side = hold_out(kept, n_eval, cfg.random_seed)

@@ -9,7 +9,7 @@ import {basename, el} from "./util.js";
 
 // The form's fields the report reads as a job does (unset: JobConfig's defaults, as for a job).
 const FIELDS = ["max_seq_length", "method", "format_type", "custom_format_mapping", "reward_functions", "train_split",
-  "eval_split", "eval_fraction", "random_seed", "dataset_slice_start", "dataset_slice_end", "train_on_completions", "dedupe"];
+  "eval_split", "eval_fraction", "held_out_rows", "random_seed", "dataset_slice_start", "dataset_slice_end", "train_on_completions", "dedupe"];
 const SHOWN = 12;
 
 /** The request for the form's config (only the fields the user changed are in it), or null for a hub dataset. */
