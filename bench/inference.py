@@ -9,14 +9,24 @@ model + adapter). Then, in alternating rounds:
 - plain: this process loads the same base model and adapter with peft and
   calls `model.generate` with a streamer that stamps each token.
 
+- llama.cpp (`--llama`, issue 29): the job's own GGUF export (`q8_0` by
+  default), made by the studio's export job, decoded by llama.cpp's prebuilt
+  CPU build through node-llama-cpp (bench/llamacpp/decode.mjs; install it once
+  with `cd bench/llamacpp && npm i -E node-llama-cpp@3.21.1`), fed the same
+  prompt token ids.
+
 Both sides generate the same prompt greedily, exactly `--tokens` tokens
 (`min_tokens`, the API's extension, and `min_new_tokens`), with every core.
 Time to first token: request (or call) → first token. Tokens/s: (tokens − 1)
 / (last token − first token). Targets: API tokens/s ≥ 0.9 × plain's; warm
-API TTFT ≤ 1.5 × plain's.
+API TTFT ≤ 1.5 × plain's; with `--llama`: API tokens/s ≥ 0.5 × llama.cpp's,
+TTFT ≤ 1.5 × llama.cpp's. The API's answer is compared with plain's (the
+studio's path before issue 29: the peft model in fp32): same text or not.
 
     .venv/bin/python bench/inference.py                 # the 13.4M Llama of bench/worker_overhead.py
     .venv/bin/python bench/inference.py --model tiny    # models/tiny-llama (1.2M; TTFT is ~ms, HTTP dominates)
+    .venv/bin/python bench/inference.py --model real --llama --tokens 64 --threads 2
+                                                        # bench/chat_model.py's 256M model, 262k vocabulary
 
 The last line of output is one JSON object with all figures.
 """
@@ -42,6 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 PROMPT = ("Repeat the word three times.\n\napple. " * 12).strip()  # ~100 prompt tokens: prefill counts in TTFT
 TARGET_TPS_RATIO = 0.9
 TARGET_TTFT_RATIO = 1.5
+LLAMA_TPS_RATIO = 0.5  # issue 29: against llama.cpp's q8_0
+LLAMA_TTFT_RATIO = 1.5
+LLAMA_DIR = Path(__file__).resolve().parent / "llamacpp"
 
 
 def build_bench_model(directory: Path) -> int:
@@ -87,14 +100,20 @@ def start_server(home: Path, port: int) -> subprocess.Popen:
     raise RuntimeError("the server did not start")
 
 
-def train_job(url: str, model: Path) -> dict[str, Any]:
+def train_job(url: str, model: Path, steps: int = 5) -> dict[str, Any]:
     import httpx
 
     config = {"model_name": str(model), "local_datasets": [str(ROOT / "examples" / "data" / "alpaca.jsonl")],
-              "training_type": "lora", "max_steps": 5, "batch_size": 4, "gradient_accumulation_steps": 1,
+              "training_type": "lora", "max_steps": steps, "batch_size": 4, "gradient_accumulation_steps": 1,
               "max_seq_length": 128, "logging_steps": 1}
     job_id = httpx.post(f"{url}/api/jobs", json=config, timeout=30).raise_for_status().json()["id"]
-    deadline = time.monotonic() + 900
+    return wait_job(url, job_id)
+
+
+def wait_job(url: str, job_id: str, timeout_s: float = 1800) -> dict[str, Any]:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         job = httpx.get(f"{url}/api/jobs/{job_id}", timeout=30).json()
         if job["status"] in ("completed", "failed", "cancelled", "stopped", "interrupted"):
@@ -102,7 +121,51 @@ def train_job(url: str, model: Path) -> dict[str, Any]:
                 raise RuntimeError(f"the job ended {job['status']}: {job['error']}")
             return job
         time.sleep(0.5)
-    raise RuntimeError("the job did not finish")
+    raise RuntimeError(f"the job {job_id} did not finish")
+
+
+def export_gguf(url: str, job_id: str, quantization: str) -> Path:
+    """The job's GGUF export, made by the studio's own export job (merged LoRA, llama.cpp's converter)."""
+    import httpx
+
+    created = httpx.post(f"{url}/api/jobs/{job_id}/exports", json={"target": "gguf", "quantization": quantization},
+                         timeout=30).raise_for_status().json()
+    export = wait_job(url, created["id"])
+    return Path(export["output_dir"]) / f"model-{quantization}.gguf"
+
+
+class Llama:
+    """llama.cpp in a Node process (bench/llamacpp/decode.mjs), the GGUF loaded once, fed token ids."""
+
+    def __init__(self, gguf: Path, threads: int) -> None:
+        if not (LLAMA_DIR / "node_modules" / "node-llama-cpp").is_dir():
+            raise SystemExit(f"llama.cpp's side needs node-llama-cpp: cd {LLAMA_DIR} && npm i -E node-llama-cpp@3.21.1")
+        self.proc = subprocess.Popen(["node", str(LLAMA_DIR / "decode.mjs"), str(gguf), str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=LLAMA_DIR)
+        self.ready = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("llama.cpp's process ended")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def round(self, ids: list[int], tokens: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"ids": ids, "tokens": tokens}) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 def api_round(client: Any, url: str, model_id: str, tokens: int) -> dict[str, float]:
@@ -110,6 +173,7 @@ def api_round(client: Any, url: str, model_id: str, tokens: int) -> dict[str, fl
             "max_tokens": tokens, "min_tokens": tokens, "stream": True, "stream_options": {"include_usage": True}}
     stamps: list[float] = []
     usage = None
+    text = ""
     start = time.perf_counter()
     with client.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
         response.raise_for_status()
@@ -121,10 +185,11 @@ def api_round(client: Any, url: str, model_id: str, tokens: int) -> dict[str, fl
                 usage = chunk["usage"]
             elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 stamps.append(time.perf_counter())
+                text += chunk["choices"][0]["delta"]["content"]
     assert usage is not None and usage["completion_tokens"] == tokens, usage
     # Chunks may carry several tokens when the client falls behind: the rate counts tokens, not chunks.
     return {"ttft_ms": (stamps[0] - start) * 1000, "tokens_per_s": (tokens - 1) / (stamps[-1] - stamps[0]),
-            "chunks": len(stamps)}
+            "chunks": len(stamps), "text": text}
 
 
 class Plain:
@@ -140,7 +205,11 @@ class Plain:
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
         self.model = PeftModel.from_pretrained(model, adapter).eval()
 
-    def round(self, tokens: int) -> dict[str, float]:
+    def prompt_ids(self) -> list[int]:
+        return list(self.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}],
+                                                       add_generation_prompt=True, return_dict=True)["input_ids"])
+
+    def round(self, tokens: int) -> dict[str, Any]:
         from transformers.generation.streamers import BaseStreamer
 
         stamps: list[float] = []
@@ -166,16 +235,21 @@ class Plain:
                                       pad_token_id=self.tokenizer.pad_token_id, temperature=None, top_p=None,
                                       top_k=None)
         assert out.shape[1] - ids.shape[1] == tokens
-        return {"ttft_ms": (stamps[0] - start) * 1000, "tokens_per_s": (tokens - 1) / (stamps[-1] - stamps[0])}
+        return {"ttft_ms": (stamps[0] - start) * 1000, "tokens_per_s": (tokens - 1) / (stamps[-1] - stamps[0]),
+                "text": self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)}
 
 
 def main(argv: list[str] | None = None) -> int:
     import httpx
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=["bench", "tiny"], default="bench")
+    parser.add_argument("--model", choices=["bench", "tiny", "real"], default="bench")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="torch's and llama.cpp's threads on this side (the API's worker takes every core)")
+    parser.add_argument("--llama", action="store_true", help="also llama.cpp on the job's GGUF export (issue 29)")
+    parser.add_argument("--quantization", default="q8_0", help="the GGUF export llama.cpp decodes")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-inference-", dir=ROOT / "outputs" if (ROOT / "outputs").is_dir()
@@ -183,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
         home = Path(tmp) / "home"
         if args.model == "tiny":
             model = ROOT / "models" / "tiny-llama"
+        elif args.model == "real":
+            from chat_model import ensure
+
+            model = ensure(ROOT / "outputs" / "bench-chat-model")  # built once, kept (git-ignored)
         else:
             model = Path(tmp) / "model"
             params = build_bench_model(model)
@@ -190,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         server = start_server(home, port)
+        llama = None
         try:
             job = train_job(url, model)
             print(f"job {job['id']} trained; adapter in {job['output_dir']}", flush=True)
@@ -199,17 +278,36 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             api_round(client, url, job["id"], 4)  # starts the worker and loads the model
             cold_s = time.perf_counter() - started
+            import torch
+
+            torch.set_num_threads(args.threads)
             plain = Plain(str(model), job["output_dir"])
             plain.round(4)  # the same warm-up on this side
-            rounds: dict[str, list[dict[str, float]]] = {"api": [], "plain": []}
+            sides = ["api", "plain"]
+            if args.llama:
+                gguf = export_gguf(url, job["id"], args.quantization)
+                print(f"GGUF export: {gguf} ({gguf.stat().st_size / 2**20:.0f} MiB)", flush=True)
+                llama = Llama(gguf, args.threads)
+                print(f"llama.cpp loaded it in {llama.ready['load_ms']:.0f} ms", flush=True)
+                prompt = plain.prompt_ids()
+                llama.round(prompt, 4)
+                sides.append("llama")
+            rounds: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
             for i in range(args.rounds):
-                for side in ("api", "plain") if i % 2 == 0 else ("plain", "api"):
-                    figures = (api_round(client, url, job["id"], args.tokens) if side == "api"
-                               else plain.round(args.tokens))
+                order = sides[i % len(sides):] + sides[: i % len(sides)]  # each side first in turn
+                for side in order:
+                    if side == "api":
+                        figures = api_round(client, url, job["id"], args.tokens)
+                    elif side == "plain":
+                        figures = plain.round(args.tokens)
+                    else:
+                        figures = llama.round(prompt, args.tokens)
                     rounds[side].append(figures)
                     print(f"round {i + 1} {side:5}: TTFT {figures['ttft_ms']:7.1f} ms, "
                           f"{figures['tokens_per_s']:7.1f} tok/s", flush=True)
         finally:
+            if llama is not None:
+                llama.close()
             server.terminate()
             server.wait(30)
 
@@ -217,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
            for side, runs in rounds.items()}
     tps_ratio = med["api"]["tokens_per_s"] / med["plain"]["tokens_per_s"]
     ttft_ratio = med["api"]["ttft_ms"] / med["plain"]["ttft_ms"]
-    print(f"\nmedians over {args.rounds} alternating rounds of {args.tokens} tokens ({args.model} model):")
+    same = sum(a["text"] == p["text"] for a, p in zip(rounds["api"], rounds["plain"], strict=True))
+    print(f"\nmedians over {args.rounds} alternating rounds of {args.tokens} tokens ({args.model} model, "
+          f"{args.threads} threads here; load avg {os.getloadavg()[0]:.1f}):")
     print(f"  plain generate : TTFT {med['plain']['ttft_ms']:.1f} ms, {med['plain']['tokens_per_s']:.1f} tok/s")
     print(f"  chat API       : TTFT {med['api']['ttft_ms']:.1f} ms, {med['api']['tokens_per_s']:.1f} tok/s "
           f"(first request, worker start + load: {cold_s:.1f} s)")
@@ -225,8 +325,21 @@ def main(argv: list[str] | None = None) -> int:
           f"{'met' if tps_ratio >= TARGET_TPS_RATIO else 'MISSED'})")
     print(f"  TTFT ratio     {ttft_ratio:.3f} (target ≤ {TARGET_TTFT_RATIO}: "
           f"{'met' if ttft_ratio <= TARGET_TTFT_RATIO else 'MISSED'})")
-    print(json.dumps({"model": args.model, "tokens": args.tokens, "rounds": rounds, "median": med,
-                      "cold_first_request_s": cold_s, "tokens_per_s_ratio": tps_ratio, "ttft_ratio": ttft_ratio}))
+    print(f"  answers        API text == plain's in {same} of {args.rounds} rounds")
+    result: dict[str, Any] = {"model": args.model, "tokens": args.tokens, "threads": args.threads, "rounds": rounds,
+                              "median": med, "cold_first_request_s": cold_s, "tokens_per_s_ratio": tps_ratio,
+                              "ttft_ratio": ttft_ratio, "same_text": same}
+    if "llama" in med:
+        llama_tps = med["api"]["tokens_per_s"] / med["llama"]["tokens_per_s"]
+        llama_ttft = med["api"]["ttft_ms"] / med["llama"]["ttft_ms"]
+        print(f"  llama.cpp {args.quantization:5}: TTFT {med['llama']['ttft_ms']:.1f} ms, "
+              f"{med['llama']['tokens_per_s']:.1f} tok/s")
+        print(f"  API / llama.cpp tokens/s {llama_tps:.3f} (target ≥ {LLAMA_TPS_RATIO}: "
+              f"{'met' if llama_tps >= LLAMA_TPS_RATIO else 'MISSED'}); "
+              f"TTFT {llama_ttft:.3f} (target ≤ {LLAMA_TTFT_RATIO}: "
+              f"{'met' if llama_ttft <= LLAMA_TTFT_RATIO else 'MISSED'})")
+        result.update(llama_tokens_per_s_ratio=llama_tps, llama_ttft_ratio=llama_ttft)
+    print(json.dumps(result))
     return 0
 
 
