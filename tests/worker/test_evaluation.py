@@ -94,9 +94,10 @@ def test_row_losses_are_each_rows_reference_cross_entropy_under_the_full_logits(
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     rows = [EvalRow("What comes after one?", " two"),
             EvalRow([{"role": "user", "content": "Say cat"}], "cat"),
-            EvalRow(None, "a plain text row, every token of it scored")]
-    losses = row_losses(model, tokenizer, rows, max_length=128)
-    assert losses is not None and len(losses) == 3
+            EvalRow(None, "a plain text row, every token of it scored"),
+            *(EvalRow("Count to " + "ten, " * n, " ".join(["one"] * (n + 1))) for n in range(8))]
+    losses = row_losses(model, tokenizer, rows, max_length=128)  # two left-padded batches of rows of many lengths
+    assert losses is not None and len(losses) == 11
     for row, loss in zip(rows, losses, strict=True):
         prompt, reference = row_tokens(tokenizer, row)
         assert reference and reference[-1] == tokenizer.eos_token_id

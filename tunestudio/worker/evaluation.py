@@ -17,7 +17,7 @@ the whole eval split come from the trainer's own evaluation.
 Row by row (`row_losses`): the loss of each of the first max(SCORED_ROWS,
 eval_generate_rows) held-out rows, before and after, is the mean cross-entropy
 per token of its reference reply given its prompt (the whole text for a plain
-text row), teacher-forced, with the model in eval mode; a row's answers and
+text row), teacher-forced, with the model in eval mode, in left-padded batches; a row's answers and
 metrics come with it where it was answered. They are written to the job's
 EVAL_ROWS_FILE (`write_rows`), which GET /api/jobs/{id}/rows pages through,
 worst first.
@@ -216,36 +216,64 @@ def row_tokens(tokenizer: Any, row: EvalRow) -> tuple[list[int], list[int]]:
     return prompt, full[len(prompt):]
 
 
+LOSS_BATCH = 8  # rows scored in one forward pass
+LOGITS_BUDGET = 1 << 27  # logits one pass may make (512 MiB in fp32): fewer rows per pass for long replies
+
+
 def row_losses(model: Any, tokenizer: Any, rows: Sequence[EvalRow], max_length: int,
                should_stop: Any = None) -> list[float | None] | None:
     """Each row's mean cross-entropy per reference token given its prompt (cut to max_length tokens, as training
-    cuts it); None for a row with no reference token left; None for all if `should_stop()` said so."""
+    cuts it); None for a row with no reference token left; None for all if `should_stop()` said so between passes.
+
+    Rows go in batches, left-padded so that every row's reference ends at the last column: the pass keeps only
+    the logits of the last (longest reference + 1) positions (`logits_to_keep`), never a long prompt's.
+    """
     import torch
     import torch.nn.functional as F
 
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    losses: list[float | None] = []
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    losses: list[float | None] = [None] * len(rows)
+    scored: list[tuple[int, list[int], int]] = []  # (row, its tokens, how many of them are predicted)
+    for i, row in enumerate(rows):
+        prompt, reference = row_tokens(tokenizer, row)
+        ids = (prompt + reference)[:max_length]
+        k = len(ids) - max(len(prompt), 1)  # a text row's first token is given, not predicted
+        if k > 0:
+            scored.append((i, ids, k))
+
+    def score_batch(batch: list[tuple[int, list[int], int]]) -> None:
+        width = max(len(ids) for _, ids, _ in batch)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        inputs = torch.tensor([[pad] * (width - len(ids)) + ids for _, ids, _ in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for _, ids, _ in batch], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
+        keep = max(k for _, _, k in batch) + 1
+        with torch.no_grad():
+            try:
+                logits = model(input_ids=inputs, attention_mask=mask, position_ids=positions,
+                               logits_to_keep=keep).logits
+            except TypeError:  # a model without logits_to_keep
+                logits = model(input_ids=inputs, attention_mask=mask, position_ids=positions).logits
+        for j, (i, _, k) in enumerate(batch):
+            losses[i] = float(F.cross_entropy(logits[j, -(k + 1):-1].float(), inputs[j, -k:]).item())
+
     try:
-        for row in rows:
+        batch: list[tuple[int, list[int], int]] = []
+        for item in scored:
+            keep = max([k for _, _, k in batch] + [item[2]]) + 1
+            if batch and (len(batch) >= LOSS_BATCH or (len(batch) + 1) * keep * vocab > LOGITS_BUDGET):
+                if should_stop is not None and should_stop():
+                    return None
+                score_batch(batch)
+                batch = []
+            batch.append(item)
+        if batch:
             if should_stop is not None and should_stop():
                 return None
-            prompt, reference = row_tokens(tokenizer, row)
-            ids = (prompt + reference)[:max_length]
-            first = max(len(prompt), 1)  # the first position predicted (a text row's first token is given)
-            k = len(ids) - first
-            if k <= 0:
-                losses.append(None)
-                continue
-            inputs = torch.tensor([ids], device=device)
-            with torch.no_grad():
-                try:  # only the logits that predict reference tokens (a long prompt's would fill the memory)
-                    logits = model(input_ids=inputs, logits_to_keep=k + 1).logits
-                except TypeError:  # a model without logits_to_keep
-                    logits = model(input_ids=inputs).logits
-            predicted = logits[0, -(k + 1):-1].float()
-            losses.append(float(F.cross_entropy(predicted, inputs[0, -k:]).item()))
+            score_batch(batch)
     finally:
         if was_training:
             model.train()
