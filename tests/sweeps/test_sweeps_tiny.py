@@ -78,7 +78,7 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
         assert view["best"]["params"]["learning_rate"] != 1e-5
         jobs = {t["number"]: manager.get(t["job_id"]) for t in trials}
         trial_jobs = manager.list(sweep_id=sweep_id, limit=100)
-        assert len(trial_jobs) >= 7  # the trial the restart stopped ran again: a job of its own
+        assert len(trial_jobs) >= 7  # the trial the restart stopped (or cancelled, still queued) ran again
     parent_id = view["mlflow_run_id"]
     assert parent_id and view["mlflow_error"] is None
 
@@ -92,8 +92,9 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
     assert parents["tags.tunestudio.best_job"][0] == view["best"]["job_id"]
     children = mlflow.search_runs(experiment_names=["tunestudio"],
                                   filter_string=f"tags.mlflow.parentRunId = '{parent_id}'")
-    assert len(children) == len(trial_jobs)  # every trial's job, the one the restart stopped included
     by_output = {row["tags.tunestudio.output_dir"]: row for _, row in children.iterrows()}
+    assert len(by_output) == len(children) >= 6  # a run per job that started (the restart's stopped one too)
+    assert set(by_output) <= {j.output_dir for j in trial_jobs}
     for number, job in jobs.items():
         row = by_output[job.output_dir]
         assert row["tags.mlflow.runName"] == f"{sweep_id} trial {number}"

@@ -155,7 +155,6 @@ class SweepRunner(threading.Thread):
         while not self._halt.is_set():
             try:
                 if self.step():
-                    self._close_tracking()
                     return
             except Exception:  # a runner outlives any one bad poll (the store busy, a job deleted under it)
                 log.exception("sweep %s: poll failed", self.study.id)
@@ -184,12 +183,21 @@ class SweepRunner(threading.Thread):
                 live.append(trial)
                 started += 1
             if started >= self.config.budget and not live and not ending:
-                self.study.set_status("completed")
+                self._end("completed")
                 return True
         elif not live and not ending:
-            self.study.set_status("stopped")
+            self._end("stopped")
             return True
         return False
+
+    def _end(self, status: str) -> None:
+        """The sweep's end: its MLflow run closed first, so a sweep that says it ended has its run ended."""
+        run_id = self._tracking.get("mlflow_parent_run_id")
+        if run_id:
+            uri, experiment = tracking.store(self.config, self.manager.settings.mlflow_tracking_uri())
+            tracking.close_parent(run_id, uri, experiment, {**view(self.study, self._jobs_by_trial()),
+                                                            "status": status})
+        self.study.set_status(status)
 
     def _open_tracking(self) -> dict[str, str]:
         """report_to mlflow: the sweep's parent run (opened once, kept in the study), as the trials' fields."""
@@ -207,12 +215,6 @@ class SweepRunner(threading.Thread):
             run_id = answer["run_id"]
             self.study.study.set_user_attr("mlflow_run_id", run_id)
         return {"mlflow_tracking_uri": uri, **({"mlflow_parent_run_id": run_id} if run_id else {})}
-
-    def _close_tracking(self) -> None:
-        run_id = self._tracking.get("mlflow_parent_run_id")
-        if run_id:
-            uri, experiment = tracking.store(self.config, self.manager.settings.mlflow_tracking_uri())
-            tracking.close_parent(run_id, uri, experiment, view(self.study, self._jobs_by_trial()))
 
     def _jobs_by_trial(self) -> dict[int, Job]:
         """The newest job of each trial, found by its tag."""
