@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tunestudio.events import EVAL_ROWS_FILE, HELD_OUT_FILE
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job
@@ -35,6 +37,7 @@ def dataset(path: Path) -> Path:
     return path
 
 
+@pytest.mark.timeout(900)  # four real jobs on a shared machine
 def test_a_resume_and_a_clone_hold_out_exactly_the_first_jobs_rows(tiny_model: Path, tmp_path: Path) -> None:
     data = dataset(tmp_path / "data.jsonl")
     cfg = job_config(tiny_model, tmp_path / "first", local_datasets=[str(data)], max_steps=30, save_steps=4,
