@@ -168,3 +168,13 @@ def test_the_report_holds_out_a_records_rows_as_the_clone_does(tmp_path: Path) -
     changed = report.build(cfg)["eval_overlap"]
     assert changed["source"] is None and changed["note"].startswith(
         f"held_out_rows: the data changed since {path} was written: 1 of its 20 held-out rows")
+
+
+def test_a_record_that_would_leave_nothing_to_train_says_so(tmp_path: Path) -> None:
+    dataset = write(tmp_path / "a.jsonl", ROWS)
+    first = data.prepare(config(dataset))
+    path = recorded(tmp_path, first)
+    assert first.held_out is not None
+    write(dataset, [ROWS[e["line"] - 1] for e in first.held_out["rows"]])  # only the held-out rows are left
+    with pytest.raises(UserError, match="every usable row of this job is one of the 20 rows"):
+        data.prepare(config(dataset, held_out_rows=str(path)))
