@@ -18,6 +18,7 @@ flag that a StoppingCriteria reads before the next token.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -28,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 from transformers.generation.streamers import BaseStreamer
 
 from tunestudio.inference_protocol import (
@@ -42,6 +50,7 @@ from tunestudio.inference_protocol import (
     Started,
 )
 from tunestudio.worker.errors import UserFacing
+from tunestudio.worker.serving import GreedyHead, Served, serving_dtype
 
 log = logging.getLogger(__name__)
 MAX_MODELS = 2
@@ -67,6 +76,7 @@ def _adapter_name(job_id: str) -> str:
 class _Entry:
     model: Any
     adapters: OrderedDict[str, tuple[str, str]] = field(default_factory=OrderedDict)  # name → (folder, fingerprint)
+    served: Served | None = None  # the plain copy generation runs on (None: this model is served as it is)
 
 
 class Models:
@@ -117,7 +127,7 @@ class Models:
             if not load_in_4bit:
                 model.to(self.device)
             model.eval()
-            entry = _Entry(model)
+            entry = _Entry(model, served=None if load_in_4bit else Served(model, serving_dtype(model, self.device)))
             self.replies.put(Loaded(name, self.device, time.monotonic() - started))
         self._models[key] = entry  # most recently used last
         return entry
@@ -127,20 +137,35 @@ class Models:
         tokenizer = self.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "")
         if spec.kind == "full":
             if spec.base:
-                return self._load(spec.base_model, spec.load_in_4bit).model, tokenizer, False
-            return self._load(spec.weights, spec.load_in_4bit, spec.fingerprint).model, tokenizer, False
+                return self._serve(self._load(spec.base_model, spec.load_in_4bit), None), tokenizer, False
+            return self._serve(self._load(spec.weights, spec.load_in_4bit, spec.fingerprint), None), tokenizer, False
         entry = self._load(spec.base_model, spec.load_in_4bit)
         if spec.base:
             from peft import PeftModel
 
+            if entry.served is not None:
+                return self._serve(entry, None), tokenizer, False
             return entry.model, tokenizer, isinstance(entry.model, PeftModel)
         name = _adapter_name(spec.job_id)
         if entry.adapters.get(name) != (spec.weights, spec.fingerprint):
             self._add_adapter(entry, name, spec.weights, spec.fingerprint)
         entry.adapters.move_to_end(name)
+        if entry.served is not None and entry.served.can_merge(entry.model, name):
+            return self._serve(entry, name), tokenizer, False
         if entry.model.active_adapter != name:  # set_adapter walks every module: only when it changes
             entry.model.set_adapter(name)
         return entry.model, tokenizer, False
+
+    def _serve(self, entry: _Entry, adapter: str | None) -> Any:
+        """The model to generate with: the entry's served copy with `adapter` merged (None: the base), or the
+        entry's own model when it has no served copy (4-bit weights)."""
+        if entry.served is None:
+            return entry.model
+        started = time.monotonic()
+        if entry.served.merge(entry.model, adapter):
+            log.info("serving %s in %s (merged in %.2f s)", adapter or "the base model", entry.served.dtype,
+                     time.monotonic() - started)
+        return entry.served.model
 
     def _add_adapter(self, entry: _Entry, name: str, folder: str, fingerprint: str) -> None:
         from peft import PeftModel
@@ -163,6 +188,8 @@ class Models:
             raise UserFacing(f"cannot load the adapter in {folder}: {exc}", 409, "model_unavailable") from None
         entry.model.eval()
         entry.adapters[name] = (folder, fingerprint)
+        if entry.served is not None:
+            entry.served.forget(name)
         self.replies.put(Loaded(f"{folder} (adapter)", self.device, time.monotonic() - started))
 
 
@@ -200,6 +227,20 @@ class _Halt(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         stop = any(f.is_set() for f in self.flags)
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+
+
+class _NoEndBefore(LogitsProcessor):
+    """min_new_tokens as generate's own processor applies it (end tokens' scores -inf until `until` tokens), on
+    the end tokens' columns alone."""
+
+    def __init__(self, until: int, eos: list[int]) -> None:
+        self.until = until
+        self.eos = eos
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[-1] < self.until and self.eos:
+            scores[:, self.eos] = float("-inf")
+        return scores
 
 
 class TextStream(BaseStreamer):
@@ -295,28 +336,33 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
         torch.manual_seed(params.seed)
     device = next(model.parameters()).device
     inputs = torch.tensor([ids], device=device)
+    eos = _eos_ids(model, tokenizer)
+    min_new = min(params.min_tokens, max_new)
     kwargs: dict[str, Any] = {
         "max_new_tokens": max_new,
-        "min_new_tokens": min(params.min_tokens, max_new) or None,
         "do_sample": sampling,
         "use_cache": True,
         "pad_token_id": tokenizer.pad_token_id,
-        "eos_token_id": _eos_ids(model, tokenizer),
+        "eos_token_id": eos,
         "streamer": stream,
         "stopping_criteria": StoppingCriteriaList([_Halt(halt, stream.stopped)]),
     }
     if sampling:
-        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0, min_new_tokens=min_new or None)
     else:  # greedy: no sampling knobs, or generate warns that they are unused
         kwargs.update(temperature=None, top_p=None, top_k=None)
-    with torch.inference_mode():
+        # min_new_tokens' own processor builds a vocabulary-sized mask every token (~3 passes over 262k scores);
+        # for an argmax, where it runs among the processors changes nothing
+        kwargs["logits_processor"] = LogitsProcessorList([_NoEndBefore(len(ids) + min_new, eos)])
+    head = model.get_output_embeddings()
+    fast_head = head.greedy() if isinstance(head, GreedyHead) and not sampling else contextlib.nullcontext()
+    with torch.inference_mode(), fast_head:
         if base_off:
             with model.disable_adapter():
                 output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
         else:
             output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
     new = output[0, len(ids) :].tolist()
-    eos = set(_eos_ids(model, tokenizer))
     if halt.is_set() and not stream.stopped.is_set():
         reason = "cancelled"
     elif stream.stopped.is_set() or (new and new[-1] in eos):
