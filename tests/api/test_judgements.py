@@ -23,7 +23,7 @@ from tunestudio.judge.core import judge_messages
 from tunestudio.settings import Settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
-VERDICT = '{"verdict": "1", "reason": "the first answer"}'
+VERDICT = "1"  # a judge may answer with just the verdict; JSON with a reason is read too (tests/judge)
 
 
 def _judge_rows(path: Path, count: int = 64) -> Path:
@@ -45,7 +45,8 @@ def served(chat_home: ChatHome, tiny_model: Path,
     settings = Settings(home=chat_home.home)
     with JobManager(settings) as manager:
         judge = manager.submit(job_config(tiny_model, chat_home.home / "judge-job", local_datasets=[str(data)],
-                                          max_steps=40, max_seq_length=384, batch_size=8))
+                                          max_steps=40, max_seq_length=384, batch_size=8,
+                                          train_on_completions=True))
         judge = wait_until(lambda: j if (j := manager.get(judge.id)).status.is_terminal else None, 600,
                            "the judge job's end")
     assert judge.status is JobStatus.completed, judge.error

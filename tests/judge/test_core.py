@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scipy.stats import binomtest
 
-from tunestudio.judge.core import JudgeError, Verdict, combine, parse_verdict, run, wilson
+from tunestudio.judge.core import JudgeError, Judgement, Row, Verdict, combine, parse_verdict, run, wilson
 
 
 @pytest.mark.parametrize(("text", "choice"), [
@@ -40,6 +40,9 @@ def test_a_reason_is_kept() -> None:
 ])
 def test_both_orders_cancel_position_bias(first: str, second: str, outcome: str) -> None:
     assert combine(Verdict(first), Verdict(second)) == outcome  # type: ignore[arg-type]
+    judgement = Judgement([Row(0, "p", "a", "b", Verdict(first), Verdict(second), outcome)])  # type: ignore[arg-type]
+    agree = (first, second) in (("1", "2"), ("2", "1"), ("tie", "tie"))
+    assert judgement.summary().disagreements == (0 if agree else 1)
 
 
 @pytest.mark.parametrize(("k", "n"), [(0, 10), (3, 10), (8, 10), (10, 10), (1, 1), (17, 40), (250, 400)])

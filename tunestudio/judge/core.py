@@ -97,8 +97,7 @@ class Judgement:
         wins = sum(r.outcome == "win" for r in judged)
         ties = sum(r.outcome == "tie" for r in judged)
         losses = sum(r.outcome == "loss" for r in judged)
-        disagree = sum(r.outcome == "tie" and r.first is not None and r.second is not None
-                       and _prefers(r.first) != _prefers(r.second) for r in judged)
+        disagree = sum(r.first is not None and r.second is not None and _disagree(r.first, r.second) for r in judged)
         return Summary(rows=len(self.rows), judged=n, errors=len(self.rows) - n, wins=wins, ties=ties, losses=losses,
                        win_rate=wilson(wins, n), tie_rate=wilson(ties, n), loss_rate=wilson(losses, n),
                        score=wilson(wins + ties / 2, n), disagreements=disagree)
@@ -142,17 +141,23 @@ def parse_verdict(text: str) -> Verdict:
     return Verdict(None, raw=raw[:2000], error=f"unparseable verdict: {shown!r} (wanted 1, 2 or tie)")
 
 
-def _prefers(verdict: Verdict) -> str:
-    return verdict.choice or ""
+def _per_order(first: Verdict, second: Verdict) -> tuple[str, str]:
+    """Each order's outcome for the model: its answer was Answer 1 in the first order, Answer 2 in the second."""
+    return ({"1": "win", "2": "loss", "tie": "tie"}[first.choice or "tie"],
+            {"2": "win", "1": "loss", "tie": "tie"}[second.choice or "tie"])
+
+
+def _disagree(first: Verdict, second: Verdict) -> bool:
+    mine_first, mine_second = _per_order(first, second)
+    return first.choice is not None and second.choice is not None and mine_first != mine_second
 
 
 def combine(first: Verdict, second: Verdict) -> Outcome:
     """The row's outcome from the verdict with the model's answer first and the one with it second."""
     if first.choice is None or second.choice is None:
         return "error"
-    mine_first = {"1": "win", "2": "loss", "tie": "tie"}[first.choice]
-    mine_second = {"2": "win", "1": "loss", "tie": "tie"}[second.choice]
-    return mine_first if mine_first == mine_second else "tie"  # orders disagree: the position decided, not the answer
+    mine_first, mine_second = _per_order(first, second)
+    return mine_first if mine_first == mine_second else "tie"  # type: ignore[return-value]  # orders disagree: a tie
 
 
 def judge_messages(question: str, first: str, second: str) -> Messages:
