@@ -36,6 +36,7 @@ from tunestudio.events import Best, Completed, Event, Failed, Log, StatusEvent, 
 from tunestudio.events import Phase as PhaseEvent
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.export_config import ExportOptions
+from tunestudio.jobs.evalrows import ORDER_KEYS
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
 from tunestudio.jobs.status import JobStatus
@@ -202,6 +203,10 @@ def jobs_show(job_id: str) -> None:
         best = (job.result or {}).get("best")
         if best:
             table.add_row("best", _best_text(Best.model_validate(best)))
+        held = (job.result or {}).get("held_out")
+        if held:  # the rows its evaluation is on: a clone names this file (held_out_rows) to hold them out again
+            table.add_row("held out", f"{held['rows']} rows, seed {held['seed']}: {held['file']}"
+                          + (f" (the rows of {held['source']})" if held.get("source") else ""))
         console.print(table)
         if job.progress:
             console.print("[bold]last metrics[/]", {k: v for k, v in job.progress.items() if v is not None})
@@ -213,6 +218,41 @@ def jobs_show(job_id: str) -> None:
         if out and out.is_dir():
             names = sorted(p.name for p in out.iterdir() if p.name != ownership.MARKER)
             console.print("[bold]artefacts[/]", ", ".join(names))
+    finally:
+        manager.close()
+
+
+@jobs_app.command("rows")
+def jobs_rows(
+    job_id: str,
+    order: Annotated[str, typer.Option(help="worst: highest loss (lowest metric) first; best: the other way.")]
+    = "worst",
+    by: Annotated[str, typer.Option(help="loss, exact_match, token_f1 or rouge_l.")] = "loss",
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 10,
+    offset: Annotated[int, typer.Option(min=0)] = 0,
+) -> None:
+    """A finished job's held-out rows one by one, worst first: loss, the reference and the model's answers."""
+    if order not in ("worst", "best") or by not in ORDER_KEYS:
+        err.print(f"[red]--order is worst or best, --by one of {', '.join(ORDER_KEYS)}[/red]")
+        raise typer.Exit(2)
+    manager = _open_manager()
+    try:
+        try:
+            found = manager.eval_rows(job_id, by=by, order=order, limit=limit, offset=offset)  # type: ignore[arg-type]
+        except (JobNotFound, JobConflict) as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
+        table = Table("row", "loss (base → tuned)", *([by] if by != "loss" else []), "prompt", "reference",
+                      "fine-tuned", "base model")
+        for r in found.rows:
+            place = f"{Path(r['file']).name}:{r['line']}" if r.get("file") else f"#{r['index']}"
+            metric = [] if by == "loss" else [_fmt(r.get(by), ".3f")]
+            table.add_row(place, f"{_fmt(r.get('loss_before'), '.3f')} → {_fmt(r.get('loss'), '.3f')}", *metric,
+                          r["prompt"], r["reference"], "–" if r.get("answer") is None else r["answer"],
+                          "–" if r.get("answer_before") is None else r["answer_before"])
+        console.print(table)
+        console.print(f"rows {offset + 1}–{offset + len(found.rows)} of {found.total}, {order} {by} first; loss: "
+                      f"{found.loss}", highlight=False)
     finally:
         manager.close()
 
