@@ -238,7 +238,7 @@ def jobs_rows(
     manager = _open_manager()
     try:
         try:
-            found = manager.eval_rows(job_id, by=by, order=order, limit=limit, offset=offset)  # type: ignore[arg-type]
+            found = manager.eval_rows(job_id, by=by, order=order, limit=limit, offset=offset)
         except (JobNotFound, JobConflict) as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None
