@@ -4,7 +4,10 @@ on the session's trained LoRA job and its base model, with a multiple-choice tas
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from ..helpers.server import running_server
 from ..helpers.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)  # the session's chat job trains first (minutes on a busy machine)
-ROWS = 24
+ROWS = 80  # at most: every distinct question of the data with 4 answers to choose from (71)
 
 
 def lookup_questions(path: Path, count: int = ROWS, seed: int = 3) -> Path:
@@ -77,26 +80,50 @@ def finished(server: str, job_id: str, bench_id: str, timeout: float) -> dict[st
     return wait_until(done, timeout, f"benchmark {bench_id} to end", every=0.5)
 
 
-def test_accuracy_after_training_is_above_before_on_a_task_the_job_learned(server: str, job: Job,
-                                                                           questions: Path) -> None:
-    answer = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", timeout=30,
-                        json={"eval_file": str(questions), "limit": ROWS})
+@pytest.fixture(scope="module")
+def lookup_run(server: str, job: Job, questions: Path) -> dict[str, Any]:
+    """One benchmark of the job on the questions it learned: the bench job's answer, and its listing at the end."""
+    answer = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", timeout=30, json={"eval_file": str(questions)})
     assert answer.status_code == 201, answer.text
     bench = answer.json()
+    return {"job": bench, "run": finished(server, job.id, bench["id"], 600)}
+
+
+def test_accuracy_after_training_is_above_before_on_a_task_the_job_learned(server: str, job: Job, questions: Path,
+                                                                           lookup_run: dict[str, Any]) -> None:
+    bench, run = lookup_run["job"], lookup_run["run"]
     assert bench["kind"] == "bench" and bench["source_job"] == job.id
-    run = finished(server, job.id, bench["id"], 600)
     assert run["status"] == "completed", run["error"]
     result = run["result"]
     assert result["harness"] == "lm-eval 0.4.13" and result["chat_template"] is True
     assert result["models"] == {"before": f"{job.id}:base", "after": job.id}
     task = result["tasks"]["tunestudio_lookup"]
-    assert task["version"] == 1.0 and task["samples"] == ROWS
+    assert task["version"] == 1.0 and task["samples"] == len(questions.read_text().splitlines()) > 50
     acc = task["metrics"]["acc"]
     assert acc["after"] > acc["before"] and acc["difference"] == pytest.approx(acc["after"] - acc["before"])
     assert acc["stderr"] > 0 and acc["stderr_before"] >= 0
     output = httpx.get(f"{server}/api/jobs/{bench['id']}", timeout=30).json()["output_dir"]
     stored = json.loads((Path(output) / "benchmarks.json").read_text())
     assert stored["tasks"] == result["tasks"]
+
+
+def test_the_lm_eval_cli_on_the_same_task_and_server_agrees(server: str, job: Job, chat_home: ChatHome,
+                                                           lookup_run: dict[str, Any], tmp_path: Path) -> None:
+    """The harness's own command line, pointed at this server with the task YAML the studio wrote: the same
+    accuracy as the bench job's "after"."""
+    output = Path(httpx.get(f"{server}/api/jobs/{lookup_run['job']['id']}", timeout=30).json()["output_dir"])
+    tokenizer = job.output_dir
+    args = [str(Path(sys.executable).with_name("lm_eval")), "--model", "local-completions", "--model_args",
+            f"base_url={server}/v1/completions,model={job.id},tokenizer_backend=huggingface,tokenizer={tokenizer},"
+            "tokenized_requests=True,max_length=512,max_retries=1", "--tasks", "tunestudio_lookup",
+            "--include_path", str(output / "tasks"), "--apply_chat_template", "--batch_size", "16",
+            "--output_path", str(tmp_path / "out")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OPENAI_API_KEY": "unused"}
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())
+    after = lookup_run["run"]["result"]["tasks"]["tunestudio_lookup"]["metrics"]["acc"]["after"]
+    assert results["results"]["tunestudio_lookup"]["acc,none"] == pytest.approx(after, abs=1e-12)
 
 
 def test_a_standard_task_whose_data_is_not_here_fails_at_once_naming_it(server: str, job: Job) -> None:
@@ -124,3 +151,14 @@ def test_bad_benchmark_requests_name_the_field(server: str, job: Job, tmp_path: 
                   .json()["benchmarks"]]
     if bench_jobs:  # a benchmark measures a training job, not another benchmark
         assert post(bench_jobs[0], {"tasks": ["arc_easy"]}).status_code == 409
+
+
+def test_a_cancelled_benchmark_ends_at_once_without_figures(server: str, job: Job, questions: Path) -> None:
+    answer = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", json={"eval_file": str(questions)}, timeout=30)
+    assert answer.status_code == 201, answer.text
+    bench_id = answer.json()["id"]
+    wait_until(lambda: httpx.get(f"{server}/api/jobs/{bench_id}", timeout=30).json()["phase"] == "evaluating_base",
+               300, "the benchmark to ask the base model", every=0.2)
+    assert httpx.post(f"{server}/api/jobs/{bench_id}/cancel", json={}, timeout=30).status_code == 200
+    run = finished(server, job.id, bench_id, 120)
+    assert run["status"] == "cancelled" and run["result"] is None

@@ -101,23 +101,42 @@ class _Choice:
         self.sent = 0  # characters of text sent
         self.tokens: list[TokenLogprob] = []  # with logprobs: every token of the choice
         self.tokens_sent = 0
+        self._texts: dict[int, str] = {}  # token id → its text alone
+
+    def _text_of(self, token_id: int) -> str:
+        if token_id not in self._texts:
+            self._texts[token_id] = self.tokenizer.decode([token_id])
+        return self._texts[token_id]
 
     def _record(self, token: str, logprobs: torch.Tensor | None, chosen: int) -> None:
+        """One token of the choice; logprobs: the distribution it was drawn from (None: the prompt's first)."""
         if self.params.logprobs is None:
             return
         if logprobs is None:
             self.tokens.append(TokenLogprob(token, None, None, len(self.text)))
             return
-        top: dict[str, float] = {}
-        if self.params.logprobs > 0:
-            values, ids = torch.topk(logprobs, min(self.params.logprobs, logprobs.shape[-1]))
-            for value, tid in zip(values.tolist(), ids.tolist(), strict=True):
-                name = self.tokenizer.decode([tid])
-                top[name] = max(value, top.get(name, float("-inf")))
-        mine = float(logprobs[chosen])
-        name = self.tokenizer.decode([chosen])
-        top[name] = max(mine, top.get(name, float("-inf")))  # the chosen token is always among them, as vLLM does
+        ((mine, top),) = self._scored(logprobs.unsqueeze(0), [chosen])
         self.tokens.append(TokenLogprob(token, mine, top, len(self.text)))
+
+    def _scored(self, logprobs: torch.Tensor, chosen: list[int]) -> list[tuple[float, dict[str, float]]]:
+        """Each row's chosen token's log-probability and its top alternatives (text → log-probability, the chosen
+        one always among them, as vLLM does), with a few tensor operations for all rows: many small ones are
+        slow on a busy CPU."""
+        index = torch.tensor(chosen, device=logprobs.device).unsqueeze(1)
+        mine = logprobs.gather(1, index).squeeze(1).tolist()
+        k = min(self.params.logprobs or 0, logprobs.shape[-1])
+        values, ids = torch.topk(logprobs, k, dim=-1) if k else (None, None)
+        rows = []
+        for row, (value, token) in enumerate(zip(mine, chosen, strict=True)):
+            top: dict[str, float] = {}
+            if values is not None:
+                for alternative, tid in zip(values[row].tolist(), ids[row].tolist(), strict=True):
+                    name = self._text_of(tid)
+                    top[name] = max(alternative, top.get(name, float("-inf")))
+            name = self._text_of(token)
+            top[name] = max(value, top.get(name, float("-inf")))
+            rows.append((value, top))
+        return rows
 
     def run(self, model: Any, ids: list[int], max_new: int, eos: set[int], device: Any, halt: threading.Event,
             echo_text: str | None) -> tuple[str, int]:
@@ -125,10 +144,14 @@ class _Choice:
         out = model(input_ids=torch.tensor([ids], device=device), use_cache=max_new > 1)
         logits = out.logits[0]
         if self.params.echo:
-            scores = torch.log_softmax(logits[:-1].float(), dim=-1) if self.params.logprobs is not None else None
-            pieces = [self.tokenizer.decode([t]) for t in ids]
-            for position, (tid, piece) in enumerate(zip(ids, pieces, strict=True)):
-                self._record(piece, None if position == 0 or scores is None else scores[position - 1], tid)
+            pieces = [self._text_of(t) for t in ids]
+            if self.params.logprobs is not None:
+                scored = self._scored(torch.log_softmax(logits[:-1].float(), dim=-1), ids[1:])
+                self.tokens.append(TokenLogprob(pieces[0], None, None, 0))
+            for position, piece in enumerate(pieces):
+                if position and self.params.logprobs is not None:
+                    value, top = scored[position - 1]
+                    self.tokens.append(TokenLogprob(piece, value, top, len(self.text)))
                 self.text += piece
             if echo_text is not None and echo_text != self.text:
                 self.text = echo_text  # the prompt as the client wrote it (offsets follow the token pieces)
@@ -150,14 +173,14 @@ class _Choice:
             if token in eos and step >= self.params.min_tokens:
                 # As vLLM: the end token is the choice's last token (its log-probability counted, lm_eval's
                 # `[ctxlen:-1]` drops it), but not part of the text.
-                self._record(self.tokenizer.decode([token]), logprobs, token)
+                self._record(self._text_of(token), logprobs, token)
                 made.append(token)
                 reason = "stop"
                 break
             before = self.tokenizer.decode(made, skip_special_tokens=True)
             made.append(token)
             now = self.tokenizer.decode(made, skip_special_tokens=True)
-            piece = now[len(before):] if not now.endswith("\ufffd") else self.tokenizer.decode([token])
+            piece = now[len(before):] if not now.endswith("\ufffd") else self._text_of(token)
             self._record(piece, logprobs, token)
             self.text = self.text[: start] + now if not now.endswith("\ufffd") else self.text + piece
             if self._cut_at_stop(start):

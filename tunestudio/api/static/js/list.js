@@ -99,6 +99,11 @@ export class JobList {
       r.cells.model.textContent = job.name || `export → ${job.config.target}`;
       r.cells.model.title = job.output_dir || "";
       r.cells.dataset.textContent = `of ${job.source_job}`;
+    } else if (job.kind === "bench") {  // a benchmark (bench.js): its tasks, of its source job
+      const tasks = [...(job.config.tasks || []), ...(job.config.eval_file ? [basename(job.config.eval_file)] : [])];
+      r.cells.model.textContent = job.name || `benchmark: ${tasks.join(", ")}`;
+      r.cells.model.title = job.output_dir || "";
+      r.cells.dataset.textContent = `of ${job.source_job}`;
     } else {
       r.cells.model.textContent = job.name || basename(job.config.model_name);
       r.cells.model.title = job.name ? `${job.name} · ${job.config.model_name}` : job.config.model_name;
