@@ -8,11 +8,10 @@ weight to `W + ΔW` (peft's own `get_delta_weight`), computed from the untouched
 adapter changes, so switching between jobs and `:base` never drifts. Modules the adapter does not touch
 share the loaded model's tensors when the precision is the same (no second copy in memory).
 
-Precision: on a CPU that computes bf16 matrix-vector products faster (AVX-512 BF16 / AMX), the copy is
-bf16, and decoding reads half the bytes per token; `serving_dtype` measures it on the model's own largest
-weights, as a job's `precision: auto` measures training, and keeps fp32 for models under `BF16_MIN_PARAMS`
-(there a token is Python, not arithmetic) or when it is not clearly faster. `TUNESTUDIO_CHAT_PRECISION`
-(`auto`, `fp32`, `bf16`) overrides it. On a GPU the model is already loaded in bf16/fp16: the copy is too.
+Precision: on a CPU the copy is fp32 by default (`auto`); `TUNESTUDIO_CHAT_PRECISION=bf16` serves a bf16
+copy, and `measure` times a layer's matrix-vector products both ways at load and takes bf16 only when it
+wins twice by 15 % (models of `BF16_MIN_PARAMS` and more; below, a token is Python, not arithmetic). On a
+GPU the model is already loaded in bf16/fp16: the copy is too.
 A bf16 copy's greedy answers may differ from fp32's where two tokens' scores are closer than bf16 resolves
 (measured in bench/RESULTS.md, issue 29). On this machine small bf16 matrix-vector products measured ~50x
 slower than fp32 (torch 2.13's CPU kernels), so the body stays fp32 and only a large output layer gets a bf16
@@ -43,7 +42,7 @@ _PEFT_PREFIX = "base_model.model."
 
 
 def serving_dtype(model: Any, device: str) -> torch.dtype:
-    """The dtype to generate in: the loaded one on a GPU; on a CPU fp32 or bf16, whichever is faster here."""
+    """The dtype to generate in: the loaded one on a GPU; on a CPU fp32 unless TUNESTUDIO_CHAT_PRECISION says."""
     loaded = next(model.parameters()).dtype
     if device != "cpu" or loaded != torch.float32:
         return loaded
@@ -52,7 +51,10 @@ def serving_dtype(model: Any, device: str) -> torch.dtype:
         return torch.float32
     if choice in ("bf16", "bfloat16"):
         return torch.bfloat16
-    if sum(p.numel() for p in model.parameters()) < BF16_MIN_PARAMS:
+    if choice != "measure" or sum(p.numel() for p in model.parameters()) < BF16_MIN_PARAMS:
+        # auto: fp32. A bf16 body lost end to end (bench/RESULTS.md, issue 29: TTFT 1.5x and decode 0.63x of
+        # the old fp32 path), and torch 2.13's bf16 matrix-vector products took 40-90x fp32's in 3 of 4
+        # processes here, 0.3x in the other: no single measurement at load tells which one a process gets.
         return torch.float32
     (fp32_s, bf16_s), again = _matvec_seconds(model), _matvec_seconds(model)  # bf16 must win both times
     chosen = torch.bfloat16 if max(bf16_s, again[1]) < BF16_MARGIN * min(fp32_s, again[0]) else torch.float32
