@@ -34,7 +34,8 @@ from typing import Any
 
 from tunestudio.config import METHOD_SPECS
 
-__all__ = ["HEADROOM", "EstimateUnavailable", "Memory", "Shape", "checkpointing_needed", "job_memory", "memory"]
+__all__ = ["HEADROOM", "EstimateUnavailable", "Memory", "Shape", "checkpointing_needed", "flops_per_token",
+           "job_memory", "memory"]
 
 GIB = 1024**3
 HEADROOM = 0.9  # the share of free memory a job may plan to fill
@@ -107,6 +108,10 @@ class Shape:
         norms = self.layers * 2 * self.hidden + self.hidden
         embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
         return linear + norms + embeddings, linear
+
+    def compute_parameters(self) -> int:
+        """The weights a token is multiplied by: the blocks' linears and the head (the embedding is a lookup)."""
+        return self.parameters()[1] + self.vocab * self.hidden
 
     def lora_targets(self, target_modules: Iterable[str] | None = None, attention: bool = True,
                      mlp: bool = True) -> set[str]:
@@ -218,3 +223,10 @@ def checkpointing_needed(without: Memory, free: int) -> bool:
     """`gradient_checkpointing: auto`'s rule: on only when what training adds to the loaded weights would not
     fit in HEADROOM of the memory free once they are loaded."""
     return without.beyond_weights > HEADROOM * free
+
+
+def flops_per_token(config: dict[str, Any], training_type: str) -> float:
+    """Training FLOPs per token: the forward is 2 per weight a token meets (Shape.compute_parameters); the
+    backward about twice that when every weight trains (full), about once with a frozen base (LoRA, QLoRA: the
+    input gradients, the adapters' own being small)."""
+    return (6.0 if training_type == "full" else 4.0) * Shape.of(config).compute_parameters()

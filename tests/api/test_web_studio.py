@@ -72,6 +72,8 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
         page.locator("#advanced summary").click()
         page.locator("#f-sample_prompts").fill("Reverse the letters of the word.\n\ngarden")
         page.locator("#estimate-fit").filter(has_text="Fits").wait_for()
+        page.locator("#estimate-total-time").filter(has_text="in all").wait_for()  # max_steps set: a total
+        assert page.locator("#estimate-basis li").count() >= 3  # what the time rests on, one line each
         screenshot(page, "studio-form-upload-estimate.png")
         page.locator("#start").click()
         page.wait_for_url("**/#/jobs/*")
@@ -81,6 +83,10 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
         page.locator("#log-text").filter(has_text="trainable").wait_for()
         page.locator("#samples tbody tr").first.wait_for()  # before/after, from the completed event
         assert page.locator("#samples tbody tr").count() == 2
+        # the estimate as it stood before Start, against the step time the job measured
+        versus = page.locator("#estimate-versus")
+        versus.filter(has_text="Estimated before start").wait_for()
+        assert float(versus.get_attribute("data-ratio") or 0) > 0
 
         with httpx.Client(base_url=url, timeout=30) as client:
             job = client.get(f"/api/jobs/{job_id}").json()

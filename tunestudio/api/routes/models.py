@@ -16,10 +16,21 @@ from tunestudio import paths
 from tunestudio.api import modelinfo
 from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
-from tunestudio.api.estimate import EstimateUnavailable, estimate
+from tunestudio.api.estimate import EstimateUnavailable, Measured, estimate
 from tunestudio.api.hardware import hardware
 from tunestudio.api.schemas import ERRORS
-from tunestudio.config import JobConfig, format_validation_error, summary
+from tunestudio.config import format_validation_error, summary
+from tunestudio.config.job import (
+    AdapterPart,
+    DataPart,
+    MethodPart,
+    ModelPart,
+    OptimisationPart,
+    OutputPart,
+    SeedMediaPart,
+)
+from tunestudio.estimate import flops_per_token
+from tunestudio.jobs.status import JobStatus
 from tunestudio.paths import expand
 from tunestudio.settings import Settings
 
@@ -28,7 +39,23 @@ router = APIRouter(prefix="/api/models", tags=["models"], responses=ERRORS)
 # The JobConfig fields the estimate reads; their defaults are JobConfig's own.
 ESTIMATE_FIELDS = ("training_type", "batch_size", "max_seq_length", "gradient_accumulation_steps", "lora_r",
                    "target_modules", "finetune_attention_modules", "finetune_mlp_modules", "gradient_checkpointing",
-                   "precision", "optim", "method")
+                   "precision", "optim", "method", "max_steps", "num_epochs", "eval_steps", "eval_generate_rows",
+                   "sample_prompts")
+
+
+class EstimateParts(MethodPart, OutputPart, SeedMediaPart, AdapterPart, OptimisationPart, DataPart, ModelPart):
+    """The JobConfig parts an estimate reads, checked as a job's are: no dataset is needed to estimate."""
+
+
+class DatasetFacts(BaseModel):
+    """What the page knows of the dataset's rows (the dataset report's figures)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rows: int | None = Field(default=None, ge=0, le=10**9, description="Usable rows.")
+    tokens_per_row: float | None = Field(default=None, ge=0, le=10**7, description="Their mean tokens.")
+    eval_rows: int | None = Field(default=None, ge=0, le=10**9, description="Rows of the eval split or held out.")
+    held_out: int | None = Field(default=None, ge=0, le=10**9, description="Of `rows`, those held out.")
 
 
 class LocalModel(BaseModel):
@@ -63,6 +90,9 @@ class EstimateRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model_name: str = Field(min_length=1)
+    dataset: DatasetFacts | None = None
+    as_of: float | None = Field(default=None, ge=0, description="Count only jobs that finished before this time (a "
+                                "job's page: the estimate as it was when the job was created).")
 
 
 @router.get("", response_model=ModelList)
@@ -124,17 +154,40 @@ def _calibrations(settings: Settings) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _measured(manager: ManagerDep, settings: Settings, as_of: float | None) -> list[Measured]:
+    """Finished training jobs on this data directory with a measured speed, newest first."""
+    out = []
+    for job in manager.list([JobStatus.completed, JobStatus.stopped], limit=200):
+        progress = job.progress or {}
+        tps = progress.get("tokens_per_second")
+        if job.kind != "train" or not isinstance(tps, (int, float)) or tps <= 0 or not job.finished_at:
+            continue
+        if as_of is not None and job.finished_at >= as_of:
+            continue
+        name = str(job.config.get("model_name", ""))
+        try:
+            config = modelinfo.read_config(_find_model_folder(name, settings)) or {}
+            cost = flops_per_token(config, str(job.config.get("training_type", "lora")))
+        except (ApiError, OSError, ValueError):
+            cost = None
+        elapsed = progress.get("elapsed_seconds")
+        beyond = (job.finished_at - job.started_at - elapsed
+                  if job.started_at and isinstance(elapsed, (int, float)) else None)
+        out.append(Measured(job.id, name, str(job.config.get("training_type", "lora")),
+                            str(job.config.get("method", "sft")), float(tps), cost, beyond))
+    return out
+
+
 @router.post("/estimate")
-def estimate_job(body: EstimateRequest, settings: SettingsDep) -> dict[str, Any]:
+def estimate_job(body: EstimateRequest, settings: SettingsDep, manager: ManagerDep) -> dict[str, Any]:
     """Parameters, trainable parameters, memory (model, adapter, gradients, optimizer, activations), whether it fits
-    this machine, a rough time per step. Refuses nothing: it says when a job will not fit."""
+    this machine, the time a step and the time to finish (training, evaluations, answers, loading and saving) with
+    what each rests on (`basis`). Refuses nothing: it says when a job will not fit."""
     folder = _model_folder(body.model_name, settings)
-    job = {name: JobConfig.model_fields[name].get_default(call_default_factory=True) for name in ESTIMATE_FIELDS}
-    job.update({k: v for k, v in (body.model_extra or {}).items() if k in ESTIMATE_FIELDS and v is not None})
+    fields = {k: v for k, v in (body.model_extra or {}).items() if k in ESTIMATE_FIELDS and v is not None}
     try:
-        # The form's numbers, checked as JobConfig checks them (a bad one is a 422 naming it).
-        checked = JobConfig.model_validate({"model_name": body.model_name, "hf_dataset": "x/y", **job})
-    except ValidationError as exc:
+        checked = EstimateParts.model_validate({"model_name": body.model_name, **fields})
+    except ValidationError as exc:  # the form's numbers, checked as JobConfig checks them: a 422 naming the field
         errors = format_validation_error(exc)
         raise ApiError(422, "invalid_request", summary(errors), errors=errors) from None
     job = {name: getattr(checked, name) for name in ESTIMATE_FIELDS}
@@ -147,7 +200,8 @@ def estimate_job(body: EstimateRequest, settings: SettingsDep) -> dict[str, Any]
         raise ApiError(422, "unavailable", f"model_name: {exc}; the estimate cannot count its parameters, and a "
                        "job could not load it", field="model_name") from None
     try:
-        result = estimate(config, job, hardware(), parameters, _calibrations(settings))
+        result = estimate(config, job, hardware(), parameters, _calibrations(settings),
+                          _measured(manager, settings, body.as_of), body.dataset.model_dump() if body.dataset else None)
     except EstimateUnavailable as exc:
         raise ApiError(422, "unavailable", f"model_name: {exc}", field="model_name") from None
     return {"model": str(folder), **result.as_dict()}

@@ -1,8 +1,9 @@
 // The estimate beside Start: parameters, trainable parameters, memory by part, whether it fits this
-// machine, a rough time per step (POST /api/models/estimate). It refuses nothing; it says when a job
-// will not fit.
+// machine, the time a step and to finish with what each rests on (POST /api/models/estimate). It refuses
+// nothing; it says when a job will not fit. Once the dataset report ran, it counts the rows' real tokens.
 
 import {api} from "./api.js";
+import {reportFigures} from "./report.js";
 import {el, fmtBytes, fmtDuration, fmtNumber} from "./util.js";
 
 const count = (n) => (n >= 1e9 ? `${fmtNumber(n / 1e9, 3)}B` : n >= 1e6 ? `${fmtNumber(n / 1e6, 3)}M`
@@ -15,8 +16,9 @@ export function mountEstimate(box, config) {
     let body;
     try { body = config(); } catch { return; }
     if (!body.model_name) { box.replaceChildren(); return; }
+    const facts = reportFigures(body);
     try {
-      const e = await api.estimate(body);
+      const e = await api.estimate(facts ? {...body, dataset: facts} : body);
       if (mine !== token) return;
       const parts = [["model", e.weights_bytes], ["adapter", e.adapter_bytes], ["gradients", e.gradients_bytes],
         ["optimizer", e.optimizer_bytes], ["activations", e.activations_bytes]].filter(([, v]) => v > 0);
@@ -27,7 +29,10 @@ export function mountEstimate(box, config) {
           el("b", {id: "estimate-trainable"}, count(e.trainable)), " trained · ",
           el("b", {id: "estimate-total"}, fmtBytes(e.total_bytes)), " of memory",
           e.seconds_per_step ? ` · ~${e.seconds_per_step < 1 ? `${fmtNumber(e.seconds_per_step, 2)}s`
-            : fmtDuration(e.seconds_per_step)} a step${e.seconds_source === "calibration" ? " (measured)" : ""}` : ""),
+            : fmtDuration(e.seconds_per_step)} a step${e.seconds_source === "arithmetic" ? "" : " (measured here)"}` : "",
+          e.total_seconds ? el("span", {id: "estimate-total-time"}, ` · ~${fmtDuration(e.total_seconds)} in all`) : ""),
+        e.basis && e.basis.length ? el("details", {class: "muted small", id: "estimate-basis"},
+          el("summary", {}, "what the time rests on"), el("ul", {}, ...e.basis.map((b) => el("li", {}, b)))) : "",
         el("p", {class: "muted small"}, parts.map(([k, v]) => `${k} ${fmtBytes(v)}`).join(" · ")),
         e.fits === false
           ? el("p", {class: "error-text", id: "estimate-fit"}, `Will not fit: ${e.device} has `
@@ -41,6 +46,32 @@ export function mountEstimate(box, config) {
     }
   };
   const schedule = () => { clearTimeout(timer); timer = setTimeout(run, 400); };
+  document.addEventListener("tunestudio:report", schedule);
   run();
-  return {schedule, dispose() { clearTimeout(timer); token++; }};
+  return {schedule, dispose() { clearTimeout(timer); token++; document.removeEventListener("tunestudio:report", schedule); }};
+}
+
+/** The job page's line: the estimate as it stood when the job was created (POST /api/models/estimate with
+ * `as_of`: only jobs finished before it count) against the step time and tokens the job measures. */
+export function estimateVersus(job) {
+  const node = el("p", {class: "muted small", id: "estimate-versus", hidden: true});
+  let asked = false, estimated = null;
+  const update = async (record) => {
+    if (job.kind !== "train" || job.resumed_from || !record || !record.step || !record.elapsed_seconds) return;
+    if (!asked) {
+      asked = true;
+      try { estimated = await api.estimate({...job.config, as_of: job.created_at}); } catch { return; }
+    }
+    if (!estimated || !estimated.seconds_per_step) return;
+    const step = record.elapsed_seconds / record.step;
+    const tokens = record.num_tokens ? record.num_tokens / record.step : null;
+    const secs = (s) => (s < 1 ? `${fmtNumber(s, 2)}s` : fmtDuration(s));
+    node.textContent = `Estimated before start: ${secs(estimated.seconds_per_step)} a step`
+      + ` (${estimated.seconds_source}, ${fmtNumber(estimated.tokens_per_step, 4)} tokens); measured: ${secs(step)}`
+      + (tokens ? ` (${fmtNumber(tokens, 4)} tokens)` : "")
+      + `, ${fmtNumber(step / estimated.seconds_per_step, 2)}× the estimate.`;
+    node.dataset.ratio = String(step / estimated.seconds_per_step);
+    node.hidden = false;
+  };
+  return {node, update};
 }

@@ -11,6 +11,7 @@ import {lossChart, methodChart, singleChart, watchChart} from "./charts.js";
 import {chatPanel} from "./chat.js";
 import {judgePanel} from "./judge.js";
 import {benchPanel, benchTable} from "./bench.js";
+import {estimateVersus} from "./estimate.js";
 import {exportPanel} from "./export.js";
 import {mountJobInfo} from "./jobinfo.js";
 import {mountLog} from "./log.js";
@@ -85,6 +86,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   const watchBox = el("div", {class: "chart", id: "watch-chart"});
   const bestLine = el("p", {class: "muted small", id: "best-step"});
   const exportBox = el("div", {id: "export-box"});
+  const versus = estimateVersus(job);  // the estimate before Start against the measured step time
   const benchBox = el("div", {id: "bench-box"});
   let benchView = null, benchShown = false;
   let panel = null;
@@ -118,6 +120,7 @@ export async function showJob(main, id, {onChange, navigate}) {
         methodSpec ? stat("method", methodSpec[3]) : null,
         stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
         stat("peak", "peak memory")),
+    isExport ? null : versus.node,
     errorBox, warningsBox, results, judged, rowsSlot, chatSlot, judgeSlot, exportBox, benchBox, infoBox,
     el("section", {class: "chart-card wide", hidden: isExport}, el("h2", {}, "Loss"), lossBox),
     methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h2", {}, methodSpec[1]), methodBox) : null,
@@ -205,6 +208,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     setStat("elapsed", fmtDuration(p.elapsed_seconds ?? ranFor(job)));
     const peak = last.peak_memory_mb ?? p.peak_memory_mb;
     setStat("peak", peak ? fmtBytes(peak * 2 ** 20) : "–");
+    if (!isExport) versus.update(last.step ? last : p);
   };
   const drawStatus = () => {
     status.replaceChildren(statusBadge(job.status));
@@ -415,8 +419,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     fileLog.dispose();
     if (source) source.close();
     if (chat) chat.dispose();
-    if (rowsView) rowsView.dispose();
     if (judgeView) judgeView.dispose();
+    if (rowsView) rowsView.dispose();
     if (panel) panel.dispose();
     if (benchView) benchView.dispose();
     Object.values(charts).forEach((c) => c && c.destroy());

@@ -23,6 +23,28 @@ export function reportRequest(config) {
   return body;
 }
 
+// The last report's figures the estimate reads (rows, their mean tokens cut at max_seq_length, eval rows), kept
+// with the request they answer: the estimate uses them only while the form still asks the same.
+let lastFigures = null;
+
+/** The figures of the last report for this config's request, or null. */
+export function reportFigures(config) {
+  const body = reportRequest(config);
+  return body && lastFigures && lastFigures.key === JSON.stringify(body) ? lastFigures.figures : null;
+}
+
+function figures(report) {
+  const lengths = report.lengths || {};
+  const overlap = report.eval_overlap || {};
+  const out = {rows: report.usable};
+  if (lengths.rows) out.tokens_per_row = Math.max(0, (lengths.mean * lengths.rows - (lengths.cut_tokens || 0)) / lengths.rows);
+  if (overlap.source) {
+    out.eval_rows = overlap.eval_rows;
+    if (overlap.source.startsWith("held-out")) out.held_out = overlap.eval_rows;
+  }
+  return out;
+}
+
 const where = (place) => `${basename(place.file)}:${place.line}`;
 const count = (n) => Number(n).toLocaleString("en");
 
@@ -49,6 +71,8 @@ export function mountReport(anchor, currentConfig) {
     try {
       const report = await call("/api/datasets/report", {method: "POST", body});
       if (mine !== token) return;
+      lastFigures = {key: JSON.stringify(body), figures: figures(report)};
+      document.dispatchEvent(new CustomEvent("tunestudio:report"));  // the estimate counts the real rows now
       if (chart) chart.destroy();
       chart = null;
       out.replaceChildren(...render(report));
