@@ -15,7 +15,8 @@ from ..helpers.jobs import DATA
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'tunestudio[mlflow]' (make setup)")
 
 # MLflow 3.17's store uses a SQLAlchemy loader that SQLAlchemy 2.1 deprecates (read here in-process)
-pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")]
+pytestmark = [pytest.mark.timeout(300),
+              pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")]
 
 SCRIPT = """
 import json, sys, time
