@@ -49,6 +49,8 @@ def url() -> Iterator[str]:
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     server.shutdown()
+    server.server_close()  # the listening socket, else a later test meets its ResourceWarning
+    thread.join(10)
 
 
 MESSAGES = [{"role": "user", "content": "which?"}]

@@ -80,7 +80,9 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
         jobs = {t["number"]: manager.get(t["job_id"]) for t in trials}
         steps = {t["number"]: t["steps"] for t in trials}
         trial_jobs = manager.list(sweep_id=sweep_id, limit=100)
-        assert len(trial_jobs) >= 7  # the trial the restart stopped (or cancelled, still queued) ran again
+        # a trial the restart stopped (or cancelled while queued) runs again, unless the pruner had stopped it:
+        # then it is told PRUNED and the sweep goes on (a CI run saw that race): at least a job per trial
+        assert len(trial_jobs) >= 6 and {j.trial for j in trial_jobs} == set(range(6))
     parent_id = view["mlflow_run_id"]
     assert parent_id and view["mlflow_error"] is None
 
