@@ -55,18 +55,19 @@ export function judgePanel(id) {
   const error = el("p", {class: "error-text", id: "judge-error", hidden: true});
   const list = el("div", {id: "judge-list"});
   const shown = el("div", {id: "judge-shown"});
-  let timer = null, alive = true;
+  let timer = null, alive = true, current = null;  // the judgement shown: an older answer never replaces it
 
   const show = async (jid) => {
     clearTimeout(timer);
+    current = jid;
     try {
       const j = await call(`/api/judgements/${encodeURIComponent(jid)}`);
-      if (!alive) return;
+      if (!alive || current !== jid) return;
       shown.replaceChildren(summaryLine(j), j.rows.length ? rowsTable(j) : el("p", {class: "muted"}, "No row yet…"));
       if (j.status === "running") timer = setTimeout(() => show(jid), POLL_MS);
       else refresh(false);
     } catch (err) {
-      if (alive) shown.replaceChildren(el("p", {class: "error-text"}, String(err.message || err)));
+      if (alive && current === jid) shown.replaceChildren(el("p", {class: "error-text"}, String(err.message || err)));
     }
   };
   const refresh = async (open) => {
@@ -77,7 +78,7 @@ export function judgePanel(id) {
         el("a", {href: "#", "data-judgement": j.id, onclick: (e) => { e.preventDefault(); show(j.id); }},
           `${fmtWhen(j.created_at)}: against ${j.against}`), ` · ${j.status} · score ${rate(j.summary.score)}`)))]
         : [el("p", {class: "muted small"}, "No judgement yet.")]));
-      if (open && all.length) show(all[0].id);
+      if (open && all.length && current === null) show(all[0].id);  // not over one the user started meanwhile
     } catch { /* the list is a convenience; the panel still starts one */ }
   };
   start.addEventListener("click", async () => {
