@@ -1,7 +1,7 @@
 """The messages between parent and worker, and nothing else.
 
-Worker → parent: `Phase`, `Progress`, `Log`, `WarningEvent`, `Completed`,
-`Failed`, each with a `seq` that only ever increases within one worker and a
+Worker → parent: `Phase`, `Progress`, `Log`, `WarningEvent`, `Resources`,
+`Completed`, `Failed`, each with a `seq` that only ever increases within one worker and a
 timestamp. Parent → worker: the one command, `Stop(save)`.
 
 A job's stream, as stored and served, is the worker's events plus the
@@ -191,6 +191,22 @@ class Completed(_Message):
     held_out: HeldOut | None = None
 
 
+class Resources(_Message):
+    """What the job's processes use now, sampled by the worker every few seconds (worker/resources.py).
+
+    cpu_percent: the worker and its children together, 100 = one core busy; rss_mb: their resident memory
+    together; gpu_percent and gpu_memory_mb (what NVML sees them hold, else the worker's reserved CUDA memory):
+    None when the job does not use CUDA.
+    """
+
+    kind: Literal["resources"] = "resources"
+    cpu_percent: float = Field(ge=0)
+    rss_mb: float = Field(ge=0)
+    processes: int = Field(default=1, ge=1)
+    gpu_percent: float | None = Field(default=None, ge=0)
+    gpu_memory_mb: float | None = Field(default=None, ge=0)
+
+
 class Failed(_Message):
     kind: Literal["failed"] = "failed"
     message: str
@@ -207,13 +223,13 @@ class StatusEvent(_Message):
 
 
 Event = Annotated[
-    Phase | Progress | Log | WarningEvent | Completed | Failed,
+    Phase | Progress | Log | WarningEvent | Resources | Completed | Failed,
     Field(discriminator="kind"),
 ]
 
 # What a job's stream holds: the worker's events and the manager's status changes.
 StreamEvent = Annotated[
-    Phase | Progress | Log | WarningEvent | Completed | Failed | StatusEvent,
+    Phase | Progress | Log | WarningEvent | Resources | Completed | Failed | StatusEvent,
     Field(discriminator="kind"),
 ]
 

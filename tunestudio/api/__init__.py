@@ -16,6 +16,7 @@ from tunestudio.api.routes import (
     benchmarks,
     completions,
     datasets,
+    downloads,
     files,
     fine_tuning,
     jobs,
@@ -23,6 +24,7 @@ from tunestudio.api.routes import (
     logs,
     models,
     openai,
+    resources,
     sweeps,
     system,
     train,
@@ -81,6 +83,8 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     guarded = [Depends(require_token)]
     app.include_router(jobs.router, dependencies=guarded)
     app.include_router(logs.router, dependencies=guarded)
+    app.include_router(downloads.router, dependencies=guarded)
+    app.include_router(resources.router, dependencies=guarded)
     app.include_router(uploads.router, dependencies=guarded)
     app.include_router(models.router, dependencies=guarded)
     app.include_router(train.router, dependencies=guarded)

@@ -336,6 +336,13 @@ class JobManager:
         rows = self._store.messages(job_id, MESSAGE_KINDS, upto, limit)
         return [JobEvent(seq, kind, text) for seq, kind, text in rows]
 
+    def resources(self, job_id: str, upto: int | None = None, limit: int = 10_000) -> list[JobEvent]:
+        """The job's resource samples (`Resources` events: CPU, memory, GPU of its processes) up to seq `upto`, the
+        newest `limit`, oldest first. Raises JobNotFound."""
+        self.get(job_id)
+        rows = self._store.messages(job_id, ("resources",), upto, limit)
+        return [JobEvent(seq, kind, text) for seq, kind, text in rows]
+
     def eval_rows(self, job_id: str, by: str = "loss", order: evalrows.Order = "worst", limit: int = 50,
                   offset: int = 0) -> evalrows.RowsPage:
         """A finished job's held-out rows, one by one, ordered by loss or a generation metric (worst or best first;

@@ -146,10 +146,14 @@ def run(args: WorkerArgs) -> int:
     else:
         from tunestudio.worker.main import run as recipe
 
+    from tunestudio.worker.resources import Sampler
+
     channel = QueueChannel(args.events, args.commands)
+    sampler = Sampler(channel).start()  # CPU, memory (and GPU) of this worker and its children, over time
     try:
         if args.kind in ("export", "bench"):
             return recipe(args.public_config, channel, args.secrets)
         return recipe(args.public_config, channel, args.secrets, cache_dir=args.cache_dir)
     finally:
+        sampler.stop()
         channel.close()

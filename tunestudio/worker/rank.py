@@ -133,12 +133,17 @@ def main() -> int:
     assert start is not None
 
     from tunestudio.worker.main import run
+    from tunestudio.worker.resources import Sampler
 
     channel = RankChannel(link, rank, world_size, group)
+    # Rank 0 samples the launcher's tree: every rank on this machine (worker/resources.py).
+    sampler = Sampler(channel, root_pid=os.getppid()).start() if rank == 0 else None
     code = 1
     try:
         code = run(start["config"], channel, start["secrets"])
     finally:
+        if sampler is not None:
+            sampler.stop()
         channel.close()
         if code == 0:  # after a failure another rank may never arrive; just leave
             dist.destroy_process_group()
