@@ -126,18 +126,30 @@ def tensorboard_path(cfg: JobConfig) -> Path:
     return path if path.is_absolute() else Path(cfg.output_dir or ".") / path
 
 
-def resolve(cfg: JobConfig) -> JobConfig:
-    """The config with every local path absolute; raises PathRefused for one that must exist and does not."""
-    update: dict[str, object] = {}
-    datasets = []
-    for raw in cfg.local_datasets:
+def resolve_datasets(raws: Iterable[str]) -> list[str]:
+    """local_datasets made absolute; PathRefused for one that does not exist or is listed twice."""
+    datasets: list[str] = []
+    for raw in raws:
         path = _abs(raw)
         if not _on_disk(str(path), "exists"):
             raise PathRefused("local_datasets", f"dataset path {raw!r} does not exist", code="not_found")
         if str(path) in datasets:  # two spellings of one file ("a.jsonl" and its absolute path)
             raise PathRefused("local_datasets", f"dataset {raw!r} is listed twice (as {path}); list each once")
         datasets.append(str(path))
-    update["local_datasets"] = datasets
+    return datasets
+
+
+def confine_datasets(raws: Iterable[str], roots: Roots) -> None:
+    """PathRefused unless every local dataset lies in the dataset folders (or is a bundled one)."""
+    for raw in raws:
+        if not _inside(_abs(raw), (*roots.dataset_roots, *roots.bundled)):
+            raise PathRefused("local_datasets", f"{raw} is outside the allowed dataset folders "
+                                                f"({', '.join(map(str, roots.dataset_roots))})")
+
+
+def resolve(cfg: JobConfig) -> JobConfig:
+    """The config with every local path absolute; raises PathRefused for one that must exist and does not."""
+    update: dict[str, object] = {"local_datasets": resolve_datasets(cfg.local_datasets)}
     if (model := _local_model(cfg)) is not None:
         path = _abs(model)
         if not _on_disk(str(path), "is_dir"):
@@ -187,9 +199,7 @@ def confine(cfg: JobConfig, roots: Roots) -> None:
         return PathRefused(field, f"{raw} is outside the allowed {what} ({', '.join(map(str, where))})")
 
     readable = (*roots.dataset_roots, *roots.bundled)
-    for raw in cfg.local_datasets:
-        if not _inside(_abs(raw), readable):
-            raise refuse("local_datasets", raw, roots.dataset_roots, "dataset folders")
+    confine_datasets(cfg.local_datasets, roots)
     for raw in filter(None, map(reward_source, cfg.reward_functions)):  # user code: only from the reward folders
         if not _inside(_abs(raw), roots.reward_roots):
             raise refuse("reward_functions", raw, roots.reward_roots, "reward function folders "

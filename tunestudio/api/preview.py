@@ -144,12 +144,12 @@ def _child(send: Connection, public_config: dict[str, Any], rows: int) -> None:
 
 
 def _preview(public_config: dict[str, Any], rows: int) -> dict[str, Any]:
-    from tunestudio.config import JobConfig
+    from tunestudio.config import DataSpec
     from tunestudio.worker.data.formats import RowProblem, resolve_format
     from tunestudio.worker.data.sources import read_head
     from tunestudio.worker.errors import UserError
 
-    cfg = JobConfig.from_parts(public_config)
+    cfg = DataSpec.model_validate(public_config)  # what the route checked: files, split, method, format
     try:
         found, description, total = read_head(cfg.local_datasets, cfg.train_split, max(rows, DETECT_ROWS),
                                               READ_BYTES)

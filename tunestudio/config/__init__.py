@@ -5,12 +5,14 @@
   its own checks) and the reward grammar; the config, the worker and the page read it.
 - `seed.py`: every other spelling a field takes (the seed's, aliases, words for booleans), in one
   before-validator.
-- `job.py`: `JobConfig`, composed of per-concern parts.
+- `parts.py`: the per-concern parts (model, data, optimisation, adapters, media, logging, outputs, method,
+  early stopping).
+- `job.py`: `JobConfig`, composed of the parts, and `DataSpec`, the data part a dataset preview checks.
 - `files.py`: loading a job file; validation errors as [{field, message}] and as one line (`summary`).
 """
 
 from tunestudio.config.files import ConfigError, field_errors, format_validation_error, load_config, summary
-from tunestudio.config.job import JobConfig
+from tunestudio.config.job import DataSpec, JobConfig
 from tunestudio.config.methods import (
     ANSWER_REWARDS,
     BUILTIN_REWARDS,
@@ -35,7 +37,7 @@ from tunestudio.config.vocabulary import (
 
 __all__ = [
     "ANSWER_REWARDS", "BUILTIN_REWARDS", "MAX_ROWS", "MAX_STEPS", "METHODS", "METHOD_FORMATS", "METHOD_MAIN_METRIC",
-    "METHOD_OPTIONS", "METHOD_SPECS", "SECRET_FIELDS", "ConfigError", "FormatType", "JobConfig", "MappingTarget",
-    "Method", "MethodSpec", "TrainingType", "field_errors", "format_validation_error", "load_config",
+    "METHOD_OPTIONS", "METHOD_SPECS", "SECRET_FIELDS", "ConfigError", "DataSpec", "FormatType", "JobConfig",
+    "MappingTarget", "Method", "MethodSpec", "TrainingType", "field_errors", "format_validation_error", "load_config",
     "reward_name", "reward_source", "summary",
 ]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tunestudio.config import ANSWER_REWARDS, BUILTIN_REWARDS, JobConfig, reward_name
+from tunestudio.config import ANSWER_REWARDS, BUILTIN_REWARDS, DataSpec, JobConfig, reward_name
 from tunestudio.paths import expand
 from tunestudio.worker.errors import UserError
 
@@ -181,6 +181,6 @@ def build(cfg: JobConfig) -> list[RewardFunction]:
     return [builtin(e, cfg) if e in BUILTIN_REWARDS else load_user_function(e) for e in cfg.reward_functions]
 
 
-def needs_answer(cfg: JobConfig) -> list[str]:
+def needs_answer(cfg: JobConfig | DataSpec) -> list[str]:
     """The job's reward functions that compare with each row's `answer` column."""
     return [e for e in cfg.reward_functions if e in ANSWER_REWARDS]

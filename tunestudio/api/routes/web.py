@@ -14,12 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tunestudio import paths
 from tunestudio.api.deps import SettingsDep
 from tunestudio.api.errors import ApiError
-from tunestudio.api.security import confine_paths
 from tunestudio.config import (
     METHOD_FORMATS,
     METHOD_OPTIONS,
     METHOD_SPECS,
     SECRET_FIELDS,
+    DataSpec,
     FormatType,
     JobConfig,
     MappingTarget,
@@ -71,10 +71,10 @@ class PreviewRequest(BaseModel):
     local_datasets: list[str] = Field(default_factory=list, max_length=64)
     hf_dataset: str | None = None
     method: Method = "sft"
-    reward_functions: list[str] = Field(default_factory=list, max_length=16,
-                                        description="GRPO: the rows must hold what these compare with.")
     format_type: FormatType = "auto"
     custom_format_mapping: dict[str, MappingTarget] | None = None
+    reward_functions: list[str] = Field(default_factory=list, max_length=16,
+                                        description="GRPO: the rows must hold what these compare with.")
     train_split: str = "train"
     rows: int = Field(default=5, ge=1, le=50)
 
@@ -147,26 +147,23 @@ async def preview(settings: SettingsDep, body: Annotated[PreviewRequest, Body()]
 
     config = await run_in_threadpool(_preview_config, settings, body)  # it asks the filesystem
     try:
-        return await preview_rows_async(config.public_dict(), body.rows)
+        return await preview_rows_async(config.model_dump(mode="json"), body.rows)
     except PreviewBusy as exc:
         raise ApiError(429, "busy", str(exc)) from None
     except PreviewTimeout as exc:
         raise ApiError(504, "timeout", str(exc)) from None
 
 
-def _preview_config(settings: Settings, body: PreviewRequest) -> JobConfig:
-    """The job config a preview reads as: validated, confined and resolved like a job's (errors are 422s)."""
+def _preview_config(settings: Settings, body: PreviewRequest) -> DataSpec:
+    """The data part of a job the preview reads: validated as a job's is (no model or schedule is needed), its
+    files confined and resolved like a job's (errors are 422s naming the field)."""
     # Each file once; a hub dataset beside local files is not read (that would download it).
     fields = body.model_dump(exclude={"rows", "hf_dataset"}, exclude_none=True)
     fields["local_datasets"] = list(dict.fromkeys(body.local_datasets))
     try:
-        if body.method != "grpo":
-            fields.pop("reward_functions", None)
-        elif not body.reward_functions:
-            fields["reward_functions"] = ["length_penalty"]  # a job needs one; this one asks nothing of the rows
-        config = JobConfig.model_validate({"model_name": "preview", **fields})
+        spec = DataSpec.model_validate(fields)
     except ValidationError as exc:
         errors = format_validation_error(exc)
         raise ApiError(422, "invalid_request", summary(errors), errors=errors) from None
-    confine_paths(config, settings)
-    return paths.resolve(config)  # a missing file is a 422 naming the field
+    paths.confine_datasets(spec.local_datasets, settings.roots())  # PathRefused: a 422 naming the field
+    return spec.model_copy(update={"local_datasets": paths.resolve_datasets(spec.local_datasets)})

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunestudio.config import JobConfig
+from tunestudio.config import DataSpec, JobConfig
 from tunestudio.worker.data.conversations import HOW_TO_SET, Converter, RowProblem, conversation, text
 from tunestudio.worker.data.sources import Row
 from tunestudio.worker.errors import UserError
@@ -123,7 +123,7 @@ CONVERTERS: dict[str, Converter] = {
 }
 
 
-def resolve_format(cfg: JobConfig, rows: list[Row]) -> tuple[str, Converter, bool]:
+def resolve_format(cfg: JobConfig | DataSpec, rows: list[Row]) -> tuple[str, Converter, bool]:
     """The format's name, its converter, and whether it was auto-detected."""
     if cfg.method != "sft":  # preference, unpaired, prompt-only and plain-text formats
         from tunestudio.worker.data import method_formats

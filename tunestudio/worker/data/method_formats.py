@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunestudio.config import METHOD_FORMATS, JobConfig
+from tunestudio.config import METHOD_FORMATS, DataSpec, JobConfig
 from tunestudio.worker.data.conversations import Converter, RowProblem, conversation, text
 from tunestudio.worker.data.sources import Row
 from tunestudio.worker.errors import UserError
@@ -142,7 +142,7 @@ def prompt_only(answer_for: list[str], conversational: bool = False) -> Converte
     return convert
 
 
-def _converter(fmt: str, cfg: JobConfig, conversational: bool) -> Converter:
+def _converter(fmt: str, cfg: JobConfig | DataSpec, conversational: bool) -> Converter:
     if fmt == "preference":
         return lambda data: preference(data, conversational)
     if fmt == "unpaired":
@@ -185,7 +185,7 @@ def detect(method: str, rows: list[Row]) -> str:
                     f"{sorted(columns)}; {_how_to_set(METHOD_FORMATS[method][0])}")
 
 
-def resolve(cfg: JobConfig, rows: list[Row]) -> tuple[str, Converter, bool]:
+def resolve(cfg: JobConfig | DataSpec, rows: list[Row]) -> tuple[str, Converter, bool]:
     """The format's name, its converter, and whether it was auto-detected, for any method but sft."""
     formats = METHOD_FORMATS[cfg.method]
     if cfg.custom_format_mapping:
