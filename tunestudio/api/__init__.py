@@ -19,6 +19,7 @@ from tunestudio.api.routes import (
     downloads,
     files,
     fine_tuning,
+    jobfile,
     jobs,
     judgements,
     logs,
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(fine_tuning.router, dependencies=guarded)
     app.include_router(sweeps.router, dependencies=guarded)
     app.include_router(judgements.router, dependencies=guarded)
+    app.include_router(jobfile.router, dependencies=guarded)
     app.include_router(system.health)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/api/uploads": settings.max_upload_bytes,
                                                                              "/v1/files": settings.max_upload_bytes})
