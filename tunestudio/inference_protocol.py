@@ -6,11 +6,12 @@ parent's `inference/pool.py` and the child's `worker/inference.py` and
 reaches into the other. Plain frozen dataclasses, carried pickled by the
 executor's channels (jobs/executor.py, kind "inference"). Parent → child
 (`Command`): `Generate` (a chat answer), `Complete` (a text completion of one or
-more prompts, `/v1/completions`), `Cancel`, `Shutdown`. Child → parent
-(`Reply`), per request: `Started` (the prompt is accepted), any number of
-`Delta` (chat) or `ChoiceDelta` (completions: text of one choice with its
-tokens' log-probabilities), then `Done` or `Error`; and `Loaded` when a model
-comes into memory.
+more prompts, `/v1/completions`), `Render` (a chat prompt as the model would
+see it, nothing generated), `Cancel`, `Shutdown`. Child → parent (`Reply`),
+per request: `Started` (the prompt is accepted), any number of `Delta` (chat)
+or `ChoiceDelta` (completions: text of one choice with its tokens'
+log-probabilities), or one `Rendered`, then `Done` or `Error`; and `Loaded`
+when a model comes into memory.
 """
 
 from __future__ import annotations
@@ -89,6 +90,15 @@ class Complete:
 
 
 @dataclass(frozen=True)
+class Render:
+    """The prompt a `Generate` of these messages would give the model (its chat template applied), not answered."""
+
+    request_id: int
+    spec: ModelSpec
+    messages: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
 class Cancel:
     request_id: int
 
@@ -98,7 +108,7 @@ class Shutdown:
     pass
 
 
-Command = Generate | Complete | Cancel | Shutdown
+Command = Generate | Complete | Render | Cancel | Shutdown
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,17 @@ class ChoiceDelta:
 
 
 @dataclass(frozen=True)
+class Rendered:
+    """A `Render`'s answer: the prompt's tokens decoded with their special tokens (the exact text the model reads),
+    how many tokens, and the chat template the tokenizer applied (None: it has none, the turns' text was joined)."""
+
+    request_id: int
+    prompt: str
+    prompt_tokens: int
+    template: str | None
+
+
+@dataclass(frozen=True)
 class Done:
     request_id: int
     finish_reason: Literal["stop", "length", "cancelled"]
@@ -165,4 +186,4 @@ class Error:
     extra: dict = field(default_factory=dict)
 
 
-Reply = Loaded | Started | Delta | ChoiceDelta | Done | Error
+Reply = Loaded | Started | Delta | ChoiceDelta | Rendered | Done | Error

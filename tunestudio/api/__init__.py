@@ -14,6 +14,7 @@ from tunestudio.api.deps import require_token
 from tunestudio.api.judging import pool_answerer
 from tunestudio.api.routes import (
     benchmarks,
+    chat,
     completions,
     datasets,
     downloads,
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(sweeps.router, dependencies=guarded)
     app.include_router(judgements.router, dependencies=guarded)
     app.include_router(jobfile.router, dependencies=guarded)
+    app.include_router(chat.router, dependencies=guarded)
     app.include_router(system.health)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/api/uploads": settings.max_upload_bytes,
                                                                              "/v1/files": settings.max_upload_bytes})

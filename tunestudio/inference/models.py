@@ -21,7 +21,8 @@ weights that changed on disk.
 
 OpenAI's fine-tuning API (api/fine_tuning.py) names a completed job's result
 `ft:<base>:<suffix>:<job id>` (`fine_tuned_name`) and a checkpoint of it
-`...:ckpt-step-<N>`; both resolve by the job id at the end.
+`...:ckpt-step-<N>`; both resolve by the job id at the end. A saved step of any job is `<job id>:step-<N>`
+(its `checkpoint-N` folder; `checkpoint_steps` lists them).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ WEIGHT_FILES = ("*.safetensors", "adapter_model.bin", "pytorch_model*.bin", "ada
 FINE_TUNED = "ft:"
 SUFFIX = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # what a job's name must be to stand in an ft: name
 _CHECKPOINT_STEP = re.compile(r":ckpt-step-(\d{1,12})$")
+_JOB_STEP = re.compile(r":step-(\d{1,12})$")
 
 
 class ChatJob(Protocol):
@@ -177,18 +179,33 @@ def chat_models(jobs: JobSource, limit: int = 1000) -> list[ChatModel]:
     return out
 
 
+def checkpoint_steps(job: ChatJob) -> list[int]:
+    """The steps of the job's saved checkpoints that hold weights (`checkpoint-N` in its output folder), in order;
+    each answers as `<job id>:step-N`."""
+    if not job.output_dir:
+        return []
+    try:
+        found = [int(m.group(1)) for p in Path(job.output_dir).iterdir()
+                 if (m := re.fullmatch(r"checkpoint-(\d{1,12})", p.name)) and _has_weights(p)]
+    except OSError:  # no output folder (yet, or any more)
+        return []
+    return sorted(found)
+
+
 def resolve(jobs: JobSource, model_id: str) -> ModelSpec:
-    """The spec for a model id (`<job id>`, `<job id>:base`, `ft:...:<job id>[:ckpt-step-N]`); raises UnknownModel
-    saying why not."""
+    """The spec for a model id (`<job id>`, `<job id>:base`, `<job id>:step-N`, `ft:...:<job id>[:ckpt-step-N]`);
+    raises UnknownModel saying why not."""
     job_id, base = (model_id[: -len(BASE_SUFFIX)], True) if model_id.endswith(BASE_SUFFIX) else (model_id, False)
     step = _CHECKPOINT_STEP.search(model_id) if model_id.startswith(FINE_TUNED) else None
     if model_id.startswith(FINE_TUNED):
         job_id, base = model_id[: step.start() if step else None].rpartition(":")[2], False
+    elif not base and (step := _JOB_STEP.search(model_id)):
+        job_id = model_id[: step.start()]
     try:
         job = jobs.get(job_id)
     except LookupError:
-        raise UnknownModel(model_id, "does not exist: give a job id, or a job id followed by ':base' "
-                                     "(GET /v1/models lists them)") from None
+        raise UnknownModel(model_id, "does not exist: give a job id, or a job id followed by ':base' or by "
+                                     "':step-N' (GET /v1/models lists them)") from None
     if job.kind != "train":  # an export, or a benchmark: their source job is the model
         what = "an export" if job.kind == "export" else "a benchmark"
         raise UnknownModel(model_id, f"is not a chat model: job {job_id} is {what}; chat with its source job "

@@ -45,6 +45,8 @@ from tunestudio.inference_protocol import (
     GenerateParams,
     Loaded,
     ModelSpec,
+    Render,
+    Rendered,
     Reply,
     Shutdown,
     Started,
@@ -113,6 +115,7 @@ class Generation:
         self._deliver = deliver
         self._queue: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         self.started: Started | None = None
+        self.rendered: Rendered | None = None  # a render's answer
         self.cancel_asked = False  # a Cancel went to the worker
         self.done: Done | None = None
         self.error: Error | None = None
@@ -124,6 +127,8 @@ class Generation:
     def _push(self, reply: Reply) -> None:
         if isinstance(reply, Started):
             self.started = reply
+        elif isinstance(reply, Rendered):
+            self.rendered = reply
         elif isinstance(reply, Done):
             self.done = reply
         elif isinstance(reply, Error):
@@ -180,9 +185,9 @@ class InferencePool:
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
         self._inflight: dict[int, Generation] = {}
-        self._waiting: list[Generate | Complete] = []  # asked for before the worker was up
+        self._waiting: list[Generate | Complete | Render] = []  # asked for before the worker was up
         # sent to the worker and not answered yet, in the order it takes them
-        self._sent: dict[int, Generate | Complete] = {}
+        self._sent: dict[int, Generate | Complete | Render] = {}
         self._proc: WorkerExecutor | None = None  # the worker requests go to
         self._ending: WorkerExecutor | None = None  # a detached worker being shut down: "stopping" until it exited
         self._want_start = False
@@ -218,7 +223,13 @@ class InferencePool:
         """Queue one text completion (`/v1/completions`): a choice per prompt, as `ChoiceDelta` replies."""
         return self._enqueue(lambda rid, threads: Complete(rid, spec, prompts, params.model_dump(), threads), deliver)
 
-    def _enqueue(self, command: Callable[[int, int], Generate | Complete],
+    def render(self, spec: ModelSpec, messages: list[dict[str, str]],
+               deliver: Callable[[Reply], None] | None = None) -> Generation:
+        """Queue a render: the prompt these messages give the model, as a `Rendered` reply (only the tokenizer
+        loads), then `Done`."""
+        return self._enqueue(lambda rid, threads: Render(rid, spec, messages), deliver)
+
+    def _enqueue(self, command: Callable[[int, int], Generate | Complete | Render],
                  deliver: Callable[[Reply], None] | None) -> Generation:
         with self._cond:
             if self._closing:

@@ -47,6 +47,8 @@ from tunestudio.inference_protocol import (
     GenerateParams,
     Loaded,
     ModelSpec,
+    Render,
+    Rendered,
     Started,
 )
 from tunestudio.worker.errors import UserFacing
@@ -205,6 +207,18 @@ def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
                              400, "invalid_messages") from None
         return list(encoded["input_ids"])
     return list(tokenizer("\n".join(m["content"] for m in messages))["input_ids"])
+
+
+def render(models: Models, request: Render, replies: Any, halt: threading.Event) -> None:
+    """The prompt `answer` would give the model for these messages, decoded with its special tokens: Rendered, Done.
+    Only the tokenizer loads."""
+    spec = request.spec
+    tokenizer = models.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "")
+    ids = prompt_ids(tokenizer, request.messages)
+    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    replies.put(Rendered(request.request_id, text, len(ids), template))
+    replies.put(Done(request.request_id, "stop", len(ids), 0))
 
 
 def context_length(model: Any, tokenizer: Any) -> int:
