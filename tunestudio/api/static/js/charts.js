@@ -5,7 +5,7 @@ import {fmtNumber} from "./util.js";
 
 const live = new Set();
 
-function css(name) {
+export function css(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 }
 
@@ -27,7 +27,7 @@ export function tickLabels(splits, incr) {
   return splits.map((v) => v.toFixed(decimals));
 }
 
-function axis(extra = {}) {
+export function axis(extra = {}) {
   return {
     stroke: css("--muted"), grid: {stroke: css("--grid"), width: 1}, ticks: {stroke: css("--grid"), width: 1},
     font: `11px ${css("--font-mono") || "monospace"}`, ...extra,

@@ -9,6 +9,7 @@
 import {api, ApiError} from "./api.js";
 import {lossChart, methodChart, singleChart, watchChart} from "./charts.js";
 import {chatPanel} from "./chat.js";
+import {downloadsPanel} from "./downloads.js";
 import {judgePanel} from "./judge.js";
 import {benchPanel, benchTable} from "./bench.js";
 import {estimateVersus} from "./estimate.js";
@@ -16,6 +17,7 @@ import {exportPanel} from "./export.js";
 import {mountJobInfo} from "./jobinfo.js";
 import {mountLog} from "./log.js";
 import {MetricSeries} from "./metrics.js";
+import {resourcesPanel} from "./resources.js";
 import {loadParent, withParent} from "./parent.js";
 import {rowsPanel} from "./rows.js";
 import {
@@ -90,6 +92,8 @@ export async function showJob(main, id, {onChange, navigate}) {
   const benchBox = el("div", {id: "bench-box"});
   let benchView = null, benchShown = false;
   let panel = null;
+  const downloads = downloadsPanel(job);  // the adapter or model, files, metrics CSV, log (downloads.js)
+  const resources = resourcesPanel(job);  // CPU, memory and GPU of the job's processes over time (resources.js)
 
   main.replaceChildren(el("article", {class: "job-view", "data-job-id": id},
     el("div", {class: "job-head"},
@@ -123,12 +127,14 @@ export async function showJob(main, id, {onChange, navigate}) {
     isExport ? null : versus.node,
     errorBox, warningsBox, results, judged, rowsSlot, chatSlot, judgeSlot, exportBox, benchBox, infoBox,
     el("section", {class: "chart-card wide", hidden: isExport}, el("h2", {}, "Loss"), lossBox),
+    resources.node,
     methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h2", {}, methodSpec[1]), methodBox) : null,
     stopping ? el("section", {class: "chart-card wide"},
       el("h2", {}, `Early stopping: ${METRIC_LABELS[stopping.metric] || stopping.metric}`), watchBox, bestLine) : null,
     el("div", {class: "chart-row", hidden: isExport},
       el("section", {class: "chart-card"}, el("h2", {}, "Learning rate"), lrBox),
       el("section", {class: "chart-card"}, el("h2", {}, "Gradient norm"), gradBox)),
+    downloads.node,
     el("details", {class: "log-card", id: "log-card"}, el("summary", {}, "Worker log"), fileLogBox),
     el("details", {class: "log-card"}, el("summary", {}, "Events"), logBox)));
 
@@ -224,6 +230,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     cancelBtn.hidden = !job.cancellable;
     resumeBtn.hidden = !job.resumable;
     info.update(job);
+    downloads.update(job);
+    resources.update(job);
     live.hidden = !source;
     errorBox.hidden = !job.error;
     errorBox.replaceChildren(el("b", {}, "Error: "), job.error || "");
@@ -347,6 +355,10 @@ export async function showJob(main, id, {onChange, navigate}) {
       job = {...job, phase: data.phase, message: data.message || job.message};
       drawStatus();
     });
+    source.addEventListener("resources", (event) => {
+      seen(event);
+      resources.add({...JSON.parse(event.data), seq: Number(event.lastEventId)});
+    });
     for (const kind of ["log", "warning", "failed", "completed"]) {
       source.addEventListener(kind, (event) => {
         seen(event);
@@ -370,6 +382,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   } catch (err) {
     log("failed", `the job's earlier events could not be read: ${err.message}`);
   }
+  await resources.load(lastSeq);
   drawCharts();
   drawStatus();
   drawProgress();
@@ -423,6 +436,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     if (rowsView) rowsView.dispose();
     if (panel) panel.dispose();
     if (benchView) benchView.dispose();
+    downloads.dispose();
+    resources.dispose();
     Object.values(charts).forEach((c) => c && c.destroy());
   };
 }
