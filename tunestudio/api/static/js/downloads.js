@@ -58,21 +58,22 @@ export function downloadsPanel(job) {
     const items = [];
     if (found.weights) {
       const w = found.weights;
-      items.push(el("li", {}, link(`${base(id)}/download`, w.filename,
-        w.kind === "adapter" ? "Adapter (zip)" : "Model (zip)", {id: "download-weights"}),
+      items.push(el("p", {}, link(`${base(id)}/download`, w.filename,
+        w.kind === "adapter" ? "Adapter (zip)" : "Model (zip)", {id: "download-weights", class: "button ghost"}),
       el("span", {class: "muted small"}, ` ${w.files.length} files, ${fmtBytes(w.bytes)}`)));
     } else if (job.kind === "train") {
-      items.push(el("li", {class: "muted small", id: "download-weights-note"}, found.weights_note));
+      items.push(el("p", {class: "muted small", id: "download-weights-note"}, found.weights_note));
     }
     if (found.metrics) {
-      items.push(el("li", {}, link(`${base(id)}/metrics.csv`, `${id}-metrics.csv`, "Metrics (CSV)",
-        {id: "download-metrics"}), el("span", {class: "muted small"}, ` ${found.metrics} records`)));
+      items.push(el("p", {}, link(`${base(id)}/metrics.csv`, `${id}-metrics.csv`, "Metrics (CSV)",
+        {id: "download-metrics", class: "button ghost"}),
+      el("span", {class: "muted small"}, ` ${found.metrics} records`)));
     }
     if (found.log) {
-      items.push(el("li", {}, link(`${base(id)}/log?download=true`, `${id}-worker.log`, "Worker log",
-        {id: "download-log"})));
+      items.push(el("p", {}, link(`${base(id)}/log?download=true`, `${id}-worker.log`, "Worker log",
+        {id: "download-log", class: "button ghost"})));
     }
-    const parts = [el("ul", {class: "download-list"}, items)];
+    const parts = [el("div", {class: "download-list"}, items)];
     // An export's (or a benchmark's) result is its files; a training job's files are in the zip above.
     if (job.kind !== "train" && found.files.length) {
       parts.push(el("h3", {}, "Files"), fileTable(id, found.files, "download-files"));
