@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tunestudio.events import Completed, Progress
+from tunestudio.events import Completed, Progress, Resources
 from tunestudio.jobs.executor import LocalExecutor, executor_for
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job
@@ -84,6 +84,10 @@ def test_two_ranks_complete_like_one_process_and_the_adapter_loads_with_peft(
     assert [e.step for e in progress] == list(range(1, 13))
     assert all(e.global_batch_size == 8 for e in progress)
     assert progress[-1].tokens_per_second and progress[-1].num_tokens
+    # Rank 0 samples the launcher's process tree: the launcher and both ranks (worker/resources.py); one process
+    # samples itself.
+    assert ddp.of(Resources) and max(s.processes for s in ddp.of(Resources)) >= 3, ddp.of(Resources)
+    assert single.of(Resources) and all(s.rss_mb > 50 for s in single.of(Resources))
     # Both ranks' tokens are counted: as many as the one process saw on the same batches.
     single_progress = [e for e in single.of(Progress) if e.loss is not None]
     assert progress[-1].num_tokens == single_progress[-1].num_tokens
