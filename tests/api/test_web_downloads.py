@@ -144,14 +144,17 @@ def test_downloads_of_a_job_and_of_its_export(server: str, job: Job, page: Page)
 
 
 def test_live_samples_join_the_chart_while_a_job_runs(tmp_path: Path, page: Page) -> None:
+    """On a server with an API token, which the page sends in a header: also the downloads' way."""
     work = tmp_path / "work"
     work.mkdir()
     (work / "alpaca.jsonl").write_text((DATA / "alpaca.jsonl").read_text())
-    settings = Settings(home=tmp_path / "home", dataset_roots=[work], sse_heartbeat_seconds=0.5, sse_retry_ms=500)
+    settings = Settings(home=tmp_path / "home", dataset_roots=[work], sse_heartbeat_seconds=0.5, sse_retry_ms=500,
+                        api_token="s3cret")
+    page.add_init_script("localStorage.setItem('tunestudio.token', 's3cret')")
     output = work / "out"
     manager = JobManager(settings, worker_target=samples_until_go)
     with running_server(settings, manager) as url:
-        with httpx.Client(base_url=url, timeout=30) as client:
+        with httpx.Client(base_url=url, timeout=30, headers={"Authorization": "Bearer s3cret"}) as client:
             created = client.post("/api/jobs", json={"model_name": "scripted/resources", "output_dir": str(output),
                                                      "local_datasets": [str(work / "alpaca.jsonl")]})
             assert created.status_code == 201, created.text
@@ -165,6 +168,13 @@ def test_live_samples_join_the_chart_while_a_job_runs(tmp_path: Path, page: Page
             (output / "go").touch()
             wait_for_status(page, "completed")
             stored = client.get(f"/api/jobs/{job_id}/resources").json()["samples"]
+            records = client.get(f"/api/jobs/{job_id}/metrics").json()["records"]
+            assert client.get(f"/api/jobs/{job_id}/metrics.csv", headers={"Authorization": ""}).status_code == 401
+        # A link cannot carry the token: the page fetches the file with it and hands the browser the result.
+        page.locator("#download-metrics").wait_for()
+        name, body = download(page, "#download-metrics")
+        assert name == f"{job_id}-metrics.csv"
+        assert len(list(csv.DictReader(io.StringIO(body.decode())))) == len(records) > 0
         # What the page drew is what the job stored: a reload shows the same history.
         drawn = page.evaluate(count)
         assert 0 < drawn <= len(stored)
