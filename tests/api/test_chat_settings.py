@@ -4,7 +4,6 @@ gives the model (a render, nothing generated)."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
-from ..helpers.chat import PROMPT, ChatHome
+from ..helpers.chat import PROMPT, ChatHome, add_saved_step
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
 
@@ -24,16 +23,8 @@ SYSTEM = "You answer like a farmer."
 
 @pytest.fixture(scope="module")
 def job(chat_home: ChatHome) -> Job:
-    """The chat job with a saved step: its final adapter copied, times kept, into checkpoint-20 (as a save
-    during training leaves it)."""
-    out = Path(chat_home.job.output_dir or "")
-    step = out / "checkpoint-20"
-    if not step.exists():
-        step.mkdir()
-        for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                     "chat_template.jinja"):
-            if (out / name).is_file():
-                shutil.copy2(out / name, step / name)
+    """The chat job with a saved step, checkpoint-20."""
+    add_saved_step(chat_home.job, 20)
     return chat_home.job
 
 

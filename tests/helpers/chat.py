@@ -62,3 +62,16 @@ class ChatHome:
             shutil.rmtree(used, ignore_errors=True)
         shutil.copytree(self.pristine, self.home, symlinks=True)
         return self
+
+
+def add_saved_step(job: Job, step: int) -> str:
+    """A `checkpoint-<step>` folder in the job's output, as a save during training leaves one: its final adapter
+    and tokenizer files copied with their times kept (so they are no newer than the job's end). Its model id."""
+    out = Path(job.output_dir or "")
+    folder = out / f"checkpoint-{step}"
+    folder.mkdir(exist_ok=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                 "chat_template.jinja"):
+        if (out / name).is_file():
+            shutil.copy2(out / name, folder / name)
+    return f"{job.id}:step-{step}"

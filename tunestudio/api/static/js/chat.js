@@ -2,9 +2,11 @@
 //
 // One conversation per side: the fine-tuned model, and in "compare with base" mode the base model
 // beside it, each sent the same prompts and keeping its own replies. Stop aborts the requests; the
-// server sees the client go and stops generating.
+// server sees the client go and stops generating. The system prompt, the weights (final, best, a saved step)
+// and the chat template with the prompt the model saw are chatsettings.js's.
 
 import {chatStream} from "./api.js";
+import {chatSettings} from "./chatsettings.js";
 import {el} from "./util.js";
 
 
@@ -18,6 +20,8 @@ export function chatPanel(id) {
   const sides = [{model: id, label: "fine-tuned", history: [], box: null}];
   const base = {model: `${id}:base`, label: "base model", history: [], box: null};
   let controllers = [];
+  // Other weights start a fresh conversation (forget and layout are below; they run only on a change).
+  const settings = chatSettings(id, {onModel: (model) => { sides[0].model = model; forget(); layout(); }});
 
   const compare = el("input", {type: "checkbox", id: "chat-compare"});
   const temperature = setting("temperature", "temperature", {min: 0, max: 2, step: 0.1, value: 0});
@@ -36,7 +40,8 @@ export function chatPanel(id) {
   const active = () => (compare.checked ? [base, ...sides] : sides);
   const layout = () => {
     for (const side of [base, ...sides]) {
-      side.box ||= el("div", {class: "chat-log", "data-model": side.model});
+      side.box ||= el("div", {class: "chat-log"});
+      side.box.dataset.model = side.model;
     }
     columns.classList.toggle("two", compare.checked);
     columns.replaceChildren(...active().map((side) => el("section", {class: "chat-side"},
@@ -55,6 +60,7 @@ export function chatPanel(id) {
     send.disabled = on;
     stop.hidden = !on;
     compare.disabled = on;
+    settings.lock(on);
   };
 
   const ask = async (side, prompt, params) => {
@@ -65,8 +71,9 @@ export function chatPanel(id) {
     const controller = new AbortController();
     controllers.push(controller);
     let text = "";
+    const messages = settings.messages(side.history);
     try {
-      const done = await chatStream({model: side.model, messages: side.history, stream: true, ...params},
+      const done = await chatStream({model: side.model, messages, stream: true, ...params},
         controller.signal, (delta) => {
           text += delta;
           out.textContent = text;
@@ -83,6 +90,7 @@ export function chatPanel(id) {
       out.classList.remove("streaming");
       side.history.push({role: "assistant", content: text});
     }
+    if (side === sides[0]) settings.show(side.model, messages);  // not awaited: the next side answers meanwhile
   };
 
   const submit = async () => {
@@ -123,6 +131,7 @@ export function chatPanel(id) {
     el("div", {class: "chat-head"}, el("h2", {}, "Chat"),
       el("label", {class: "chat-compare"}, compare, " compare with base")),
     el("div", {class: "chat-settings"}, temperature, maxTokens, topP, seed),
+    settings.options, settings.details,
     columns, error, form);
   layout();
   return {node, dispose: () => controllers.forEach((c) => c.abort())};

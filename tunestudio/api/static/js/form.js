@@ -5,6 +5,7 @@
 import {GROUPS, describe} from "./advanced.js";
 import {api, ApiError} from "./api.js";
 import {mountEstimate} from "./estimate.js";
+import {mountFormJobFile} from "./jobfile.js";
 import {mountModelPicker} from "./models.js";
 import {mountReport} from "./report.js";
 import {mountUpload} from "./upload.js";
@@ -449,6 +450,12 @@ export async function showForm(main, {onCreated}) {
   const estimate = mountEstimate(estimateBox, () => collect().config);
   form.addEventListener("change", estimate.schedule);
   form.addEventListener("input", estimate.schedule);
+  // Copy as job file / as CLI command, and paste a job file (jobfile.js)
+  mountFormJobFile(form, {collect, showErrors, clearErrors, fill: (config) => {
+    fill(config);
+    runPreview();
+    estimate.schedule();
+  }});
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();

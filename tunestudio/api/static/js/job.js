@@ -14,6 +14,7 @@ import {judgePanel} from "./judge.js";
 import {benchPanel, benchTable} from "./bench.js";
 import {estimateVersus} from "./estimate.js";
 import {exportPanel} from "./export.js";
+import {mountJobFile} from "./jobfile.js";
 import {mountJobInfo} from "./jobinfo.js";
 import {mountLog} from "./log.js";
 import {MetricSeries} from "./metrics.js";
@@ -373,6 +374,8 @@ export async function showJob(main, id, {onChange, navigate}) {
   const info = mountJobInfo(infoBox, job, {navigate, onChange, onTitle: (t) => {
     document.getElementById("job-title").textContent = t || "Job";
   }});
+  // Copy as job file / as CLI command, beside Clone to form (jobfile.js)
+  if (job.kind === "train") mountJobFile(infoBox.querySelector("#config-card .actions"), id);
   const fileLog = mountLog(fileLogBox, id, () => job.is_terminal);
   const snapshot = await api.metrics(id, MAX_POINTS);
   series.addAll(snapshot.records);

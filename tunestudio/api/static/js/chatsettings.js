@@ -1,0 +1,64 @@
+// The chat panel's settings (chat.js): a system prompt, which of the job's weights answer (its final weights,
+// its best step, any saved step: GET /api/jobs/{id}/chat), and its chat template, read-only, with the exact
+// prompt the model saw for the last message (POST /api/chat/prompt: the inference worker renders it with the
+// tokenizer it answers with; nothing is generated).
+
+import {ApiError, call} from "./api.js";
+import {el} from "./util.js";
+
+const message = (err) => (err instanceof ApiError ? err.message : String(err));
+
+/** {options, details, model(), messages(history), lock(on), show(model, messages)} for job `id`;
+ * `onModel(modelId)` is called when the user picks other weights. */
+export function chatSettings(id, {onModel}) {
+  const weights = el("select", {id: "chat-weights"}, el("option", {value: id}, "final weights"));
+  const system = el("textarea", {id: "chat-system", rows: "2",
+    placeholder: "none: the conversation starts with your message"});
+  const templateFile = el("p", {class: "muted small", id: "chat-template-file"});
+  // Scrollable boxes are focusable, so a keyboard reaches what they hold.
+  const template = el("pre", {class: "chat-pre", id: "chat-template", tabindex: "0"}, "reading…");
+  const prompt = el("pre", {class: "chat-pre", id: "chat-prompt", tabindex: "0"},
+    "Send a message: the prompt it gave the model shows here.");
+  const promptNote = el("p", {class: "muted small", id: "chat-prompt-note", role: "status"});
+
+  const options = el("div", {class: "chat-options"},
+    el("label", {class: "chat-option"}, el("span", {}, "weights"), weights),
+    el("label", {class: "chat-option grow"}, el("span", {}, "system prompt"), system));
+  const details = el("details", {class: "chat-template-card", id: "chat-template-card"},
+    el("summary", {}, "Chat template and the prompt the model saw"),
+    templateFile, template,
+    el("h3", {}, "The last message's prompt, as the model read it"), promptNote, prompt);
+
+  const showTemplate = (text, file) => {
+    template.textContent = text || "(none: the turns' text is joined by new lines)";
+    templateFile.textContent = file ? `from ${file}` : "";
+  };
+  call(`/api/jobs/${encodeURIComponent(id)}/chat`).then((settings) => {
+    weights.replaceChildren(...settings.models.map((m) => el("option", {value: m.id}, m.label)));
+    if (!settings.models.length) weights.append(el("option", {value: id}, "final weights"));
+    showTemplate(settings.template, settings.template_file);
+  }).catch((err) => { template.textContent = `the chat settings could not be read: ${message(err)}`; });
+  weights.addEventListener("change", () => onModel(weights.value));
+
+  let shown = 0;  // a later message's prompt is never replaced by an earlier one's
+  return {
+    options, details,
+    model: () => weights.value,
+    /** The messages to send: the system prompt first when there is one. */
+    messages: (history) => (system.value.trim() ? [{role: "system", content: system.value}, ...history]
+      : [...history]),
+    lock: (on) => { weights.disabled = on; system.disabled = on; },
+    async show(model, messages) {
+      const mine = ++shown;
+      try {
+        const rendered = await call("/api/chat/prompt", {method: "POST", body: {model, messages}});
+        if (mine !== shown) return;
+        prompt.textContent = rendered.prompt;
+        promptNote.textContent = `${rendered.prompt_tokens} tokens, for ${model}`;
+        showTemplate(rendered.template, templateFile.textContent.replace(/^from /, ""));
+      } catch (err) {
+        if (mine === shown) promptNote.textContent = `the prompt could not be shown: ${message(err)}`;
+      }
+    },
+  };
+}
