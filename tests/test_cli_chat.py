@@ -12,7 +12,7 @@ import pytest
 
 from tunestudio.jobs.models import Job
 
-from .helpers.chat import ChatHome
+from .helpers.chat import ChatHome, add_saved_step
 
 CLI = [sys.executable, "-m", "tunestudio.cli"]
 # The first chat test of the session waits for its training job (minutes on a busy 2-core machine): a generous
@@ -53,4 +53,19 @@ def test_base_alone_and_the_errors_a_user_can_make(job: Job, home: Path) -> None
     missing = chat(home, "no-such-job")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     both = chat(home, job.id, "--base", "--compare")
+    assert both.returncode == 2 and "exclude" in both.stderr
+
+
+def test_a_saved_step_with_a_system_prompt_and_the_prompt_it_read(job: Job, home: Path) -> None:
+    add_saved_step(job, 20)
+    system = "You answer like a farmer."
+    proc = chat(home, job.id, "--step", "20", "--system", system, "--max-tokens", "8",
+                typed="/prompt\n" + TYPED.replace("/exit\n", "/prompt\n/exit\n"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"job {job.id} at step 20" in proc.stdout and "no message yet" in proc.stdout
+    assert f"<|system|>{system}<|end|><|user|>What sound does this animal make?\n\ncow<|end|><|assistant|>\n" \
+        in proc.stdout
+    missing = chat(home, job.id, "--step", "7")
+    assert missing.returncode == 2 and "checkpoint-7" in missing.stderr
+    both = chat(home, job.id, "--base", "--step", "20")
     assert both.returncode == 2 and "exclude" in both.stderr

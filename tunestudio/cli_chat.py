@@ -1,4 +1,6 @@
-"""`tunestudio chat JOB_ID [--base|--compare]`, and the evaluation table of the CLI's job summary.
+"""`tunestudio chat JOB_ID [--base|--compare] [--step N] [--system TEXT]`, and the evaluation table of the CLI's
+job summary. In the chat, `/prompt` prints the prompt the model saw for the last message (its chat template
+applied, rendered by the inference worker).
 
 The chat runs the job's model in an inference worker process (tunestudio/inference/);
 this process, like every CLI process, never imports torch.
@@ -89,6 +91,8 @@ def chat(
     max_tokens: Annotated[int, typer.Option(min=1, help="The longest reply.")] = 256,
     seed: Annotated[int | None, typer.Option(help="Seed for sampling.")] = None,
     system: Annotated[str | None, typer.Option(help="A system message to start the conversation with.")] = None,
+    step: Annotated[int | None, typer.Option(min=0, help="Talk to the job's saved checkpoint-N (its weights at "
+                                                          "step N) instead of its final weights.")] = None,
 ) -> None:
     """Chat with a job's result in the terminal, with streaming replies. Ctrl-C stops a reply; Ctrl-D ends."""
     from tunestudio.inference import InferencePool, InferenceUnavailable, UnknownModel, resolve
@@ -97,14 +101,15 @@ def chat(
     from tunestudio.jobs.manager import JobManager
     from tunestudio.settings import Settings
 
-    if base and compare:
-        err.print("[red]--base and --compare exclude each other[/red]")
+    if base and (compare or step is not None):
+        err.print(f"[red]--base and {'--compare' if compare else '--step'} exclude each other[/red]")
         raise typer.Exit(2)
+    model = job_id if step is None else f"{job_id}:step-{step}"
     settings = Settings()
     manager = JobManager(settings)
     try:
         try:
-            sides = [resolve(manager, f"{job_id}:base")] if base else [resolve(manager, job_id)]
+            sides = [resolve(manager, f"{job_id}:base")] if base else [resolve(manager, model)]
             if compare:
                 sides.insert(0, resolve(manager, f"{job_id}:base"))
         except UnknownModel as exc:
@@ -119,9 +124,11 @@ def chat(
     params = GenerateParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed)
     interrupted = _Interrupted()
     previous = signal.signal(signal.SIGINT, interrupted)
-    names = ", ".join("base model" if s.base else f"job {s.job_id}" for s in sides)
-    console.print(f"chatting with {names}; Ctrl-C stops a reply, Ctrl-D (or /exit) ends, /reset forgets; "
-                  "end a line with \\ to go on on the next")
+    names = ", ".join("base model" if s.base else f"job {s.job_id}" + (f" at step {step}" if step is not None else "")
+                      for s in sides)
+    console.print(f"chatting with {names}; Ctrl-C stops a reply, Ctrl-D (or /exit) ends, /reset forgets, /prompt "
+                  "shows the last prompt as the model saw it; end a line with \\ to go on on the next")
+    sent: list[dict[str, str]] = []  # the last messages the last side was given
     try:
         while True:
             try:
@@ -134,10 +141,14 @@ def chat(
                 histories = [h[:1] if system else [] for h in histories]
                 console.print("[dim]conversation forgotten[/dim]")
                 continue
+            if prompt.strip() == "/prompt":
+                _show_prompt(pool, sides[-1], sent)
+                continue
             if not prompt.strip():
                 continue
             for spec, history in zip(sides, histories, strict=True):
                 history.append({"role": "user", "content": prompt})
+                sent = list(history)
                 label = "base model" if spec.base else "fine-tuned"
                 console.print(f"[bold]{label}[/] › ", end="")
                 interrupted.hit = False
@@ -160,6 +171,29 @@ def chat(
     finally:
         signal.signal(signal.SIGINT, previous)
         pool.close()
+
+
+def _show_prompt(pool: Any, spec: Any, messages: list[dict[str, str]]) -> None:
+    """Print the prompt these messages gave the model: the inference worker renders it (nothing generated)."""
+    from tunestudio.inference import InferenceUnavailable
+
+    if not messages:
+        console.print("[dim]no message yet[/dim]")
+        return
+    render = pool.render(spec, messages)
+    try:
+        for _ in render:  # a render sends no text: this waits for its end
+            pass
+    except InferenceUnavailable as exc:
+        err.print(f"[red]{exc}[/red]")
+        return
+    shown = render.rendered
+    if shown is None:
+        err.print("[red]the inference worker answered without the prompt[/red]")
+        return
+    console.print(f"[dim]the prompt the model read ({shown.prompt_tokens} tokens):[/dim]")
+    sys.stdout.write(shown.prompt + "\n")  # as it is: no wrapping, no markup
+    sys.stdout.flush()
 
 
 def _read(prompt: str) -> str:
