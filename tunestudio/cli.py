@@ -30,12 +30,12 @@ from tunestudio.cli_bench import bench
 from tunestudio.cli_chat import chat, print_evaluation
 from tunestudio.cli_judge import judge
 from tunestudio.cli_sweep import sweep
-from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, format_validation_error, load_config
+from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, JobConfig, format_validation_error, load_config
 from tunestudio.data_report.cli import data_app
 from tunestudio.events import Best, Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
 from tunestudio.events import Phase as PhaseEvent
 from tunestudio.events import Progress as ProgressEvent
-from tunestudio.export_config import ExportOptions
+from tunestudio.export_config import ExportConfig, ExportOptions
 from tunestudio.jobs.evalrows import ORDER_KEYS
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
@@ -176,7 +176,7 @@ def jobs_list(
             table.add_row(
                 job.id,
                 job.status.value,
-                Path(job.config.get("model_name", "")).name,
+                Path(job.config.model_name).name if job.kind == "train" else f"{job.kind} of {job.source_job}",
                 f"{progress.get('step', 0)}/{progress.get('total_steps', 0)}" if progress else "–",
                 _fmt(progress.get("loss"), ".4f"),
                 datetime.fromtimestamp(job.created_at).strftime("%Y-%m-%d %H:%M"),
@@ -213,7 +213,7 @@ def jobs_show(job_id: str) -> None:
         warnings = [e.data.get("message", "") for e in manager.messages(job_id) if e.kind == "warning"]
         for text in warnings:  # rows the dataset dropped, a converter's doubts: said where they are seen
             console.print(f"[bold yellow]warning[/] {text}", highlight=False)
-        console.print("[bold]config[/]", job.config)
+        console.print("[bold]config[/]", job.config.public_dict())
         out = Path(job.output_dir) if job.output_dir else None
         if out and out.is_dir():
             names = sorted(p.name for p in out.iterdir() if p.name != ownership.MARKER)
@@ -362,14 +362,16 @@ def _get_or_exit(manager: JobManager, job_id: str) -> Job:
 def _follow(manager: JobManager, job_id: str) -> Job:
     """Show a job's events until it ends; Ctrl-C once stops with save, twice cancels."""
     job = manager.get(job_id)
-    method = job.config.get("method", "sft")
+    config = job.config
+    method = config.method if isinstance(config, JobConfig) else "sft"
     main_metric = METHOD_MAIN_METRIC.get(method)  # the method's own figure beside the loss (sft, pretrain: none)
-    if job.kind == "export":
-        console.print(f"job [bold]{job.id}[/bold]: export of job {job.source_job} as {job.config['target']} "
+    if isinstance(config, ExportConfig):
+        console.print(f"job [bold]{job.id}[/bold]: export of job {job.source_job} as {config.target} "
                       f"to {job.output_dir}")
+    elif isinstance(config, JobConfig):
+        console.print(f"job [bold]{job.id}[/bold]: {method} ({config.training_type.value}) of {config.model_name}")
     else:
-        console.print(f"job [bold]{job.id}[/bold]: {method} ({job.config['training_type']}) of "
-                      f"{job.config['model_name']}")
+        console.print(f"job [bold]{job.id}[/bold]: benchmark of job {job.source_job}")
     console.print(f"worker log: {job.log_path}")
     interrupts = _Interrupts()
     previous = signal.signal(signal.SIGINT, interrupts)

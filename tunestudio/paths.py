@@ -336,11 +336,10 @@ def export_checkpoint(raw: str | None, source_output: str) -> str | None:
     return str(path.resolve())
 
 
-def protect_export_inputs(output_dir: str, source_config: dict, checkpoint: str | None) -> None:
+def protect_export_inputs(output_dir: str, model: str, checkpoint: str | None) -> None:
     """`protect_inputs` for an export: its folder is not, holds or lies in the checkpoint it exports or the
-    source job's model folder."""
+    source job's model folder (`model`: its model_name)."""
     out = _abs(output_dir)
-    model = source_config.get("model_name") or ""
     inputs = [("checkpoint", checkpoint)]
     if looks_like_path(model) or _on_disk(model, "is_dir"):
         inputs.append(("model_name", model))

@@ -149,7 +149,7 @@ def test_supervised_job_to_succeeded_with_events_checkpoints_and_results(studio:
 
     # the studio's job: OpenAI's rows in the studio's messages format, one checkpoint an epoch
     job = studio.manager.get(studio.studio_id(created.id))
-    config = job.config
+    config = job.config.public_dict()  # the stored view
     assert (config["method"], config["format_type"], config["num_epochs"], config["batch_size"],
             config["gradient_accumulation_steps"], config["learning_rate"], config["random_seed"],
             config["save_steps"]) == ("sft", "messages", 2, 2, 1, 1e-4, 11, 2)
@@ -204,7 +204,7 @@ def test_dpo_job_from_a_preference_file_with_auto_resolved(studio: Studio) -> No
     assert created.method.type == "dpo"
     # auto: the studio's defaults (batch 2 x accumulation 4, learning rate 2e-4 = multiplier 1, beta 0.1)
     assert (hyper.n_epochs, hyper.batch_size, hyper.learning_rate_multiplier, hyper.beta) == (1, 8, 1.0, 0.1)
-    config = studio.manager.get(studio.studio_id(created.id)).config
+    config = studio.manager.get(studio.studio_id(created.id)).config.public_dict()
     assert (config["method"], config["format_type"], config["beta"]) == ("dpo", "preference", 0.1)
     row = json.loads(Path(config["local_datasets"][0]).read_text().splitlines()[0])
     assert row == {"prompt": [{"role": "user", "content": "Say 0."}],
@@ -216,7 +216,7 @@ def test_dpo_job_from_a_preference_file_with_auto_resolved(studio: Studio) -> No
     legacy = client.fine_tuning.jobs.create(model="org/base-model", training_file=upload(
         studio, "chat.jsonl", chat_rows(2)), hyperparameters={"n_epochs": 3, "batch_size": 3})
     assert (legacy.hyperparameters.n_epochs, legacy.hyperparameters.batch_size) == (3, 3)
-    assert studio.manager.get(studio.studio_id(legacy.id)).config["batch_size"] == 1
+    assert studio.manager.get(studio.studio_id(legacy.id)).config.batch_size == 1
     with pytest.raises(openai.BadRequestError, match="line 1: is a preference row") as wrong:
         client.fine_tuning.jobs.create(model="org/base-model", training_file=training)
     assert wrong.value.param == "training_file"

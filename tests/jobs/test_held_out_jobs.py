@@ -55,7 +55,7 @@ def test_a_resume_and_a_clone_hold_out_exactly_the_first_jobs_rows(tiny_model: P
                                                                  "source": None}
 
         resumed = manager.resume(first.id)
-        assert resumed.config["held_out_rows"] == str(record)
+        assert resumed.config.held_out_rows == str(record)
         done = wait_end(manager, resumed.id)
         assert done.status is S.completed, done.error
         assert done.output_dir and done.output_dir != str(tmp_path / "first")

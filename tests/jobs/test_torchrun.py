@@ -133,7 +133,7 @@ def test_stop_with_save_then_resume_with_one_process(tiny_model: Path, tmp_path:
         resumed = manager.resume(job.id, num_processes=1)
         final = _wait_end(manager, resumed.id)
         assert final.status is JobStatus.completed, final.error
-        assert final.config["num_processes"] == 1
+        assert final.config.num_processes == 1
         steps = [r["step"] for r in manager.metrics(resumed.id) if r["loss"] is not None]
         assert steps[0] == step + 1 and steps[-1] == 60
 

@@ -34,7 +34,7 @@ with JobManager(settings, worker_target=fake_workers.sweep_trial) as manager, Sw
         assert time.monotonic() < deadline, sweeps.get(sweep_id)
         time.sleep(0.05)
     view = sweeps.get(sweep_id)
-    configs = {t["number"]: manager.get(t["job_id"]).config for t in view["trials"]}
+    configs = {t["number"]: manager.get(t["job_id"]).config.public_dict() for t in view["trials"]}
 print(json.dumps({"view": view, "configs": configs, "uri": settings.mlflow_tracking_uri(),
                   "heavy": [m for m in ("mlflow", "pandas", "torch") if m in sys.modules]}))
 """

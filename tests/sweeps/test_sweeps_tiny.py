@@ -102,8 +102,8 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
     for number, job in jobs.items():
         row = by_output[job.output_dir]
         assert row["tags.mlflow.runName"] == f"{sweep_id} trial {number}"
-        assert float(row["params.learning_rate"]) == job.config["learning_rate"]
-        assert int(row["params.lora_r"]) == job.config["lora_r"]
+        assert float(row["params.learning_rate"]) == job.config.learning_rate
+        assert int(row["params.lora_r"]) == job.config.lora_r
         assert row["status"] == ("FINISHED" if job.status is JobStatus.completed else "KILLED")
         history = mlflow.tracking.MlflowClient().get_metric_history(row["run_id"], "eval_loss")
         # the base model at step 0, then each evaluation until the job ended (a pruned one after its first)

@@ -364,19 +364,18 @@ class JobList(BaseModel):
     has_more: bool
 
 
-def hyperparameters(config: dict[str, Any]) -> Hyperparameters:
+def hyperparameters(config: JobConfig) -> Hyperparameters:
     """What the studio trains with, in OpenAI's terms (see config_fields)."""
-    epochs = float(config.get("num_epochs") or DEFAULTS["num_epochs"].default)
-    batch = (int(config.get("batch_size") or DEFAULT_BATCH) * int(config.get("gradient_accumulation_steps") or 1)
-             * int(config.get("num_processes") or 1))
-    multiplier = float(config.get("learning_rate") or DEFAULT_LEARNING_RATE) / DEFAULT_LEARNING_RATE
-    beta = float(config["beta"]) if config.get("method") == "dpo" and config.get("beta") is not None else None
+    epochs = float(config.num_epochs)
+    batch = config.batch_size * config.gradient_accumulation_steps * config.num_processes
+    multiplier = config.learning_rate / DEFAULT_LEARNING_RATE
+    beta = config.beta if config.method == "dpo" else None
     return Hyperparameters(n_epochs=int(epochs) if epochs.is_integer() else epochs, batch_size=batch,
                            learning_rate_multiplier=float(f"{multiplier:.6g}"), beta=beta)
 
 
-def method_of(config: dict[str, Any], hyper: Hyperparameters) -> MethodOut:
-    name = str(config.get("method") or "sft")
+def method_of(config: JobConfig, hyper: Hyperparameters) -> MethodOut:
+    name = config.method
     kind = {"sft": "supervised", "pretrain": "supervised", "dpo": "dpo", "grpo": "reinforcement"}.get(name, name)
     settings = MethodSettings(hyperparameters=hyper)
     return MethodOut(type=kind, supervised=settings if kind == "supervised" else None,
@@ -415,26 +414,26 @@ def estimated_finish(job: Job) -> int | None:
 
 def job_object(manager: JobManager, chain: Chain, settings: Settings) -> FineTuningJob:
     root, last = chain.root, chain.last
-    config = root.config
+    config = root.train_config
     status = status_of(chain)
     hyper = hyperparameters(config)
-    datasets = config.get("local_datasets") or []
+    datasets = config.local_datasets
     return FineTuningJob(
         id=chain.id,
         created_at=int(root.created_at),
         finished_at=int(last.finished_at) if status in ("succeeded", "failed", "cancelled") and last.finished_at
         else None,
-        model=str(config.get("model_name", "")),
+        model=config.model_name,
         fine_tuned_model=fine_tuned_name(last) if status == "succeeded" else None,
         status=status,
         error=error_of(chain, status),
         hyperparameters=hyper,
         method=method_of(config, hyper),
-        training_file=dataset_id(settings, datasets[0] if datasets else None) or str(config.get("hf_dataset") or ""),
-        validation_file=dataset_id(settings, config.get("eval_split")) if _is_path(config.get("eval_split")) else None,
+        training_file=dataset_id(settings, datasets[0] if datasets else None) or (config.hf_dataset or ""),
+        validation_file=dataset_id(settings, config.eval_split) if _is_path(config.eval_split) else None,
         result_files=[RESULTS_PREFIX + root.id] if status == "succeeded" else [],
         trained_tokens=trained_tokens(manager, chain),
-        seed=int(config.get("random_seed", DEFAULTS["random_seed"].default)),
+        seed=config.random_seed,
         user_provided_suffix=suffix_of(root),
         estimated_finish=estimated_finish(last) if status == "running" else None,
     )

@@ -68,7 +68,8 @@ class JobOut(BaseModel):
     def of(cls, job: Job, with_artefacts: bool = True, queue_position: int | None = None) -> JobOut:
         result = job.result or {}
         return cls(
-            **job.model_dump(exclude={"log_path", "result"}),
+            **job.model_dump(exclude={"log_path", "result", "config"}),
+            config=job.config.public_dict(),
             artefacts=_artefacts(job.output_dir) if with_artefacts else [],
             samples=result.get("samples") or [],
             evaluation=result.get("evaluation"),

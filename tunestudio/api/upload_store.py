@@ -142,7 +142,9 @@ def readers(manager: JobManager, paths: list[Path]) -> Job | None:
     wanted = {p.resolve() for p in paths}
     live = [s for s in JobStatus if s.is_live]
     for job in manager.list(live, limit=10_000):
-        used = [*(job.config.get("local_datasets") or []), job.config.get("eval_split") or ""]
+        if job.kind != "train":  # an export or a benchmark reads no dataset of the uploads
+            continue
+        used = [*job.train_config.local_datasets, job.train_config.eval_split or ""]
         if any(p and Path(p).resolve() in wanted for p in used):
             return job
     return None

@@ -56,7 +56,7 @@ class ChatJob(Protocol):
     kind: str  # "train" or "export"
     source_job: str | None  # an export's
     status: str  # a JobStatus value
-    config: dict[str, Any]  # its model_name, load_in_4bit
+    config: Any  # a training job's JobConfig: its model_name, load_in_4bit (read for kind "train" only)
     created_at: float
     finished_at: float | None
     output_dir: str | None
@@ -136,7 +136,7 @@ def replaced(job: ChatJob, folder: Path) -> bool:
 def fine_tuned_name(job: ChatJob) -> str:
     """`ft:<base>:<suffix>:<job id>`: the base model as given (a local folder by its name), the job's name as
     the suffix when it is one (else empty, as OpenAI writes it)."""
-    raw = str(job.config.get("model_name", ""))
+    raw = job.config.model_name
     base = Path(raw).name if raw.startswith(("/", ".", "~")) else raw
     suffix = job.name if job.name and SUFFIX.match(job.name) else ""
     return f"{FINE_TUNED}{base}:{suffix}:{job.id}"
@@ -151,11 +151,11 @@ def spec_for(job: ChatJob, base: bool, folder: Path | None = None) -> ModelSpec 
     return ModelSpec(
         job_id=job.id,
         base=base,
-        base_model=str(job.config.get("model_name", "")),
+        base_model=job.config.model_name,
         weights=str(folder),
         kind="adapter" if (folder / "adapter_config.json").is_file() else "full",
-        tokenizer=str(folder) if has_tokenizer else str(job.config.get("model_name", "")),
-        load_in_4bit=bool(job.config.get("load_in_4bit", False)),
+        tokenizer=str(folder) if has_tokenizer else job.config.model_name,
+        load_in_4bit=job.config.load_in_4bit,
         fingerprint=fingerprint(folder),
     )
 

@@ -16,7 +16,7 @@ from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.config import JobConfig
 from tunestudio.events import HELD_OUT_FILE
 from tunestudio.export_config import ExportConfig, ExportOptions
-from tunestudio.jobs.models import Job, JobConflict
+from tunestudio.jobs.models import CONFIG_TYPES, Job, JobConflict
 from tunestudio.jobs.status import RESUMABLE, JobStatus
 from tunestudio.paths import expand
 from tunestudio.process import gpu_count, usable_cores
@@ -62,7 +62,7 @@ def check_export(config: ExportConfig, source: Job, data_dir: Path, others: list
     """An export's output folder: its own (not the source's, its checkpoint or model, nor another job's)."""
     assert config.output_dir is not None and source.output_dir is not None
     paths.protect_export_dir(config.output_dir, source.output_dir, data_dir, others)
-    paths.protect_export_inputs(config.output_dir, source.config, config.checkpoint)
+    paths.protect_export_inputs(config.output_dir, source.train_config.model_name, config.checkpoint)
     _check_takeable(config.output_dir)
 
 
@@ -79,7 +79,7 @@ def resume_config(job: Job, resumed_by: str | None, secrets: dict[str, str], num
     checkpoint = job.checkpoint or latest_checkpoint(job.output_dir)
     if checkpoint is None or not Path(checkpoint).is_dir():
         raise JobConflict(f"job {job.id} has no checkpoint to resume from")
-    public = {**job.config, "resume_from_checkpoint": checkpoint, "output_dir": None}
+    public = {**job.train_config.public_dict(), "resume_from_checkpoint": checkpoint, "output_dir": None}
     held_out = Path(job.output_dir or "") / HELD_OUT_FILE
     if job.output_dir and held_out.is_file():  # the rows it held out, again: the same evaluation, no leak
         public["held_out_rows"] = str(held_out)
@@ -89,12 +89,9 @@ def resume_config(job: Job, resumed_by: str | None, secrets: dict[str, str], num
 
 
 def stored_config(row: dict, secrets: dict[str, str]) -> JobConfig | ExportConfig | BenchConfig:
-    """The config of a job another process queued, validated again from its row."""
-    if row.get("kind") == "export":
-        return ExportConfig.from_parts(row["config"], secrets)
-    if row.get("kind") == "bench":
-        return BenchConfig.from_parts(row["config"], secrets)
-    return paths.resolve(JobConfig.from_parts(row["config"], secrets))
+    """The config of a job another process queued, with its secrets, validated again from its row."""
+    config = CONFIG_TYPES[row.get("kind") or "train"].from_parts(row["config"], secrets)
+    return paths.resolve(config) if isinstance(config, JobConfig) else config
 
 
 def same_request(row: dict, request_id: str, kind: str, source_job: str | None) -> Job:

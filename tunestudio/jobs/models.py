@@ -1,16 +1,48 @@
-"""What the manager hands out: plain data about a job and its events."""
+"""What the manager hands out: plain data about a job and its events.
+
+A job's `config` is typed by its kind, as it was validated at submit: a `JobConfig` (train), an `ExportConfig`
+(export) or a `BenchConfig` (bench), read back from the stored public dict (no secrets) by `stored_config`.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SkipValidation, ValidationError, model_validator
 
+from tunestudio.bench_config import BenchConfig
+from tunestudio.config import JobConfig
+from tunestudio.export_config import ExportConfig
 from tunestudio.jobs.status import CANCELLABLE, RESUMABLE, STOPPABLE, JobStatus
 
+log = logging.getLogger(__name__)
+
 JobKind = Literal["train", "export", "bench"]  # bench: a benchmark of source_job (bench_config.py)
+AnyConfig = JobConfig | ExportConfig | BenchConfig
+CONFIG_TYPES: dict[str, type[JobConfig] | type[ExportConfig] | type[BenchConfig]] = {
+    "train": JobConfig, "export": ExportConfig, "bench": BenchConfig}
+
+
+def stored_config(kind: str, public: dict[str, Any]) -> AnyConfig:
+    """The config of a job of `kind` from its stored public dict, validated as at submit.
+
+    A row an older tunestudio wrote may hold a field this one no longer has, or a value it now refuses: it is
+    read without the unknown fields and, if it still does not validate, as stored (unvalidated), so the job
+    stays listable; a new run of it is validated again (resume, clone, the worker)."""
+    cls = CONFIG_TYPES[kind]
+    try:
+        return cls.model_validate(public)
+    except ValidationError as exc:
+        known = {k: v for k, v in public.items() if k in cls.model_fields}
+        try:
+            return cls.model_validate(known)
+        except ValidationError:
+            log.warning("a stored %s config no longer validates (%s); read as stored", kind,
+                        exc.errors()[0].get("msg", ""))
+            return cls.model_construct(**known)
 
 
 class Job(BaseModel):
@@ -21,7 +53,7 @@ class Job(BaseModel):
     phase: str | None = None
     message: str = ""
     error: str | None = None
-    config: dict[str, Any]
+    config: SkipValidation[AnyConfig]  # validated by kind, once (stored_config); checked in _config_of_kind
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None
@@ -40,6 +72,26 @@ class Job(BaseModel):
     sweep_id: str | None = None  # a sweep's trial (tunestudio/sweeps/): its sweep and trial number
     trial: int | None = None
     resumed_by: str | None = None  # the job that resumed this one (read with the row, never stored)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_config(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            data = {**data, "config": stored_config(data.get("kind") or "train", data["config"])}
+        return data
+
+    @model_validator(mode="after")
+    def _config_of_kind(self) -> Job:
+        if not isinstance(self.config, CONFIG_TYPES[self.kind]):
+            raise ValueError(f"a {self.kind} job's config is a {CONFIG_TYPES[self.kind].__name__}, "
+                             f"not a {type(self.config).__name__}")
+        return self
+
+    @property
+    def train_config(self) -> JobConfig:
+        """The config of a training job (AssertionError for another kind: a caller checks `kind` first)."""
+        assert isinstance(self.config, JobConfig), f"job {self.id} is a {self.kind} job"
+        return self.config
 
     @property
     def resumable(self) -> bool:

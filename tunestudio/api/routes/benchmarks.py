@@ -17,7 +17,7 @@ from tunestudio.api.benchmarks import bench_config, confine_eval_file
 from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.schemas import ERRORS, JobOut
-from tunestudio.bench_config import BenchOptions
+from tunestudio.bench_config import BenchConfig, BenchOptions
 from tunestudio.inference import UnknownModel
 from tunestudio.jobs.status import JobStatus
 
@@ -85,7 +85,6 @@ def list_benchmarks(job_id: str, manager: ManagerDep) -> BenchmarksOut:
     found = [j for j in manager.list(limit=MAX_LISTED) if j.kind == "bench" and j.source_job == job_id]
     return BenchmarksOut(job_id=job_id, benchmarks=[
         BenchmarkOut(id=j.id, status=j.status, is_terminal=j.is_terminal, phase=j.phase, message=j.message,
-                     error=j.error, created_at=j.created_at, finished_at=j.finished_at, tasks=j.config.get("tasks", []),
-                     eval_file=j.config.get("eval_file"), limit=j.config.get("limit"),
-                     models=j.config.get("models", {}), result=(j.result or {}).get("benchmarks"))
-        for j in found])
+                     error=j.error, created_at=j.created_at, finished_at=j.finished_at, tasks=c.tasks,
+                     eval_file=c.eval_file, limit=c.limit, models=c.models, result=(j.result or {}).get("benchmarks"))
+        for j in found if isinstance(c := j.config, BenchConfig)])

@@ -133,19 +133,12 @@ def _kind(files: dict[str, Path]) -> str:
     return "adapter" if "adapter_config.json" in files else "model"
 
 
-def _option(job: Job, name: str) -> Any:
-    """One field of a job's config, a dict or its kind's typed config."""
-    config: Any = job.config
-    value = config.get(name) if isinstance(config, dict) else getattr(config, name, None)
-    return None if value is None else str(getattr(value, "value", value))
-
-
 def _exports(manager: JobManager, job: Job) -> list[ExportFiles]:
     if job.kind != "train":
         return []
     found = [j for j in manager.list(limit=MAX_EXPORTS) if j.kind == "export" and j.source_job == job.id]
-    return [ExportFiles(id=j.id, status=j.status.value, target=_option(j, "target"),
-                        quantization=_option(j, "quantization"),
+    return [ExportFiles(id=j.id, status=j.status.value, target=j.config.target,
+                        quantization=j.config.quantization,
                         files=_listed(job_files(j.output_dir)) if j.is_terminal else [])
             for j in reversed(found)]
 

@@ -46,7 +46,7 @@ def job_jobfile(job_id: str, manager: ManagerDep, settings: SettingsDep) -> JobF
     if job.kind != "train":
         what = "an export" if job.kind == "export" else f"a {job.kind} job"
         raise ApiError(409, "not_a_train_job", f"job {job_id} is {what}; only a train job has a job file")
-    cfg = JobConfig.model_validate(job.config)
+    cfg = job.train_config
     title = f"job {job.id}" + (f" ({job.name})" if job.name else "")
     header = (f"{title}: its settings, for `tunestudio train`.\n"
               "Left out: its output folder (a run makes a new one), its resume point and any secret.")

@@ -102,7 +102,7 @@ def list_models(settings: SettingsDep, manager: ManagerDep) -> ModelList:
     local = [LocalModel(**modelinfo.describe(folder)) for folder in modelinfo.local_models(roots)]
     recent: list[str] = []
     for job in manager.list(limit=50):
-        name = job.config.get("model_name")
+        name = job.config.model_name if job.kind == "train" else None
         if name and name not in recent:
             recent.append(name)
     return ModelList(local=local, recent=recent[:10], cached=modelinfo.cached_hub_models(),
@@ -164,17 +164,17 @@ def _measured(manager: ManagerDep, settings: Settings, as_of: float | None) -> l
             continue
         if as_of is not None and job.finished_at >= as_of:
             continue
-        name = str(job.config.get("model_name", ""))
+        trained = job.train_config
+        name = trained.model_name
         try:
             config = modelinfo.read_config(_find_model_folder(name, settings)) or {}
-            cost = flops_per_token(config, str(job.config.get("training_type", "lora")))
+            cost = flops_per_token(config, trained.training_type.value)
         except (ApiError, OSError, ValueError):
             cost = None
         elapsed = progress.get("elapsed_seconds")
         beyond = (job.finished_at - job.started_at - elapsed
                   if job.started_at and isinstance(elapsed, (int, float)) else None)
-        out.append(Measured(job.id, name, str(job.config.get("training_type", "lora")),
-                            str(job.config.get("method", "sft")), float(tps), cost, beyond))
+        out.append(Measured(job.id, name, trained.training_type.value, trained.method, float(tps), cost, beyond))
     return out
 
 
