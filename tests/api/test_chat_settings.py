@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tunestudio.api.routes.chat import weight_choices
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
@@ -72,3 +73,14 @@ def test_the_prompt_the_model_saw_comes_from_the_worker_with_the_system_prompt(s
 
     unknown = httpx.post(f"{server}/api/chat/prompt", json={"model": "nope", "messages": messages}, timeout=30)
     assert unknown.status_code == 404 and unknown.json()["detail"]["field"] == "model"
+
+
+def test_the_best_step_is_named_and_an_unfinished_jobs_weights_are_its_newest_checkpoint() -> None:
+    best = {"step": 20, "metric": "eval_loss", "value": 0.81234, "checkpoint": "/out/checkpoint-20"}
+    finished = weight_choices("j", True, True, [10, 20, 30], best)
+    assert [(c.id, c.label) for c in finished] == [("j", "final weights"), ("j:step-30", "step 30"),
+                                                   ("j:step-20", "best: step 20 (eval_loss 0.8123)"),
+                                                   ("j:step-10", "step 10")]
+    interrupted = weight_choices("j", True, False, [10], {})
+    assert [c.label for c in interrupted] == ["newest checkpoint", "step 10"]
+    assert weight_choices("j", False, False, [], {}) == []

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
@@ -57,6 +57,21 @@ class PromptOut(BaseModel):
     template: str | None = Field(description="The chat template the worker's tokenizer applied (None: none).")
 
 
+def weight_choices(job_id: str, has_final: bool, finished: bool, steps: list[int],
+                   best: dict[str, Any]) -> list[ChatChoice]:
+    """The job's final weights (a job that did not finish: its newest checkpoint's) first, then its saved steps,
+    newest first; the step early stopping found best is named so."""
+    models = [ChatChoice(id=job_id, label="final weights" if finished else "newest checkpoint", step=None)] \
+        if has_final else []
+    for step in reversed(steps):
+        label = f"step {step}"
+        if best.get("step") == step:
+            value = best.get("value")
+            label = f"best: step {step}" + (f" ({best.get('metric')} {value:.4g})" if value is not None else "")
+        models.append(ChatChoice(id=f"{job_id}:step-{step}", label=label, step=step))
+    return models
+
+
 @router.get("/jobs/{job_id}/chat", response_model=ChatSettings)
 def chat_settings(job_id: str, manager: ManagerDep) -> ChatSettings:
     """What the chat panel offers for a job: its weights to choose from, its base model, its chat template."""
@@ -65,17 +80,8 @@ def chat_settings(job_id: str, manager: ManagerDep) -> ChatSettings:
         raise ApiError(409, "not_a_chat_model", f"job {job_id} is no chat model; chat with its source job "
                                                 f"{job.source_job}")
     final = spec_for(job, base=False)
-    models = []
-    if final is not None:
-        models.append(ChatChoice(id=job.id, label="final weights" if job.status in FINISHED
-                                 else "newest checkpoint", step=None))
-    best = (job.result or {}).get("best") or {}
-    for step in reversed(checkpoint_steps(job)):  # newest first
-        label = f"step {step}"
-        if best.get("step") == step:
-            value = best.get("value")
-            label = f"best: step {step}" + (f" ({best.get('metric')} {value:.4g})" if value is not None else "")
-        models.append(ChatChoice(id=f"{job.id}:step-{step}", label=label, step=step))
+    models = weight_choices(job.id, final is not None, job.status in FINISHED, checkpoint_steps(job),
+                            (job.result or {}).get("best") or {})
     template, source = chat_template(final.tokenizer) if final is not None else (None, None)
     return ChatSettings(models=models, base=job.id + BASE_SUFFIX, template=template, template_file=source)
 
