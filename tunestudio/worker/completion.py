@@ -21,7 +21,7 @@ import torch
 
 from tunestudio.inference_protocol import ChoiceDelta, Complete, CompletionParams, Done, Started, TokenLogprob
 from tunestudio.worker.errors import UserFacing
-from tunestudio.worker.generation import Models, context_length
+from tunestudio.worker.generation import Models, context_length, held_back
 
 
 def complete(models: Models, request: Complete, replies: Any, halt: threading.Event) -> None:
@@ -216,7 +216,7 @@ class _Choice:
     def _flush(self, start: int, final: bool, reason: str | None = None, count: int = 0) -> None:
         upto = len(self.text)
         if not final:
-            upto -= _held_back(self.text[start:], self.stops)
+            upto -= held_back(self.text[start:], self.stops)
         if upto <= self.sent and not final:
             return
         tokens = None
@@ -229,14 +229,3 @@ class _Choice:
         self.sent = max(self.sent, upto)
         self.replies.put(ChoiceDelta(self.rid, self.index, text, tokens, reason if final else None,  # type: ignore[arg-type]
                                      count if final else 0))
-
-
-def _held_back(text: str, stops: list[str]) -> int:
-    """How many characters at the end of `text` begin some stop string."""
-    longest = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), longest, -1):
-            if stop.startswith(text[-n:]):
-                longest = n
-                break
-    return longest

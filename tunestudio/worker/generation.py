@@ -304,14 +304,15 @@ class TextStream(BaseStreamer):
                 upto = found
                 self.stopped.set()
         if not self.stopped.is_set() and not final:
-            upto -= _held_back(self.text, self.stops)  # may be the beginning of a stop string
+            upto -= held_back(self.text, self.stops)  # may be the beginning of a stop string
         if upto > self.sent:
             self.send(self.text[self.sent : upto])
             self.sent = upto
 
 
-def _held_back(text: str, stops: list[str]) -> int:
-    """How many characters at the end of `text` begin some stop string."""
+def held_back(text: str, stops: list[str]) -> int:
+    """How many characters at the end of `text` begin some stop string (held back until the next token says
+    whether the stop string follows; chat and completions both)."""
     longest = 0
     for stop in stops:
         for n in range(min(len(stop) - 1, len(text)), longest, -1):

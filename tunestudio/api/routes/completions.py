@@ -18,14 +18,14 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tunestudio.api.deps import ManagerDep
-from tunestudio.api.routes.openai import OpenAIRoute, StreamOptions, Usage, client_gone, get_pool, unless_gone
+from tunestudio.api.routes.openai import OpenAIRoute, StreamOptions, Usage, answer_or_stream, get_pool
 from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.inference import CompletionParams, InferenceUnavailable, resolve
-from tunestudio.inference_protocol import ChoiceDelta, Done, Error, Reply, Started, TokenLogprob
+from tunestudio.inference_protocol import ChoiceDelta, Done, Error, Reply, TokenLogprob
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible chat"], route_class=OpenAIRoute, responses=OPENAI_ERRORS)
 
@@ -133,29 +133,14 @@ async def completions(request: Request, manager: ManagerDep, body: Annotated[Com
     generation = get_pool(request).complete(
         spec, prompts, body.params(), deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
     meta = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.model}
-    gone = asyncio.ensure_future(client_gone(request))
-    streaming = False
-    try:
-        first = await unless_gone(replies.get(), gone)  # Started, or an Error (a bad prompt, an unloadable model)
-        if first is None:
-            return Response(status_code=499)
-        if isinstance(first, Error):
-            raise InferenceUnavailable(first.message, first.status, first.code, **first.extra)
-        assert isinstance(first, Started)
-        if body.stream:
-            usage = bool(body.stream_options and body.stream_options.include_usage)
-            streaming = True
-            return StreamingResponse(_chunks(replies, generation, meta, usage, body.logprobs is not None),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-        collected = await unless_gone(_whole(replies, len(prompts), body.logprobs is not None), gone)
-        if collected is None:
-            return Response(status_code=499)
-        done, choices = collected
-    finally:
-        gone.cancel()
-        if not streaming:
-            generation.cancel()  # a no-op once it is done
+    usage_chunk, logprobs = bool(body.stream_options and body.stream_options.include_usage), body.logprobs is not None
+    outcome = await answer_or_stream(
+        request, replies, generation,
+        (lambda: _chunks(replies, generation, meta, usage_chunk, logprobs)) if body.stream else None,
+        lambda: _whole(replies, len(prompts), logprobs))
+    if isinstance(outcome, Response):
+        return outcome
+    done, choices = outcome
     usage = Usage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens,
                   total_tokens=done.prompt_tokens + done.completion_tokens)
     return JSONResponse(Completion(**meta, choices=choices, usage=usage).model_dump())

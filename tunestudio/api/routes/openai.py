@@ -30,7 +30,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError, openai_error_body, request_field_errors
 from tunestudio.api.schemas import OPENAI_ERRORS
-from tunestudio.inference import GenerateParams, InferencePool, InferenceUnavailable, UnknownModel, chat_models, resolve
+from tunestudio.inference import (
+    GenerateParams,
+    Generation,
+    InferencePool,
+    InferenceUnavailable,
+    UnknownModel,
+    chat_models,
+    resolve,
+)
 from tunestudio.inference_protocol import Delta, Done, Error, Reply, Started
 
 T = TypeVar("T")
@@ -195,8 +203,27 @@ async def chat_completions(
         spec, [m.plain() for m in body.messages], params,
         deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.model}
-    # Until the answer is sent, a client that goes away cancels the generation at once (the worker stops before
-    # its next token); a stream's client is watched by StreamingResponse instead.
+    usage = bool(body.stream_options and body.stream_options.include_usage)
+    outcome = await answer_or_stream(request, replies, generation,
+                                     (lambda: _chunks(replies, generation, meta, usage)) if body.stream else None,
+                                     lambda: _whole(replies))
+    if isinstance(outcome, Response):
+        return outcome
+    reply, text = outcome
+    answer = ChatCompletion(**meta, choices=[Choice(message=AssistantMessage(content=text),
+                                                    finish_reason="length" if reply.finish_reason == "length"
+                                                    else "stop")],
+                            usage=_usage(reply))
+    return JSONResponse(answer.model_dump())
+
+
+async def answer_or_stream(request: Request, replies: asyncio.Queue[Reply], generation: Generation,
+                           stream: Callable[[], AsyncIterator[str]] | None,
+                           collect: Callable[[], Coroutine[Any, Any, T]]) -> Response | T:
+    """The worker's first reply (Started; an Error raises InferenceUnavailable), then a StreamingResponse of
+    `stream()` when streaming, else `collect()`'s result. Until the answer is sent, a client that goes away
+    cancels the generation at once (the worker stops before its next token) and gets a 499; a stream's client is
+    watched by StreamingResponse instead."""
     gone = asyncio.ensure_future(client_gone(request))
     streaming = False
     try:
@@ -206,24 +233,16 @@ async def chat_completions(
         if isinstance(first, Error):
             raise InferenceUnavailable(first.message, first.status, first.code, **first.extra)
         assert isinstance(first, Started)
-        if body.stream:
-            usage = bool(body.stream_options and body.stream_options.include_usage)
+        if stream is not None:
             streaming = True
-            return StreamingResponse(_chunks(replies, generation, meta, usage), media_type="text/event-stream",
+            return StreamingResponse(stream(), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-        done = await unless_gone(_whole(replies), gone)
-        if done is None:
-            return Response(status_code=499)
-        reply, text = done
+        collected = await unless_gone(collect(), gone)
+        return Response(status_code=499) if collected is None else collected
     finally:
         gone.cancel()
         if not streaming:
             generation.cancel()  # a no-op once it is done
-    answer = ChatCompletion(**meta, choices=[Choice(message=AssistantMessage(content=text),
-                                                    finish_reason="length" if reply.finish_reason == "length"
-                                                    else "stop")],
-                            usage=_usage(reply))
-    return JSONResponse(answer.model_dump())
 
 
 async def client_gone(request: Request) -> None:

@@ -15,6 +15,12 @@ export class ApiError extends Error {
   }
 }
 
+/** What to show for a failed request: its field errors ("field: message; ..."), else its message. */
+export function errorText(err) {
+  if (!(err instanceof ApiError)) return String(err);
+  return err.fieldErrors.map((e) => `${e.field}: ${e.message}`).join("; ") || err.message;
+}
+
 function headers(json) {
   const out = {Accept: "application/json"};
   if (json) out["Content-Type"] = "application/json";

@@ -3,7 +3,7 @@
 // and metric, before, after, and the difference with its error bar (± one standard error). A benchmark is a job
 // of its own (kind "bench", source_job this job), run against this server's /v1/completions.
 
-import {api, ApiError} from "./api.js";
+import {api, errorText} from "./api.js";
 import {el, fmtNumber, statusBadge} from "./util.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -95,9 +95,7 @@ export function benchPanel(job) {
       await refresh();
     } catch (err) {
       error.hidden = false;
-      const fieldText = err instanceof ApiError
-        ? err.fieldErrors.map((e) => `${e.field}: ${e.message}`).join("; ") : "";
-      error.textContent = fieldText || (err instanceof ApiError ? err.message : String(err));
+      error.textContent = errorText(err);
     } finally {
       start.disabled = false;
     }

@@ -1,7 +1,7 @@
 // The Export panel of a finished training job: choose a target, start an export job, watch its progress,
 // and see where its files are. An export is a job of its own (kind "export", source_job this job).
 
-import {api, ApiError} from "./api.js";
+import {api, errorText} from "./api.js";
 import {el, statusBadge} from "./util.js";
 
 const QUANTIZATIONS = {
@@ -72,9 +72,7 @@ export function exportPanel(job, {navigate}) {
       await refresh();
     } catch (err) {
       error.hidden = false;
-      const fieldText = err instanceof ApiError
-        ? err.fieldErrors.map((e) => `${e.field}: ${e.message}`).join("; ") : "";
-      error.textContent = fieldText || (err instanceof ApiError ? err.message : String(err));
+      error.textContent = errorText(err);
     } finally {
       start.disabled = false;
     }
