@@ -114,3 +114,41 @@ def test_deleting_artefacts_another_job_refers_to_is_refused(tmp_path: Path) -> 
         manager.delete(child.id, delete_artifacts=True)  # the child first, then the parent may go
         manager.delete(job_id, delete_artifacts=True)
         assert not (tmp_path / "home" / "out").exists()
+
+
+def test_the_manager_answers_while_a_worker_starts_and_a_stop_asked_then_is_passed_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's start (a torchrun launcher, a Ray driver) may take seconds: no lock is held meanwhile, and a
+    cancel asked before the process runs reaches it once it does."""
+    from tunestudio.jobs.supervisor import Supervisor
+
+    entered, gate = threading.Event(), threading.Event()
+    real_start = Supervisor.start
+
+    def slow_start(self: Supervisor) -> None:
+        entered.set()
+        assert gate.wait(120), "the test never opened the gate"
+        real_start(self)
+
+    monkeypatch.setattr(Supervisor, "start", slow_start)
+    with JobManager(settings(tmp_path, stop_grace_seconds=1.0),
+                    worker_target=fake_workers.waits_for_go) as manager:
+        job = manager.submit(job_config("org/fake", tmp_path / "a"))
+        assert entered.wait(60), "the scheduler never started the worker"
+        answers: list[JobStatus] = []
+        asker = threading.Thread(target=lambda: answers.append(manager.cancel(job.id).status), daemon=True)
+        asker.start()
+        asker.join(30)
+        assert answers == [S.cancelling], "cancel waited for the worker's start"
+        assert not gate.is_set()
+        queued = manager.submit(job_config("org/fake", tmp_path / "b"))  # a submit does not wait either
+        assert manager.get(queued.id).status is S.queued
+        gate.set()
+        final = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 60,
+                           "the cancelled job's end")
+        assert final.status is S.cancelled
+        (tmp_path / "b" / "go").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "b" / "go").touch()
+        other = wait_until(lambda: j if (j := manager.get(queued.id)).status.is_terminal else None, 60,
+                           "the second job's end")
+        assert other.status is S.completed, other.error

@@ -15,7 +15,8 @@ lives as long as the manager, because a worker's PR_SET_PDEATHSIG fires when
 the *thread* that started it ends), and each supervisor's pump thread, which
 calls `tracker.on_events` (one burst of the worker's events at a time) and `_on_exit`.
 Locks: `_lock` (the queue, the running set, the live jobs) is taken before a
-job's `feed.lock` (its status and stream), never after.
+job's `feed.lock` (its status and stream), never after. A worker starts with no lock held
+(`_prepare` under `_lock`, then `_launch`); a stop asked meanwhile is passed on once it runs.
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ class JobManager:
             if not can_transition(running.status, wanted):
                 verb = "stopped" if save else "cancelled"
                 raise JobConflict(f"job {job_id} is {running.status.value}; it cannot be {verb}")
-            supervisor = running.supervisor
+            supervisor = running.supervisor if running.launched else None  # else _launch tells it once it runs
             self._tracker.set_status(job_id, wanted, message="stopping: saving a checkpoint" if save else "cancelling")
         if supervisor is not None:
             supervisor.stop(save=save)
@@ -353,14 +354,23 @@ class JobManager:
     def _schedule_loop(self) -> None:
         # This thread must outlive every worker it started (PR_SET_PDEATHSIG): nothing may end it but close().
         while True:
+            prepared: list[tuple[str, Supervisor]] = []
             with self._lock:
                 if self._closing:
                     return
                 try:
-                    self._start_what_fits()
+                    prepared = self._prepare_what_fits()
                 except Exception:  # a full disk, a locked database...: try again next round
                     log.exception("scheduling failed")
-                self._wake.wait(self.settings.request_poll_seconds)
+            # The workers start with no lock held: a process (a torchrun launcher, a Ray driver) can take seconds
+            # to start, and stop, submit and the views go on meanwhile.
+            for job_id, supervisor in prepared:
+                self._launch(job_id, supervisor)
+            with self._lock:
+                if self._closing:
+                    return
+                if not prepared:
+                    self._wake.wait(self.settings.request_poll_seconds)
                 if self._closing:
                     return
             try:
@@ -373,36 +383,42 @@ class JobManager:
             except Exception:
                 log.exception("reading stop requests failed")
 
-    def _start_what_fits(self) -> None:
-        """Start queued jobs while this process and the data directory's slots have room (under self._lock)."""
+    def _prepare_what_fits(self) -> list[tuple[str, Supervisor]]:
+        """Queued jobs this process and the data directory's slots have room for, each with its slot and its
+        supervisor (not started yet), now `starting` (under self._lock)."""
+        prepared: list[tuple[str, Supervisor]] = []
         while self._queue and len(self._running) < self.settings.max_concurrent_jobs:
             head = self._queue[0]
             if self._owners.older_job_waits_elsewhere(head):
                 self._tracker.note_waiting(head)  # first come, first served across processes too
-                return
+                break
             slot = self._slots.acquire(self.settings.max_concurrent_jobs)
             if slot is None:  # another process on this data directory holds every slot: retry next round
                 self._tracker.note_waiting(head)
-                return
+                break
             job_id = self._queue.popleft()
-            started = False
+            supervisor = None
             try:
-                started = self._start(job_id, slot)
+                supervisor = self._prepare(job_id, slot)
             except Exception as exc:  # e.g. a stored config this version refuses: fail that job only
                 log.exception("starting job %s failed", job_id)
                 self._running.discard(job_id)
                 with contextlib.suppress(Exception):
                     self._tracker.finish_without_worker(job_id, S.failed, f"could not start the job: {exc}")
-            finally:
-                if not started:
-                    self._slots.release(slot)
+            if supervisor is None:
+                self._slots.release(slot)
+                self._jobs[job_id].slot = None
+            else:
+                prepared.append((job_id, supervisor))
+        return prepared
 
-    def _start(self, job_id: str, slot: int) -> bool:
-        """Start a queued job's worker in the given slot; False if it was not started (the slot is free again)."""
+    def _prepare(self, job_id: str, slot: int) -> Supervisor | None:
+        """A queued job's supervisor, holding `slot` (the job `starting`); None if it is not to start (the caller
+        frees the slot)."""
         row = self._store.get_job(job_id)
         running = self._jobs[job_id]
         if row is None or JobStatus(row["status"]) is not S.queued:
-            return False
+            return None
         # A job another process queued (adopted at start-up) is validated from its stored config here.
         config = running.config or admission.stored_config(row, running.secrets)
         Path(row["log_path"]).parent.mkdir(parents=True, exist_ok=True)
@@ -411,19 +427,36 @@ class JobManager:
                                         lambda outcome: self._on_exit(job_id, outcome))
         if (refused := artefacts.take(job_id, row["output_dir"])) is not None:
             self._tracker.finish_without_worker(job_id, S.failed, refused)
-            return False
-        running.supervisor = supervisor
+            return None
+        running.supervisor, running.slot, running.launched = supervisor, slot, False
         self._running.add(job_id)
         self._tracker.set_status(job_id, S.starting, message="starting the worker", started_at=time.time())
+        return supervisor
+
+    def _launch(self, job_id: str, supervisor: Supervisor) -> None:
+        """Start a prepared job's worker (no lock held); a stop asked meanwhile is passed on once it runs."""
+        running = self._jobs[job_id]
         try:
             supervisor.start()
         except Exception as exc:
-            self._running.discard(job_id)
-            self._tracker.finish_without_worker(job_id, S.failed, f"could not start the worker: {exc}")
-            return False
-        running.slot = slot
-        self._store.update_job(job_id, worker_pid=supervisor.pid)
-        return True
+            log.exception("starting job %s's worker failed", job_id)
+            with self._lock:
+                self._running.discard(job_id)
+                running.supervisor = None
+                if running.slot is not None:
+                    self._slots.release(running.slot)
+                    running.slot = None
+                self._wake.notify_all()
+            with contextlib.suppress(Exception):
+                self._tracker.finish_without_worker(job_id, S.failed, f"could not start the worker: {exc}")
+            return
+        with self._lock:
+            running.launched = True
+            asked = running.status if running.status in (S.stopping, S.cancelling) else None
+        with contextlib.suppress(Exception):
+            self._store.update_job(job_id, worker_pid=supervisor.pid)
+        if asked is not None:  # stop() found no worker to tell yet
+            supervisor.stop(save=asked is S.stopping)
 
     def _on_exit(self, job_id: str, outcome: Outcome) -> None:
         try:

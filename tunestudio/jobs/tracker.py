@@ -35,6 +35,7 @@ class Running:
     status: JobStatus = S.queued
     config: JobConfig | ExportConfig | None = None  # the validated config, for jobs this process submitted
     supervisor: Supervisor | None = None
+    launched: bool = False  # its supervisor's worker was started: a stop signals it from then on
     secrets: dict[str, str] = field(default_factory=dict)
     failed: bool = False  # the worker sent a Failed event
     slot: int | None = None  # the job slot (see slots.py) its worker holds
