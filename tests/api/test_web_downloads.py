@@ -175,6 +175,10 @@ def test_live_samples_join_the_chart_while_a_job_runs(tmp_path: Path, page: Page
         name, body = download(page, "#download-metrics")
         assert name == f"{job_id}-metrics.csv"
         assert len(list(csv.DictReader(io.StringIO(body.decode())))) == len(records) > 0
+        # The log's own Download button too (it put the token in its URL, which the server refuses there).
+        page.locator("#log-card summary").click()
+        name, body = download(page, "#log-download")
+        assert name == f"{job_id}-worker.log" and body == Path(manager.get(job_id).log_path).read_bytes()
         # What the page drew is what the job stored: a reload shows the same history.
         drawn = page.evaluate(count)
         assert 0 < drawn <= len(stored)

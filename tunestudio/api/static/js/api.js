@@ -76,7 +76,7 @@ export const api = {
       : `&status=${encodeURIComponent(s)}`).join("")}`),
   log: (id, query) => logPart(id, query),
   samples: (id) => call(`${job(id)}/samples`),
-  logUrl: (id, {download = false} = {}) => withToken(`${job(id)}/log${download ? "?download=true" : "?"}`),
+  logUrl: (id) => `${job(id)}/log?download=true`,
   uploads: () => call("/api/uploads"),
   upload: (file) => uploadFile(file),
   deleteUpload: (name) => call(`/api/uploads/${encodeURIComponent(name)}`, {method: "DELETE"}),
@@ -130,9 +130,35 @@ export async function chatStream(body, signal, onDelta) {
   return finish;
 }
 
-function withToken(url) {
-  const token = localStorage.getItem("tunestudio.token");
-  return token ? `${url}${url.includes("?") ? "&" : "?"}access_token=${encodeURIComponent(token)}` : url;
+/** A link that downloads `url` as `filename`. A plain link, so the browser streams a big file to disk; a server
+ * with an API token takes it only in a header (never in a URL), so there a click fetches the file with the token
+ * and hands the browser the result. onError(err) hears a refusal. */
+export function downloadLink(url, filename, content, attrs = {}, onError = () => {}) {
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = filename;
+  for (const [k, v] of Object.entries(attrs)) a.setAttribute(k, v);
+  a.append(content);
+  a.addEventListener("click", async (event) => {
+    const token = localStorage.getItem("tunestudio.token");
+    if (!token) return;  // the browser downloads it itself
+    event.preventDefault();
+    try {
+      const res = await fetch(url, {headers: {Authorization: `Bearer ${token}`}});
+      if (!res.ok) throw await failed(res);
+      const href = URL.createObjectURL(await res.blob());
+      const save = document.createElement("a");
+      save.href = href;
+      save.download = filename;
+      document.body.append(save);
+      save.click();
+      save.remove();
+      setTimeout(() => URL.revokeObjectURL(href), 60000);
+    } catch (err) {
+      onError(err);
+    }
+  });
+  return a;
 }
 
 async function failed(res) {

@@ -2,10 +2,10 @@
 // result) or of its exports, with sizes, its metrics as CSV and its worker log (GET /api/jobs/{id}/downloads says
 // what there is; routes/downloads.py serves each).
 //
-// A link is a plain link, so the browser streams a big zip straight to disk. A server with an API token takes it
-// only in a header, so there a click fetches the file with the token and hands the browser the result instead.
+// Each is api.js's downloadLink: a plain link (the browser streams a big zip straight to disk), fetched with the
+// token on a server that has one.
 
-import {ApiError, call} from "./api.js";
+import {ApiError, call, downloadLink} from "./api.js";
 import {el, fmtBytes} from "./util.js";
 
 const base = (id) => `/api/jobs/${encodeURIComponent(id)}`;
@@ -19,31 +19,7 @@ export function downloadsPanel(job) {
     el("h2", {}, "Downloads"), error, body);
   let shown = null, disposed = false;  // the status the listing was made for
 
-  const link = (url, filename, text, attrs = {}) => {
-    const a = el("a", {href: url, download: filename, ...attrs}, text);
-    a.addEventListener("click", async (event) => {
-      const token = localStorage.getItem("tunestudio.token");
-      if (!token) return;  // the browser downloads it itself
-      event.preventDefault();
-      try {
-        const res = await fetch(url, {headers: {Authorization: `Bearer ${token}`}});
-        if (!res.ok) {
-          let detail = null;
-          try { detail = (await res.json()).detail; } catch { /* not JSON */ }
-          throw new ApiError(res.status, detail);
-        }
-        const href = URL.createObjectURL(await res.blob());
-        const save = el("a", {href, download: filename});
-        document.body.append(save);
-        save.click();
-        save.remove();
-        setTimeout(() => URL.revokeObjectURL(href), 60000);
-      } catch (err) {
-        say(err);
-      }
-    });
-    return a;
-  };
+  const link = (url, filename, text, attrs = {}) => downloadLink(url, filename, text, attrs, say);
   const say = (err) => {
     error.hidden = false;
     error.replaceChildren(el("b", {}, "Error: "), err instanceof ApiError ? err.message : String(err));

@@ -1,7 +1,7 @@
 // The worker's log file (GET /api/jobs/ID/log): its tail at once, then new bytes while the job runs,
 // and a download link. It reads the file on disk, so a job opened after a server restart shows it too.
 
-import {api} from "./api.js";
+import {api, downloadLink} from "./api.js";
 import {el, fmtBytes} from "./util.js";
 
 const TAIL_BYTES = 64 * 1024;
@@ -11,8 +11,8 @@ const KEEP_CHARS = 256 * 1024;  // what the page holds at most; the download has
 export function mountLog(container, jobId, finished) {
   const pre = el("pre", {class: "log-text", id: "log-text", tabindex: "0", "aria-label": "worker log"});
   const head = el("p", {class: "muted small", id: "log-head"}, "Reading the log…");
-  const download = el("a", {href: api.logUrl(jobId, {download: true}), id: "log-download", class: "button ghost",
-    download: `${jobId}-worker.log`}, "Download");
+  const download = downloadLink(api.logUrl(jobId), `${jobId}-worker.log`, "Download",
+    {id: "log-download", class: "button ghost"}, (err) => { head.textContent = `Download failed: ${err.message}`; });
   container.replaceChildren(el("div", {class: "log-bar"}, head, download), pre);
   let offset = null, timer = null, stopped = false;
 
