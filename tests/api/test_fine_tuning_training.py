@@ -62,7 +62,10 @@ def test_supervised_job_on_the_tiny_model_then_chat_with_its_ft_name(
               if e.type == "metrics" and "train_loss" in e.data]
     assert len(losses) == 8 and losses[0] < losses[-1]  # newest first: the loss fell
 
-    assert done.fine_tuned_model in [m.id for m in client.models.list()]
+    listed = [m.id for m in client.models.list()]
+    assert done.fine_tuned_model in listed
+    # each saved checkpoint is a model of its own in the list too
+    assert {c.fine_tuned_model_checkpoint for c in checkpoints} <= set(listed)
     answer = client.chat.completions.create(model=done.fine_tuned_model, temperature=0, max_tokens=8,
                                             messages=[{"role": "user", "content": rows[0]["messages"][0]["content"]}])
     assert answer.model == done.fine_tuned_model and answer.choices[0].message.content

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from tunestudio.inference.models import fine_tuned_name
+from tunestudio.inference.models import checkpoint_steps, fine_tuned_name
 from tunestudio.inference_protocol import Delta, Done, Started
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
@@ -61,7 +61,9 @@ def status(server: str) -> dict:
 
 def test_models_lists_the_job_and_its_base(client: openai.OpenAI, job: Job) -> None:
     ids = [m.id for m in client.models.list()]
-    assert ids == [job.id, f"{job.id}:base", fine_tuned_name(job)]  # and by OpenAI's fine-tuning name
+    name = fine_tuned_name(job)  # and by OpenAI's fine-tuning name, and each saved checkpoint by its own
+    assert ids == [job.id, f"{job.id}:base", name, *(f"{name}:ckpt-step-{n}" for n in checkpoint_steps(job))]
+    assert all(client.models.retrieve(i).id == i for i in ids[3:])
     assert client.models.retrieve(f"{job.id}:base").id == f"{job.id}:base"
 
 
@@ -283,7 +285,9 @@ def test_an_export_is_no_chat_model(client: openai.OpenAI, server: str, job: Job
     done = wait_until(lambda: (j := httpx.get(f"{server}/api/jobs/{export_id}", timeout=10).json())["status"]
                       in ("completed", "failed", "cancelled") and j, 300, "the export's end")
     assert done["status"] == "completed", done
-    assert [m.id for m in client.models.list()] == [job.id, f"{job.id}:base", fine_tuned_name(job)]
+    name = fine_tuned_name(job)
+    assert [m.id for m in client.models.list()] == [job.id, f"{job.id}:base", name,
+                                                    *(f"{name}:ckpt-step-{n}" for n in checkpoint_steps(job))]
     for model in (export_id, f"{export_id}:base"):
         with pytest.raises(openai.NotFoundError) as caught:
             client.chat.completions.create(model=model, messages=MESSAGES)

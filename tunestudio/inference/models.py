@@ -169,13 +169,15 @@ class ChatModel:
 
 def chat_models(jobs: JobSource, limit: int = 1000) -> list[ChatModel]:
     """Every job one can chat with, newest first, each followed by its base model (and a completed one by its
-    ft: name)."""
+    ft: name and its saved checkpoints' `...:ckpt-step-N`, as OpenAI lists a fine-tuning job's checkpoints)."""
     out: list[ChatModel] = []
     for job in jobs.list(list(CHAT_STATUSES), limit=limit):
         if job.kind == "train" and weights_folder(job) is not None:
             out += [ChatModel(job.id, job, False), ChatModel(job.id + BASE_SUFFIX, job, True)]
             if job.status == "completed":
-                out.append(ChatModel(fine_tuned_name(job), job, False))
+                name = fine_tuned_name(job)
+                out += [ChatModel(name, job, False),
+                        *(ChatModel(f"{name}:ckpt-step-{step}", job, False) for step in checkpoint_steps(job))]
     return out
 
 
