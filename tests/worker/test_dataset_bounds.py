@@ -40,7 +40,9 @@ SCRIPT = textwrap.dedent("""
             peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1))
     else:
         from tunestudio.api.preview import preview_rows
-        answer = preview_rows(cfg.public_dict(), 5).get("error") or "previewed"
+        from tunestudio.config import DataSpec
+        spec = DataSpec(local_datasets=cfg.local_datasets)  # what the route hands the preview
+        answer = preview_rows(spec.model_dump(mode="json"), 5).get("error") or "previewed"
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the preview's child
     print(json.dumps({"answer": answer, "seconds": time.monotonic() - start, "peak_mb": peak / 1024}))
 """)
