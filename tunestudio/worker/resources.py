@@ -5,8 +5,9 @@ the launcher and every local rank). CPU is the sum of their utilisation since th
 memory the sum of their resident sets. With CUDA in use: the GPU's utilisation and the memory the processes
 hold on it (NVML when it is installed and sees them, else torch's reserved memory of this process).
 
-The volume stays bounded: a sample every `interval` seconds, and the interval doubles after every `double_after`
-samples, so a job of duration T sends about double_after · log2(T / (double_after · interval)) events, a few
+The first samples come sooner (0.5 s, then 1 s later, then every `interval`), so a job of a few seconds shows
+its course too. The volume stays bounded: a sample every `interval` seconds, and the interval doubles after
+every `double_after` samples, so a job of duration T sends about double_after · log2(T / (double_after · interval)) events, a few
 thousand even for days. Nothing here may fail a job: a sample that raises is skipped.
 """
 
@@ -26,6 +27,7 @@ from tunestudio.events import Resources
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 2.0
+FIRST_S = 0.5  # the first sample comes this soon, the next ones twice as late until INTERVAL_S: a short job's too
 DOUBLE_AFTER = 500
 
 
@@ -53,8 +55,10 @@ class Sampler:
             self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        interval, sent = self.interval, 0
+        interval, sent = min(FIRST_S, self.interval), 0
         while not self._stop.wait(interval):
+            if sent < self.double_after:
+                interval = min(interval * 2, self.interval)  # 0.5, 1, 2, 2, ... s: a short job shows its course
             try:
                 figures = self.sample()
                 if figures is not None:
@@ -63,7 +67,7 @@ class Sampler:
             except Exception:  # a sample is never worth a job
                 log.debug("resource sample failed", exc_info=True)
                 continue
-            if sent % self.double_after == 0:
+            if sent and sent % self.double_after == 0:
                 interval *= 2
 
     def _tree(self) -> list[psutil.Process]:
