@@ -9,8 +9,11 @@ own with a fresh tmpfs over /tmp, HOME and working directory in it. Everything o
 any of it, and what it writes to such a path would stay in its tmpfs, where this helper looks (through
 /proc/PID/root). /var/tmp, which both nodes see, stands for a bucket (TUNESTUDIO_RAY_STORAGE).
 
-It runs: a 2-rank job on the hidden node, stopped with save at step 2; a job whose dataset is too large to ship; the
-first one's resume, one rank on each node, through a storage URI. One JSON line of what it saw.
+It runs, on the hidden node: a 1-rank job cancelled at step 1 while its rank is frozen (its driver is killed after
+the grace period, Ray ends the rank, whose copy of the inputs stays on the node until the next rank there sweeps
+it); a 1-rank job whose dataset has a broken row (the rank fails); a 2-rank job stopped with save at step 2; then a
+job whose dataset is too large to ship; the stopped job's resume, one rank on each node, through a storage URI. One
+JSON line of what it saw.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,15 +64,20 @@ def _mount_ns(pid: int | str) -> str:
         return ""
 
 
-def _train_workers() -> list[bool]:
-    """For each training worker now running: whether it runs on the hidden node (in its mount namespace)."""
+def _train_worker_pids() -> dict[int, bool]:
+    """Each training worker now running: whether it runs on the hidden node (in its mount namespace)."""
     mine = _mount_ns("self")
-    found = []
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
             if b"RayTrainWorker" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(_mount_ns(pid) not in (mine, ""))
-    return sorted(found)
+                found[int(pid)] = _mount_ns(pid) not in (mine, "")
+    return found
+
+
+def _train_workers() -> list[bool]:
+    """For each training worker now running: whether it runs on the hidden node."""
+    return sorted(_train_worker_pids().values())
 
 
 def _hidden_pid() -> int:
@@ -123,6 +132,35 @@ def _stopped_job(manager: JobManager, model: Path, dataset: Path, home: Path) ->
             "logs": _ray_logs(done)}
 
 
+def _stages(hidden: str) -> list[str]:
+    """The stage folders (and lock files) on the hidden node: its copies of the inputs of each run."""
+    stages = Path(hidden + "/tmp/tunestudio-ray")
+    return sorted(p.name for p in stages.iterdir()) if stages.is_dir() else []
+
+
+def _cancelled_job(manager: JobManager, model: Path, dataset: Path, home: Path, hidden: str) -> dict[str, Any]:
+    """One rank on the hidden node, cancelled at step 1 while it is busy (frozen: SIGSTOP, as in a long step or
+    save), so it cannot stop within the grace period: the driver gets SIGTERM and Ray ends the rank."""
+    job = manager.submit(job_config(model, home / "cancelled", local_datasets=[str(dataset)], max_steps=500))
+    _at_step(manager, job.id, 1)
+    running = _stages(hidden)
+    for pid in _train_worker_pids():
+        os.kill(pid, signal.SIGSTOP)
+    manager.cancel(job.id)
+    done = _end(manager, job.id)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not _job_processes(), 60, "the cancelled job's Ray actors gone", every=0.2)
+    return {"status": done.status.value, "message": done.message, "error": done.error,
+            "stages_running": running, "left": _job_processes(), "stages_after": _stages(hidden)}
+
+
+def _failing_job(manager: JobManager, model: Path, bad: Path, home: Path) -> dict[str, Any]:
+    """One rank on the hidden node that fails: a row of its dataset is not JSON."""
+    job = manager.submit(job_config(model, home / "failing", local_datasets=[str(bad)], max_steps=5))
+    done = _end(manager, job.id)
+    return {"status": done.status.value, "message": done.message, "error": done.error, "logs": _ray_logs(done)}
+
+
 def _resumed_job(manager: JobManager, stopped_id: str, bucket: Path) -> dict[str, Any]:
     """The resume, one rank on each node (a resource each has one of), through a storage URI."""
     job = manager.resume(stopped_id)
@@ -153,6 +191,8 @@ def main(model: str, workdir: str) -> None:
     shutil.copytree(model, studio_model)
     dataset = work / "inputs" / "alpaca.jsonl"
     shutil.copy(DATA / "alpaca.jsonl", dataset)
+    bad = work / "inputs" / "broken.jsonl"
+    bad.write_text('{"instruction": "a", "output": "b"}\n{"instruction": "a",\n')
     huge = work / "inputs" / "huge.jsonl"
     with huge.open("wb") as fh:  # sparse: its size counts, nothing is written
         fh.truncate(STORE // 2 + (4 << 20))
@@ -169,8 +209,12 @@ def main(model: str, workdir: str) -> None:
         hidden = f"/proc/{_hidden_pid()}/root"
         seen["hidden_sees_studio"] = Path(hidden + str(work)).exists()
 
-        with JobManager(_settings(home, ray_worker_resources={"remote": 1})) as manager:
+        # A cancel's grace period of 0.1s: a rank that does not stop by then has its driver killed (SIGTERM).
+        with JobManager(_settings(home, ray_worker_resources={"remote": 1}, stop_grace_seconds=0.1)) as manager:
+            seen["cancelled"] = _cancelled_job(manager, studio_model, dataset, home, hidden)
+            seen["failing"] = _failing_job(manager, studio_model, bad, home)
             seen["stopped"] = _stopped_job(manager, studio_model, dataset, home)
+            seen["stages_after_stopped"] = _stages(hidden)  # its ranks swept the cancelled job's copy
             big = manager.submit(job_config(studio_model, home / "huge", local_datasets=[str(huge)]))
             seen["too_large"] = _end(manager, big.id).model_dump(include={"status", "error"}, mode="json")
         with JobManager(_settings(home, ray_worker_resources={"trainer": 1}, ray_storage=f"file://{bucket}")) \
@@ -181,8 +225,7 @@ def main(model: str, workdir: str) -> None:
         seen["left"] = _job_processes()
         # What the hidden node holds of the studio's paths (nothing, if no rank wrote there) and of its stages.
         seen["hidden_has_studio"] = Path(hidden + str(work)).exists()
-        stages = Path(hidden + "/tmp/tunestudio-ray")
-        seen["hidden_stages_left"] = sorted(p.name for p in stages.iterdir()) if stages.is_dir() else []
+        seen["hidden_stages_left"] = _stages(hidden)
     finally:
         # Every Ray process dies with this PID namespace; its files go here.
         shutil.rmtree(temp, ignore_errors=True)

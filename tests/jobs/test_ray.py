@@ -49,9 +49,27 @@ def test_worker_resources_are_a_json_object_of_non_negative_amounts(monkeypatch:
         Settings()
 
 
+def test_a_failure_ray_train_reports_is_said_in_one_line_naming_each_rank_and_its_exception() -> None:
+    from tunestudio.worker.ray_job import failure_cause
+
+    text = """Training failed due to worker errors:
+[Rank 1 Error Snippet]:
+Traceback (most recent call last):
+  File "/x/rewards.py", line 3, in score
+    raise ValueError("no answer: row 7")
+ValueError: no answer: row 7
+
+[Rank 0 Error Snippet]:
+torch.distributed.DistBackendError: gloo: connection closed by peer
+"""
+    assert failure_cause(text) == ("Training failed due to worker errors: rank 1 raised ValueError: no answer: row 7; "
+                                   "rank 0 raised torch.distributed.DistBackendError: gloo: connection closed by peer")
+    assert failure_cause("The actor died unexpectedly.\nmore") == "The actor died unexpectedly."
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_a_cluster_without_the_studios_disk_trains_stops_resumes_and_refuses_too_much(
+def test_a_cluster_without_the_studios_disk_trains_cancels_fails_stops_resumes_and_refuses_too_much(
     tiny_model: Path, tmp_path: Path
 ) -> None:
     pytest.importorskip("ray", reason="ray is an optional extra: pip install -e '.[ray]'")
@@ -70,6 +88,24 @@ def test_a_cluster_without_the_studios_disk_trains_stops_resumes_and_refuses_too
     seen = json.loads(lines[0][len("RESULT "):])
     model = str(tmp_path / "inputs" / "tiny-model")
     assert seen["hidden_sees_studio"] is False  # the simulation holds: the cluster's node cannot open our files
+
+    # Cancelled at step 1 while its rank is busy (frozen) past the grace period: the driver is killed, Ray ends its
+    # rank and queues. The rank never left its stage, so the node's copy of the inputs stays, until the next rank on
+    # that node sweeps it (no live rank holds its lock): the stopped job's below.
+    cancelled = seen["cancelled"]
+    assert cancelled["status"] == "cancelled" and cancelled["message"].startswith("cancelled ("), cancelled
+    assert cancelled["left"] == []
+    run = [name for name in cancelled["stages_running"] if "." not in name]
+    assert len(run) == 1 and run[0] in cancelled["stages_after"], cancelled
+    assert seen["stages_after_stopped"] == []
+
+    # A rank on the hidden node fails (a row of its dataset is not JSON): the job failed, naming the cause with the
+    # studio's path of the file, and what Ray Train said.
+    failing = seen["failing"]
+    assert failing["status"] == "failed", failing
+    assert f"dataset {tmp_path / 'inputs' / 'broken.jsonl'} row 2 is not valid JSON" in failing["error"], failing
+    assert failing["error"].startswith("ray: Training failed due to worker errors: rank 0 raised RuntimeError: "), \
+        failing
 
     # Stopped with save, both ranks on the node that cannot see the studio's files: its checkpoint and artefacts
     # are in the output folder the manager took, as the job's own files, naming the studio's paths.

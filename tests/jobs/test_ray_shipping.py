@@ -104,3 +104,42 @@ def test_rank_0_sends_back_complete_checkpoints_and_its_files_not_the_marker(tmp
     (out / "adapter_model.safetensors").write_text("x")
     (out / ".tunestudio-owner.json").write_text("{}")
     assert shippable(out) == ([], ["adapter_model.safetensors", "runs/events.out"])
+
+
+def test_a_node_stage_whose_ranks_were_killed_is_swept_by_the_next_rank_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from tunestudio.worker.ray_rank import STAGE_ROOT, NodeStage
+
+    def rank_of(run: str) -> subprocess.Popen:
+        """A rank of `run` on this 'node' that entered its stage and lives until killed."""
+        code = ("import sys, time\nfrom tunestudio.worker.ray_rank import NodeStage\n"
+                f"stage = NodeStage({run!r})\nstage.enter(0, [])\nprint('in', flush=True)\ntime.sleep(600)\n")
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "TMPDIR": str(tmp_path)})
+        assert proc.stdout is not None and proc.stdout.readline() == "in\n"
+        proc.stdout.close()
+        return proc
+
+    root = tmp_path / STAGE_ROOT
+    killed, alive = rank_of("killed"), rank_of("alive")
+    try:
+        killed.send_signal(signal.SIGKILL)  # as Ray ends the workers of a driver killed after a cancel
+        killed.wait()
+        assert (root / "killed").is_dir()  # its leave never ran
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        stage = NodeStage("next")
+        stage.enter(0, [])
+        assert sorted(p.name for p in root.iterdir()) == ["alive", "alive.live", "alive.lock", "next", "next.live",
+                                                           "next.lock"]
+        stage.leave(0)  # the last rank of its run here: nothing of it stays; a live stage is never taken
+        assert sorted(p.name for p in root.iterdir()) == ["alive", "alive.live", "alive.lock"]
+    finally:
+        alive.kill()
+        alive.wait()

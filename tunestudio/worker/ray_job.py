@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import shutil
 import sys
 import tempfile
@@ -218,6 +219,30 @@ def _report(detail: str, whole: str = "") -> None:
     print(f"ray job failed: {whole or detail}", file=sys.stderr, flush=True)
 
 
+_SNIPPET = re.compile(r"\[Rank (\d+) Error Snippet\]")
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): ?(.*)$")
+
+
+def failure_cause(text: str) -> str:
+    """Ray Train's failure in one line: its first line, then each failed rank with the exception it raised (the
+    last `SomeError: message` line of that rank's snippet), e.g. "Training failed due to worker errors: rank 1
+    raised ValueError: ..."; the first line alone where no rank's exception is found."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    raised: dict[str, str] = {}
+    rank = None
+    for line in lines[1:]:
+        if match := _SNIPPET.search(line):
+            rank = match.group(1)
+        elif rank is not None and (error := _RAISED.match(line)):
+            raised[rank] = f"{error.group(1)}: {error.group(2)}".rstrip(": ")
+    head = lines[0].rstrip(":")
+    if not raised:
+        return lines[0]
+    return f"{head}: " + "; ".join(f"rank {rank} raised {error}" for rank, error in raised.items())
+
+
 def _object_store_bytes(ray: Any) -> float:
     here = ray.get_runtime_context().get_node_id()
     node = next((n for n in ray.nodes() if n.get("NodeID") == here), {})
@@ -311,7 +336,7 @@ def main() -> int:
         trainer.fit()
     except Exception as exc:  # Ray Train's TrainingFailedError and friends: say which worker and why
         code = 1
-        _report(next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__), str(exc))
+        _report(failure_cause(str(exc)) or type(exc).__name__, str(exc))
     finally:
         done.set()
         pump.join(timeout=60)

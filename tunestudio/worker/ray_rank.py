@@ -9,6 +9,10 @@ Read top to bottom, as the rank lives (`train_loop`):
    rank reads the stop command), then the artefacts; it holds its terminal event until the driver has written
    them into the job's output_dir, so `completed` means the files are on the studio's machine;
 4. leave: the last rank of the node removes the stage.
+
+A rank that never leaves (killed: its driver was, after a cancel's grace period, and Ray ends the driver's
+workers) leaves its stage behind; each rank holds a shared lock on its run's `<run>.live` file while it lives,
+so the next rank to enter a stage on that node sweeps the stages no live rank holds (`sweep_stale`).
 """
 
 from __future__ import annotations
@@ -32,13 +36,56 @@ ACK_TIMEOUT_S = 3600.0  # the driver writes what rank 0 sent; it ends the job (a
 STAGE_ROOT = "tunestudio-ray"
 
 
+def _hold(path: Path, how: int) -> Any:
+    """An open file of `path` locked with `how` (fcntl.LOCK_SH/LOCK_EX, maybe | LOCK_NB), or None when a
+    non-blocking lock is taken by another; the file is the one at `path` now (a sweeper may have removed the one
+    this process waited on)."""
+    while True:
+        handle = path.open("a")
+        try:
+            fcntl.flock(handle, how)
+        except BlockingIOError:
+            handle.close()
+            return None
+        try:
+            same = os.fstat(handle.fileno()).st_ino == path.stat().st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return handle
+        handle.close()
+
+
+def sweep_stale(root: Path, keep: str = "") -> list[str]:
+    """Remove the stages under `root` (a node's `$TMPDIR/tunestudio-ray`) whose ranks are all gone: no process
+    holds their `<run>.live` lock (the kernel drops a killed process's locks). Returns the runs removed."""
+    removed = []
+    runs = {p.name.split(".")[0] for p in root.iterdir()} if root.is_dir() else set()
+    for run in sorted(runs - {keep, ""}):
+        live = root / f"{run}.live"
+        handle = _hold(live, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if handle is None:  # a rank of that run is alive on this node
+            continue
+        with handle:
+            shutil.rmtree(root / run, ignore_errors=True)
+            for name in (f"{run}.lock", f"{run}.live"):
+                with contextlib.suppress(OSError):
+                    (root / name).unlink()
+        removed.append(run)
+    return removed
+
+
 class NodeStage:
     """This job's folder on this node: `inputs/` (written once, under a lock), `output/` (the ranks' output
-    folder), `users/` (one file per rank here; the last one out removes the folder)."""
+    folder), `users/` (one file per rank here; the last one out removes the folder). Each rank holds a shared
+    lock on `<run>.live` from before the folder exists until it leaves or dies, so `sweep_stale` never takes a
+    live stage."""
 
     def __init__(self, run_id: str) -> None:
         self.root = Path(tempfile.gettempdir()) / STAGE_ROOT / run_id
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        self._live = _hold(self.root.parent / f"{run_id}.live", fcntl.LOCK_SH)
+        self.root.mkdir(exist_ok=True)
         self.output = self.root / "output"
 
     @contextlib.contextmanager
@@ -53,6 +100,8 @@ class NodeStage:
     def enter(self, rank: int, inputs: list[tuple[Input, Any]]) -> int:
         """Join the stage and make sure the inputs are written; returns the bytes this rank fetched (0 when
         another rank of the node had written them)."""
+        with contextlib.suppress(OSError):  # stages that ranks killed on this node left behind
+            sweep_stale(self.root.parent, keep=self.root.name)
         with self._locked():
             (self.root / "users").mkdir(exist_ok=True)
             (self.root / "users" / str(rank)).touch()
@@ -71,6 +120,9 @@ class NodeStage:
         if not self.root.exists():
             with contextlib.suppress(OSError):
                 (self.root.parent / f"{self.root.name}.lock").unlink()
+        self._live.close()
+        with contextlib.suppress(OSError):  # `<run>.live` once this node's last rank of the run is out
+            sweep_stale(self.root.parent)
 
 
 class Homeward:
