@@ -189,6 +189,7 @@ class Completed(_Message):
     reason: str = ""
     benchmarks: dict[str, Any] | None = None  # a bench job's: per task and metric, before and after
     held_out: HeldOut | None = None
+    storage: str | None = None  # a Ray job with TUNESTUDIO_RAY_STORAGE: the URI its files were written to
 
 
 class Resources(_Message):

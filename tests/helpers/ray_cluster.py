@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tunestudio import ownership
+from tunestudio.api.schemas import JobOut
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
@@ -180,7 +181,7 @@ def _resumed_job(manager: JobManager, stopped_id: str, bucket: Path) -> dict[str
             "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
             "adapter_base": adapter.get("base_model_name_or_path"),
             "bucket": sorted(str(p.relative_to(bucket)) for p in bucket.glob("*/*")),
-            "logs": _ray_logs(done)}
+            "storage": JobOut.of(done, with_artefacts=False).storage, "logs": _ray_logs(done)}
 
 
 def main(model: str, workdir: str) -> None:

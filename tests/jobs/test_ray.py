@@ -135,6 +135,10 @@ def test_a_cluster_without_the_studios_disk_trains_cancels_fails_stops_resumes_a
     assert {"checkpoint-40", "checkpoint-60"} <= set(resumed["files"])
     assert {"artefacts", "checkpoint-40", "checkpoint-60"} <= {Path(name).name for name in resumed["bucket"]}
     assert any("Ray Train's storage file:///var/tmp/tunestudio-bucket-" in log for log in resumed["logs"])
+    # The job records the URI its files were written to (GET /api/jobs/{id} says `storage`), not only its log.
+    run_folder = [Path(name).parent.name for name in resumed["bucket"] if Path(name).name == "artefacts"]
+    assert resumed["storage"].startswith("file:///var/tmp/tunestudio-bucket-") and \
+        resumed["storage"].endswith(f"/{run_folder[0]}"), resumed["storage"]
     loaded = subprocess.run([sys.executable, "-c", f"""
 from peft import PeftModel
 from transformers import AutoModelForCausalLM

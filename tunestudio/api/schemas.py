@@ -50,6 +50,9 @@ class JobOut(BaseModel):
     held_out: HeldOut | None = Field(
         default=None, description="The rows held out of the data for evaluation: {file, rows, seed, source}; a "
                                   "resume and a clone (held_out_rows) hold out the same ones.")
+    storage: str | None = Field(
+        default=None, description="A job run on a Ray cluster with TUNESTUDIO_RAY_STORAGE: the storage URI its "
+                                  "checkpoints and artefacts were written to (and copied into output_dir from).")
 
     name: str | None = None
     notes: str | None = None
@@ -75,6 +78,7 @@ class JobOut(BaseModel):
             evaluation=result.get("evaluation"),
             best=result.get("best"),
             held_out=result.get("held_out"),
+            storage=result.get("storage"),
             queue_position=queue_position,
             stoppable=job.stoppable, cancellable=job.cancellable, resumable=job.resumable, deletable=job.deletable,
             is_terminal=job.is_terminal, has_result=job.has_result,

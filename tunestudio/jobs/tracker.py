@@ -134,7 +134,8 @@ class Tracker:
         row = self.store.get_job(job_id) or {}
         if done is not None:
             fields["final_metrics"] = done.metrics
-            fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation", "best", "held_out"})
+            fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation", "best", "held_out",
+                                                                     "storage"})
             self._inherit_base_eval_loss(fields["result"], row.get("resumed_from"))
             if done.benchmarks is not None:  # a bench job's figures (worker/bench.py)
                 fields["result"]["benchmarks"] = done.benchmarks

@@ -111,6 +111,8 @@ class Relay:
         if event.get("kind") in ("completed", "failed"):
             self.emit(Log, message=self.summary())
             self.ended = True
+        if event.get("kind") == "completed" and self.storage is not None:  # the job records where its files are
+            event["storage"] = self.storage[2]
         self._seq += 1
         event["seq"] = self._seq
         self._up(json.dumps(event))
