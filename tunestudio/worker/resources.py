@@ -7,8 +7,8 @@ hold on it (NVML when it is installed and sees them, else torch's reserved memor
 
 The first samples come sooner (0.5 s, then 1 s later, then every `interval`), so a job of a few seconds shows
 its course too. The volume stays bounded: a sample every `interval` seconds, and the interval doubles after
-every `double_after` samples, so a job of duration T sends about double_after · log2(T / (double_after · interval)) events, a few
-thousand even for days. Nothing here may fail a job: a sample that raises is skipped.
+every `double_after` samples, so a job of duration T sends about double_after · log2(T / (double_after ·
+interval)) events, a few thousand even for days. Nothing here may fail a job: a sample that raises is skipped.
 """
 
 from __future__ import annotations
