@@ -147,7 +147,8 @@ def test_the_manager_answers_while_a_worker_starts_and_a_stop_asked_then_is_pass
         final = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 60,
                            "the cancelled job's end")
         assert final.status is S.cancelled
-        (tmp_path / "b" / "go").parent.mkdir(parents=True, exist_ok=True)
+        # b's folder is the job's to make (a folder made before it starts is not its own): touch go once it trains
+        wait_until(lambda: (manager.get(queued.id).progress or {}).get("step", 0) >= 1, 60, "the second job's steps")
         (tmp_path / "b" / "go").touch()
         other = wait_until(lambda: j if (j := manager.get(queued.id)).status.is_terminal else None, 60,
                            "the second job's end")

@@ -16,7 +16,8 @@ the *thread* that started it ends), and each supervisor's pump thread, which
 calls `tracker.on_events` (one burst of the worker's events at a time) and `_on_exit`.
 Locks: `_lock` (the queue, the running set, the live jobs) is taken before a
 job's `feed.lock` (its status and stream), never after. A worker starts with no lock held
-(`_prepare` under `_lock`, then `_launch`); a stop asked meanwhile is passed on once it runs.
+(`_prepare` under `_lock`, then `_launch`; the scheduler's half is jobs/scheduling.py); a stop asked
+meanwhile is passed on once it runs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from tunestudio import paths
 from tunestudio.bench_config import BenchConfig
@@ -38,11 +38,11 @@ from tunestudio.export_config import ExportConfig, ExportOptions
 from tunestudio.jobs import admission, artefacts, evalrows, prewarm
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobNotFound, QueueFull
 from tunestudio.jobs.owners import Owners
+from tunestudio.jobs.scheduling import Scheduling
 from tunestudio.jobs.slots import Slots
 from tunestudio.jobs.status import JobStatus, can_transition
 from tunestudio.jobs.store import DuplicateRequest, Store
 from tunestudio.jobs.stream import Streams, Subscription
-from tunestudio.jobs.supervisor import Outcome, Supervisor
 from tunestudio.jobs.tracker import Tracker
 from tunestudio.jobs.views import MetricViews
 from tunestudio.settings import Settings
@@ -54,7 +54,7 @@ S = JobStatus
 MESSAGE_KINDS = ("log", "warning", "failed", "completed")  # the events that say something (see messages())
 
 
-class JobManager:
+class JobManager(Scheduling):
     def __init__(
         self,
         settings: Settings | None = None,
@@ -349,128 +349,6 @@ class JobManager:
         """A finished job's held-out rows, one by one, ordered by loss or a generation metric (worst or best first;
         see evalrows.py). Raises JobNotFound, or JobConflict saying why the job has none."""
         return evalrows.page(self.get(job_id), by, order, limit, offset)
-
-    # --- scheduling --------------------------------------------------------------
-    def _schedule_loop(self) -> None:
-        # This thread must outlive every worker it started (PR_SET_PDEATHSIG): nothing may end it but close().
-        while True:
-            prepared: list[tuple[str, Supervisor]] = []
-            with self._lock:
-                if self._closing:
-                    return
-                try:
-                    prepared = self._prepare_what_fits()
-                except Exception:  # a full disk, a locked database...: try again next round
-                    log.exception("scheduling failed")
-            # The workers start with no lock held: a process (a torchrun launcher, a Ray driver) can take seconds
-            # to start, and stop, submit and the views go on meanwhile.
-            for job_id, supervisor in prepared:
-                self._launch(job_id, supervisor)
-            with self._lock:
-                if self._closing:
-                    return
-                if not prepared:
-                    self._wake.wait(self.settings.request_poll_seconds)
-                if self._closing:
-                    return
-            try:
-                for job_id, save in self._owners.requests():
-                    if job_id in self._jobs:
-                        try:
-                            self.stop(job_id, save=save)
-                        except (JobConflict, JobNotFound) as exc:
-                            log.info("stop request for job %s not applied: %s", job_id, exc)
-            except Exception:
-                log.exception("reading stop requests failed")
-
-    def _prepare_what_fits(self) -> list[tuple[str, Supervisor]]:
-        """Queued jobs this process and the data directory's slots have room for, each with its slot and its
-        supervisor (not started yet), now `starting` (under self._lock)."""
-        prepared: list[tuple[str, Supervisor]] = []
-        while self._queue and len(self._running) < self.settings.max_concurrent_jobs:
-            head = self._queue[0]
-            if self._owners.older_job_waits_elsewhere(head):
-                self._tracker.note_waiting(head)  # first come, first served across processes too
-                break
-            slot = self._slots.acquire(self.settings.max_concurrent_jobs)
-            if slot is None:  # another process on this data directory holds every slot: retry next round
-                self._tracker.note_waiting(head)
-                break
-            job_id = self._queue.popleft()
-            supervisor = None
-            try:
-                supervisor = self._prepare(job_id, slot)
-            except Exception as exc:  # e.g. a stored config this version refuses: fail that job only
-                log.exception("starting job %s failed", job_id)
-                self._running.discard(job_id)
-                with contextlib.suppress(Exception):
-                    self._tracker.finish_without_worker(job_id, S.failed, f"could not start the job: {exc}")
-            if supervisor is None:
-                self._slots.release(slot)
-                self._jobs[job_id].slot = None
-            else:
-                prepared.append((job_id, supervisor))
-        return prepared
-
-    def _prepare(self, job_id: str, slot: int) -> Supervisor | None:
-        """A queued job's supervisor, holding `slot` (the job `starting`); None if it is not to start (the caller
-        frees the slot)."""
-        row = self._store.get_job(job_id)
-        running = self._jobs[job_id]
-        if row is None or JobStatus(row["status"]) is not S.queued:
-            return None
-        # A job another process queued (adopted at start-up) is validated from its stored config here.
-        config = running.config or admission.stored_config(row, running.secrets)
-        Path(row["log_path"]).parent.mkdir(parents=True, exist_ok=True)
-        supervisor = Supervisor.for_job(config, self.settings, self.worker_target, Path(row["log_path"]),
-                                        lambda events: self._tracker.on_events(job_id, events),
-                                        lambda outcome: self._on_exit(job_id, outcome))
-        if (refused := artefacts.take(job_id, row["output_dir"])) is not None:
-            self._tracker.finish_without_worker(job_id, S.failed, refused)
-            return None
-        running.supervisor, running.slot, running.launched = supervisor, slot, False
-        self._running.add(job_id)
-        self._tracker.set_status(job_id, S.starting, message="starting the worker", started_at=time.time())
-        return supervisor
-
-    def _launch(self, job_id: str, supervisor: Supervisor) -> None:
-        """Start a prepared job's worker (no lock held); a stop asked meanwhile is passed on once it runs."""
-        running = self._jobs[job_id]
-        try:
-            supervisor.start()
-        except Exception as exc:
-            log.exception("starting job %s's worker failed", job_id)
-            with self._lock:
-                self._running.discard(job_id)
-                running.supervisor = None
-                if running.slot is not None:
-                    self._slots.release(running.slot)
-                    running.slot = None
-                self._wake.notify_all()
-            with contextlib.suppress(Exception):
-                self._tracker.finish_without_worker(job_id, S.failed, f"could not start the worker: {exc}")
-            return
-        with self._lock:
-            running.launched = True
-            asked = running.status if running.status in (S.stopping, S.cancelling) else None
-        with contextlib.suppress(Exception):
-            self._store.update_job(job_id, worker_pid=supervisor.pid)
-        if asked is not None:  # stop() found no worker to tell yet
-            supervisor.stop(save=asked is S.stopping)
-
-    def _on_exit(self, job_id: str, outcome: Outcome) -> None:
-        try:
-            artefacts.seal(job_id, (self._store.get_job(job_id) or {}).get("output_dir"))
-            self._tracker.record_exit(job_id, outcome)
-        finally:
-            with self._lock:
-                running = self._jobs[job_id]
-                self._running.discard(job_id)
-                running.supervisor = None
-                if running.slot is not None:
-                    self._slots.release(running.slot)
-                    running.slot = None
-                self._wake.notify_all()
 
 
 __all__ = ["Job", "JobConflict", "JobEvent", "JobManager", "JobNotFound", "QueueFull", "Subscription"]
