@@ -143,13 +143,7 @@ class Scheduling:
             supervisor.start()
         except Exception as exc:
             log.exception("starting job %s's worker failed", job_id)
-            with self._lock:
-                self._running.discard(job_id)
-                running.supervisor = None
-                if running.slot is not None:
-                    self._slots.release(running.slot)
-                    running.slot = None
-                self._wake.notify_all()
+            self._free(job_id)
             with contextlib.suppress(Exception):
                 self._tracker.finish_without_worker(job_id, S.failed, f"could not start the worker: {exc}")
             return
@@ -166,11 +160,15 @@ class Scheduling:
             artefacts.seal(job_id, (self._store.get_job(job_id) or {}).get("output_dir"))
             self._tracker.record_exit(job_id, outcome)
         finally:
-            with self._lock:
-                running = self._jobs[job_id]
-                self._running.discard(job_id)
-                running.supervisor = None
-                if running.slot is not None:
-                    self._slots.release(running.slot)
-                    running.slot = None
-                self._wake.notify_all()
+            self._free(job_id)
+
+    def _free(self, job_id: str) -> None:
+        """The job no longer runs here: its supervisor dropped, its slot released, the scheduler woken."""
+        with self._lock:
+            running = self._jobs[job_id]
+            self._running.discard(job_id)
+            running.supervisor = None
+            if running.slot is not None:
+                self._slots.release(running.slot)
+                running.slot = None
+            self._wake.notify_all()
