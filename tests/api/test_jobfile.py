@@ -87,6 +87,12 @@ def test_the_command_is_a_shell_line_that_writes_the_file_and_runs_train(server:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [str(home.resolve()), stored(job)["model_name"]]
     assert (tmp_path / body["filename"]).read_text() == body["yaml"]
+    # pasted again where that file now is (the user's, maybe edited): it is not overwritten, and nothing runs
+    (tmp_path / body["filename"]).write_text("mine\n")
+    again = subprocess.run([shutil.which("bash") or "/bin/bash", "-c", stub + body["command"]], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and again.stdout == "" and "exist" in again.stderr
+    assert (tmp_path / body["filename"]).read_text() == "mine\n"
 
 
 def test_the_forms_config_becomes_a_file_without_its_secret(server: str, tiny_model: Path, tmp_path: Path) -> None:

@@ -29,15 +29,17 @@ class JobFile(BaseModel):
 
 
 def shell_command(yaml_text: str, filename: str, home: Path) -> str:
-    """`cat > FILE <<'END' … END` then `TUNESTUDIO_HOME=… tunestudio train FILE`, every word quoted as shlex does."""
+    """`(set -C; cat > FILE <<'END' … END) && TUNESTUDIO_HOME=… tunestudio train FILE`, every word quoted as shlex
+    does. `set -C` (noclobber): a file of that name already in the user's folder is never overwritten; the shell
+    says so and nothing runs."""
     end = DELIMITER
     lines = set(yaml_text.splitlines())
     while end in lines:  # a quoted here-document ends at the first line equal to its word
         end += "_"
     body = yaml_text if yaml_text.endswith("\n") else yaml_text + "\n"
     file = shlex.quote(filename)
-    return (f"cat > {file} <<'{end}'\n{body}{end}\n"
-            f"TUNESTUDIO_HOME={shlex.quote(str(home))} tunestudio train {file}\n")
+    return (f"(set -C; cat > {file} <<'{end}'\n{body}{end}\n"
+            f") && TUNESTUDIO_HOME={shlex.quote(str(home))} tunestudio train {file}\n")
 
 
 def job_file(cfg: JobConfig, filename: str, home: Path, header: str, leave_out: tuple[str, ...] = ()) -> JobFile:
