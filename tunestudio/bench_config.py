@@ -1,8 +1,10 @@
 """`BenchConfig`: one benchmark run of a finished job through lm-evaluation-harness. Pure data, no I/O.
 
 A benchmark is a job of kind "bench" (source_job: the job it measures). Its worker (worker/bench.py) runs the
-harness's `local-completions` model against this studio's own `/v1/completions` for the job's base model
-(`<id>:base`, "before") and for the job ("after"), so what is measured is what the studio serves. Tasks are
+harness against this studio's own `/v1` for the job's base model (`<id>:base`, "before") and for the job
+("after"), so what is measured is what the studio serves: generation tasks with the chat template through its
+`local-chat-completions` model and `/v1/chat/completions` (`chat_url`), loglikelihood tasks (and every task
+without the template) through `local-completions` and `/v1/completions` (`base_url`). Tasks are
 the harness's standard tasks whose data is in the local HF datasets cache, and the user's own eval file as a
 custom task (`eval_file`: JSON lines of `question`, `choices`, `answer` for multiple choice, or `question`,
 `answer` for generation scored by exact match), written as harness task YAML by the worker.
@@ -59,6 +61,9 @@ class BenchConfig(BenchOptions):
 
     source_job_id: str = Field(min_length=1)
     base_url: str = Field(min_length=1, description="The studio's /v1/completions the harness calls.")
+    chat_url: str | None = Field(default=None, min_length=1, description=(
+        "The studio's /v1/chat/completions the harness calls for generation tasks; none (a config written before "
+        "there was one): they go to base_url with the template rendered by the harness."))
     tokenizer: str = Field(min_length=1, description="The job's tokenizer folder (the harness's tokenizer).")
     base_model: str | None = Field(default=None, description="The job's base model (its context length).")
     models: dict[str, str] = Field(description='{"before": "<id>:base", "after": "<id>"}: the models compared.')

@@ -1,9 +1,10 @@
 """`tunestudio bench JOB --tasks T1,T2 [--eval-file FILE] [--limit N]`: lm-evaluation-harness, before and after.
 
 The benchmark is a job of the queue (kind "bench", worker/bench.py) whose worker calls a server's
-/v1/completions. This command serves that endpoint itself for the run: a small app with the completions route
-only, on 127.0.0.1 at a free port (with TUNESTUDIO_API_TOKEN set, the worker gets the token), and an inference
-worker of this process answering it; this process never imports torch or the harness. Ctrl-C cancels.
+/v1/completions (loglikelihood tasks) and /v1/chat/completions (generation tasks). This command serves them
+itself for the run: a small app with the completions and chat routes only, on 127.0.0.1 at a free port (with
+TUNESTUDIO_API_TOKEN set, the worker gets the token), and an inference worker of this process answering it;
+this process never imports torch or the harness. Ctrl-C cancels.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def results_table(result: dict[str, Any]) -> Table:
 
 @contextmanager
 def completions_server(settings: Any, manager: Any) -> Iterator[tuple[str, Any]]:
-    """Serve /v1/completions (and /v1/models) on 127.0.0.1 at a free port; yields (base URL, the pool)."""
+    """Serve /v1/completions and /v1/chat/completions (and /v1/models) on 127.0.0.1 at a free port; yields (base
+    URL, the pool)."""
     import uvicorn
     from fastapi import Depends, FastAPI
 

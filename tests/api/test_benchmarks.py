@@ -1,5 +1,7 @@
-"""Benchmarks: the real lm-evaluation-harness in a bench job's worker, against a real server's /v1/completions,
-on the session's trained LoRA job and its base model, with a multiple-choice task made of the data it learned."""
+"""Benchmarks: the real lm-evaluation-harness in a bench job's worker, against a real server's /v1, on the
+session's trained LoRA job and its base model: a multiple-choice task made of the data it learned (loglikelihoods
+through /v1/completions) and a generation task of its questions and answers (exact match through
+/v1/chat/completions). The server counts the requests of each path."""
 
 from __future__ import annotations
 
@@ -8,20 +10,24 @@ import os
 import random
 import subprocess
 import sys
+import threading
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
+from tunestudio.api import create_app
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 from tunestudio.worker.tiny import alpaca_user_text
 
 from ..helpers.chat import ChatHome
 from ..helpers.jobs import DATA
-from ..helpers.server import running_server
 from ..helpers.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)  # the session's chat job trains first (minutes on a busy machine)
@@ -55,6 +61,39 @@ def lookup_questions(path: Path, count: int = ROWS, seed: int = 3) -> Path:
     return path
 
 
+def answers_file(path: Path, count: int = 6) -> Path:
+    """Generation rows {question, answer} from the job's own training rows (distinct questions)."""
+    rows = [json.loads(line) for line in (DATA / "alpaca.jsonl").read_text().splitlines()]
+    seen: dict[str, str] = {}
+    for row in rows:
+        seen.setdefault(alpaca_user_text(row), row["output"])
+    path.write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in list(seen.items())[:count]))
+    return path
+
+
+@contextmanager
+def counting_server(settings: Settings) -> Iterator[tuple[str, Counter[str]]]:
+    """The app on a free loopback port, behind a wrapper that counts the HTTP requests of each path."""
+    app = create_app(settings)
+    hits: Counter[str] = Counter()
+
+    async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            hits[scope["path"]] += 1
+        await app(scope, receive, send)
+
+    server = uvicorn.Server(uvicorn.Config(counted, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started or not thread.is_alive(), 30, "the test server to start")
+    assert server.started, "the test server did not start"
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}", hits
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
 @pytest.fixture(scope="module")
 def job(chat_home: ChatHome) -> Job:
     return chat_home.job
@@ -66,9 +105,14 @@ def questions(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(job: Job, chat_home: ChatHome, questions: Path) -> Iterator[str]:
-    with running_server(Settings(home=chat_home.home, dataset_roots=[DATA, questions.parent])) as url:
-        yield url
+def served(job: Job, chat_home: ChatHome, questions: Path) -> Iterator[tuple[str, Counter[str]]]:
+    with counting_server(Settings(home=chat_home.home, dataset_roots=[DATA, questions.parent])) as (url, hits):
+        yield url, hits
+
+
+@pytest.fixture(scope="module")
+def server(served: tuple[str, Counter[str]]) -> str:
+    return served[0]
 
 
 def finished(server: str, job_id: str, bench_id: str, timeout: float) -> dict[str, Any]:
@@ -102,9 +146,35 @@ def test_accuracy_after_training_is_above_before_on_a_task_the_job_learned(serve
     acc = task["metrics"]["acc"]
     assert acc["after"] > acc["before"] and acc["difference"] == pytest.approx(acc["after"] - acc["before"])
     assert acc["stderr"] > 0 and acc["stderr_before"] >= 0
+    assert task["via"] == "local-completions"
+    assert result["runs"] == [{"model": "local-completions", "url": f"{server}/v1/completions",
+                               "tasks": ["tunestudio_lookup"]}]
     output = httpx.get(f"{server}/api/jobs/{bench['id']}", timeout=30).json()["output_dir"]
     stored = json.loads((Path(output) / "benchmarks.json").read_text())
     assert stored["tasks"] == result["tasks"]
+
+
+def test_a_generation_file_runs_through_chat_completions_scored_by_exact_match(
+        served: tuple[str, Counter[str]], job: Job, questions: Path) -> None:
+    server, hits = served
+    answers = answers_file(questions.parent / "answers.jsonl")
+    rows = len(answers.read_text().splitlines())
+    chat_before, completions_before = hits["/v1/chat/completions"], hits["/v1/completions"]
+    answer = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", timeout=30, json={"eval_file": str(answers)})
+    assert answer.status_code == 201, answer.text
+    run = finished(server, job.id, answer.json()["id"], 600)
+    assert run["status"] == "completed", run["error"]
+    result = run["result"]
+    assert result["runs"] == [{"model": "local-chat-completions", "url": f"{server}/v1/chat/completions",
+                               "tasks": ["tunestudio_answers"]}]
+    task = result["tasks"]["tunestudio_answers"]
+    assert task["via"] == "local-chat-completions" and task["samples"] == rows
+    exact = task["metrics"]["exact_match (strip)"]
+    assert 0 <= exact["before"] <= 1 and 0 <= exact["after"] <= 1
+    assert exact["difference"] == pytest.approx(exact["after"] - exact["before"])
+    # each row asked once of each model, one chat completion each; no completion at all
+    assert hits["/v1/chat/completions"] - chat_before == 2 * rows
+    assert hits["/v1/completions"] == completions_before
 
 
 def test_the_lm_eval_cli_on_the_same_task_and_server_agrees(server: str, job: Job, chat_home: ChatHome,

@@ -1,5 +1,6 @@
 """worker/bench.py without a model: the user's eval file as harness task YAML (read back by the harness's own
-TaskManager), its refusals naming the row, and the before/after comparison of two harness results."""
+TaskManager), its refusals naming the row, which harness model runs which task, and the before/after comparison
+of two harness results (tests/api/test_benchmarks.py runs them against a server)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tunestudio.worker.bench import compare, custom_task
+from tunestudio.worker.bench import CHAT, COMPLETIONS, HarnessRun, compare, custom_task, merge, plan
 from tunestudio.worker.errors import UserError
 
 
@@ -77,3 +78,30 @@ def test_compare_gives_the_difference_and_its_standard_error() -> None:
     assert (acc["before"], acc["after"], acc["difference"]) == (0.25, 0.75, 0.5)
     assert math.isclose(acc["stderr"], 0.05) and acc["stderr_before"] == 0.03
     assert compared["metrics"]["exact_match (strip)"]["stderr"] is None  # the harness's "N/A"
+
+
+def test_generation_goes_to_chat_completions_and_loglikelihoods_to_completions() -> None:
+    kinds = {"mc": {"multiple_choice"}, "gen": {"generate_until"}, "mixed": {"generate_until", "loglikelihood"},
+             "ppl": {"loglikelihood_rolling"}}
+    completions, chat = "http://s/v1/completions", "http://s/v1/chat/completions"
+    assert plan(kinds, True, completions, chat) == [HarnessRun(COMPLETIONS, completions, ["mc", "mixed", "ppl"]),
+                                                    HarnessRun(CHAT, chat, ["gen"])]
+    # without the chat template (chat completions always apply it) or a chat address: one run on completions
+    assert plan(kinds, False, completions, chat) == [HarnessRun(COMPLETIONS, completions, list(kinds))]
+    assert plan(kinds, True, completions, None) == [HarnessRun(COMPLETIONS, completions, list(kinds))]
+    assert plan({"gen": {"generate_until"}}, True, completions, chat) == [HarnessRun(CHAT, chat, ["gen"])]
+
+
+def test_two_runs_of_a_side_merge_into_one_result_naming_each_tasks_run() -> None:
+    def result(task: str, metric: str, value: float) -> dict:
+        return {"results": {task: {f"{metric},none": value}}, "versions": {task: 1.0},
+                "n-samples": {task: {"original": 4, "effective": 4}}, "date": 0.0}
+
+    runs = [HarnessRun(COMPLETIONS, "c", ["mc"]), HarnessRun(CHAT, "h", ["gen"])]
+    before = merge(list(zip(runs, [result("mc", "acc", 0.25), result("gen", "exact_match", 0.0)], strict=True)))
+    after = merge(list(zip(runs, [result("mc", "acc", 0.5), result("gen", "exact_match", 0.75)], strict=True)))
+    assert after["via"] == {"mc": COMPLETIONS, "gen": CHAT}
+    tasks = compare(before, after)["tasks"]
+    assert tasks["mc"]["via"] == COMPLETIONS and tasks["mc"]["metrics"]["acc"]["difference"] == 0.25
+    assert tasks["gen"]["via"] == CHAT and tasks["gen"]["metrics"]["exact_match"]["after"] == 0.75
+    assert tasks["gen"]["samples"] == 4

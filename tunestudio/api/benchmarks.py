@@ -2,8 +2,8 @@
 
 The API (`POST /api/jobs/{id}/benchmarks`) and the CLI (`tunestudio bench`) both hand the manager a
 `BenchConfig` made here: the job's chat models (`<id>:base` before, `<id>` after) and its tokenizer folder come
-from the inference wing's `resolve`, the address is the server the face runs (its `/v1/completions`), and the
-token is the server's own, handed to the worker as a secret.
+from the inference wing's `resolve`, the addresses are the server the face runs (its `/v1/completions` and
+`/v1/chat/completions`), and the token is the server's own, handed to the worker as a secret.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ def bench_config(jobs: JobSource, job_id: str, options: BenchOptions, base_url: 
         if not path.is_file():
             raise PathRefused("eval_file", f"{options.eval_file} is not a file", code="not_found")
         eval_file = str(path)
+    server = base_url.rstrip("/")
     return BenchConfig(**{**options.model_dump(), "eval_file": eval_file}, source_job_id=job_id,
-                       base_url=base_url.rstrip("/") + "/v1/completions", tokenizer=spec.tokenizer,
-                       base_model=spec.base_model, models={"before": f"{job_id}{BASE_SUFFIX}", "after": job_id},
-                       api_token=api_token)
+                       base_url=f"{server}/v1/completions", chat_url=f"{server}/v1/chat/completions",
+                       tokenizer=spec.tokenizer, base_model=spec.base_model,
+                       models={"before": f"{job_id}{BASE_SUFFIX}", "after": job_id}, api_token=api_token)
 
 
 def confine_eval_file(options: BenchOptions, roots: Roots) -> None:

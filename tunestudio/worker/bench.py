@@ -1,15 +1,19 @@
 """One benchmark run inside the worker process (kind "bench"), top to bottom.
 
-validate → write the user's eval file as a harness task (YAML + its rows) → find every task and its data
-(offline: a standard task whose data is not in the local HF datasets cache fails here, before any model is
-asked, naming the task and what to download) → run lm-evaluation-harness's `local-completions` model against
-the studio's /v1/completions for the base model ("before"), then for the job ("after") → compare per task and
-metric → report (`Completed.benchmarks`, and `benchmarks.json` in the output folder).
+validate → write the user's eval file as a harness task (YAML + its rows) → find every task, its data and its
+kind (offline: a standard task whose data is not in the local HF datasets cache fails here, before any model is
+asked, naming the task and what to download) → plan the harness's runs: generation tasks (`generate_until`)
+with the chat template go to its `local-chat-completions` model against the studio's /v1/chat/completions, the
+rest (loglikelihoods: multiple choice, perplexity; or every task without the chat template) to its
+`local-completions` model against /v1/completions → run them for the base model ("before"), then for the job
+("after"), and merge each side's runs → compare per task and metric → report (`Completed.benchmarks`, and
+`benchmarks.json` in the output folder), naming the harness model and address each task went through.
 
 The harness is the pinned `lm_eval` package, not a re-implementation: `simple_evaluate` with the job's own
-tokenizer (`tokenizer_backend=huggingface`, token-id requests), so a loglikelihood is one
-`/v1/completions` call with `echo` and `logprobs`. A stop or cancel ends the process at once (what was
-measured is thrown away: a benchmark has no checkpoint).
+tokenizer (`tokenizer_backend=huggingface`, token-id requests) for completions, so a loglikelihood is one
+`/v1/completions` call with `echo` and `logprobs`; chat completions send the task's turns as messages and the
+server applies the job's template (the harness's chat model has no loglikelihoods, hence the two). A stop or
+cancel ends the process at once (what was measured is thrown away: a benchmark has no checkpoint).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import re
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -32,11 +37,23 @@ from tunestudio.config import format_validation_error
 from tunestudio.worker.channel import Channel, quiet_libraries
 from tunestudio.worker.errors import UserError
 
-__all__ = ["RESULTS_FILE", "compare", "custom_task", "run"]
+__all__ = ["CHAT", "COMPLETIONS", "RESULTS_FILE", "HarnessRun", "compare", "custom_task", "merge", "plan", "run"]
 
 RESULTS_FILE = "benchmarks.json"
 STOP_POLL_S = 0.2
 BATCH = 16  # requests per /v1/completions call (a choice each): one HTTP round trip for many loglikelihoods
+COMPLETIONS = "local-completions"  # the harness's model for /v1/completions: loglikelihoods and generation
+CHAT = "local-chat-completions"  # the harness's model for /v1/chat/completions: generation only
+GENERATION = "generate_until"
+
+
+@dataclass(frozen=True)
+class HarnessRun:
+    """One `simple_evaluate` per side: the harness's model type, the address it calls and the tasks it runs."""
+
+    model: str
+    url: str
+    tasks: list[str]
 
 
 def run(config: BenchConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None) -> int:
@@ -101,38 +118,70 @@ def _bench(cfg: BenchConfig, channel: Channel) -> int:
         include = output / "tasks"
         names.append(custom_task(Path(cfg.eval_file), include, chat))
     tasks = TaskManager(include_path=str(include) if include else None)
-    for name in cfg.tasks:
-        _check_task(tasks, name)
+    kinds = {name: _check_task(tasks, name) for name in names}
+    runs = plan(kinds, chat, cfg.base_url, cfg.chat_url)
     channel.log(f"tasks: {', '.join(names)}; lm-eval {metadata.version('lm_eval')}; "
-                f"{'chat template' if chat else 'plain prompts'}; limit {cfg.limit or 'none'}")
+                f"{'chat template' if chat else 'plain prompts'}; limit {cfg.limit or 'none'}; "
+                + "; ".join(f"{r.model} at {r.url}: {', '.join(r.tasks)}" for r in runs))
 
-    runs: dict[str, dict[str, Any]] = {}
+    sides: dict[str, dict[str, Any]] = {}
     for side, step in (("before", "evaluating_base"), ("after", "evaluating")):
         model = cfg.models[side]
-        channel.phase(step, f"{model}: {', '.join(names)}", done=0, total=1)
-        started = time.monotonic()
-        results = lm_eval.simple_evaluate(
-            model="local-completions",
-            model_args={"base_url": cfg.base_url, "model": model, "tokenizer_backend": "huggingface",
-                        "tokenizer": cfg.tokenizer, "tokenized_requests": True, "num_concurrent": 1,
-                        "max_retries": 1, "timeout": 600, "max_length": _context(cfg)},
-            batch_size=BATCH, tasks=names, limit=cfg.limit, task_manager=tasks, apply_chat_template=chat,
-            log_samples=False,
-            bootstrap_iters=1000, random_seed=0, numpy_random_seed=1234, torch_random_seed=1234,
-            fewshot_random_seed=1234)
-        if results is None:
-            raise UserError(f"lm-evaluation-harness returned no results for {model}")
-        runs[side] = results
-        channel.phase(step, f"{model}: done in {time.monotonic() - started:.0f} s", done=1, total=1)
-        channel.log(f"{model}: {_summary(results)}")
+        measured = []
+        for done, harness in enumerate(runs):
+            channel.phase(step, f"{model}: {', '.join(harness.tasks)} ({harness.model})", done=done, total=len(runs))
+            started = time.monotonic()
+            results = lm_eval.simple_evaluate(
+                model=harness.model, model_args=_model_args(harness, model, cfg),
+                batch_size=BATCH if harness.model == COMPLETIONS else 1, tasks=harness.tasks, limit=cfg.limit,
+                task_manager=tasks, apply_chat_template=chat, log_samples=False,
+                bootstrap_iters=1000, random_seed=0, numpy_random_seed=1234, torch_random_seed=1234,
+                fewshot_random_seed=1234)
+            if results is None:
+                raise UserError(f"lm-evaluation-harness returned no results for {model} ({harness.model})")
+            measured.append((harness, results))
+            channel.log(f"{model} ({harness.model}): {_summary(results)} in {time.monotonic() - started:.0f} s")
+        sides[side] = merge(measured)
+        channel.phase(step, f"{model}: done", done=len(runs), total=len(runs))
 
     channel.phase("saving", "comparing and writing the figures")  # the status a job completes from
-    report = compare(runs["before"], runs["after"])
+    report = compare(sides["before"], sides["after"])
     report.update(harness=f"lm-eval {metadata.version('lm_eval')}", models=dict(cfg.models), limit=cfg.limit,
-                  chat_template=chat)
+                  chat_template=chat, runs=[{"model": r.model, "url": r.url, "tasks": r.tasks} for r in runs])
     (output / RESULTS_FILE).write_text(json.dumps(report, indent=2))
     channel.completed(output_dir=str(output), benchmarks=report)
     return 0
+
+
+def plan(kinds: dict[str, set[str]], chat: bool, completions_url: str, chat_url: str | None) -> list[HarnessRun]:
+    """The harness's runs for tasks of these output types (name → its leaf tasks' types): with the chat template
+    and a chat address, the tasks that only generate go through chat completions; every other task (and all of
+    them without the template: chat completions always apply it) through completions. Empty runs are left out."""
+    to_chat = [n for n, types in kinds.items() if chat and chat_url and types == {GENERATION}]
+    rest = [n for n in kinds if n not in to_chat]
+    runs = [HarnessRun(COMPLETIONS, completions_url, rest), HarnessRun(CHAT, chat_url or "", to_chat)]
+    return [r for r in runs if r.tasks]
+
+
+def _model_args(harness: HarnessRun, model: str, cfg: BenchConfig) -> dict[str, Any]:
+    common = {"base_url": harness.url, "model": model, "num_concurrent": 1, "max_retries": 1, "timeout": 600}
+    if harness.model == CHAT:  # messages, not tokens: the server's template renders them
+        return {**common, "tokenizer_backend": None, "tokenized_requests": False}
+    return {**common, "tokenizer_backend": "huggingface", "tokenizer": cfg.tokenizer, "tokenized_requests": True,
+            "max_length": _context(cfg)}
+
+
+def merge(measured: list[tuple[HarnessRun, dict[str, Any]]]) -> dict[str, Any]:
+    """One side's harness results of several runs as one (their tasks are disjoint), each task's figures marked
+    with the run that measured them (`via`: the harness model)."""
+    merged: dict[str, Any] = {"via": {}}
+    for harness, results in measured:
+        for key, value in results.items():
+            if isinstance(value, dict):
+                merged.setdefault(key, {}).update(value)
+        for task in results.get("results", {}):
+            merged["via"][task] = harness.model
+    return merged
 
 
 def _has_chat_template(folder: Path) -> bool:
@@ -157,14 +206,15 @@ def _context(cfg: BenchConfig) -> int:
     return 2048
 
 
-def _check_task(tasks: Any, name: str) -> None:
-    """The task exists and its data loads from the local cache; else a UserError naming what to download."""
+def _check_task(tasks: Any, name: str) -> set[str]:
+    """The output types of the task's (or group's) leaf tasks, once it is found and its data loads from the local
+    cache; else a UserError naming what to download."""
     if name not in tasks.task_index:
         close = [t for t in tasks.all_tasks if name.lower() in t.lower()][:5]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise UserError(f"tasks: lm-evaluation-harness has no task or group named {name!r}{hint}")
     try:
-        tasks.load([name])
+        loaded = tasks.load([name])
     except Exception as exc:
         dataset = _dataset_of(tasks, name)
         what = f"the dataset {dataset}" if dataset else "its dataset"
@@ -175,6 +225,7 @@ def _check_task(tasks: Any, name: str) -> None:
             f"the cache (~/.cache/huggingface) to this machine. ({type(exc).__name__}: {str(exc)[:300]})"
             if dataset else
             f"tasks: {name} could not load {what} offline: {type(exc).__name__}: {str(exc)[:300]}") from None
+    return {str(task.OUTPUT_TYPE) for task in loaded["tasks"].values()}
 
 
 def _dataset_of(tasks: Any, name: str) -> str | None:
@@ -301,7 +352,8 @@ def _number(value: Any) -> float | None:
 
 def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Per task and metric: before, after, their difference and its standard error (the two runs' errors
-    combined as independent: sqrt(se_before² + se_after²)); each task's version and sample count."""
+    combined as independent: sqrt(se_before² + se_after²)); each task's version, sample count and the harness
+    model that measured it (`via`, from `merge`)."""
     tasks: dict[str, Any] = {}
     for task, figures in after.get("results", {}).items():
         old = before.get("results", {}).get(task, {})
@@ -321,7 +373,7 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         samples = after.get("n-samples", {}).get(task, {})
         tasks[task] = {"version": after.get("versions", {}).get(task),
                        "samples": samples.get("effective") if isinstance(samples, dict) else None,
-                       "metrics": metrics}
+                       "via": after.get("via", {}).get(task), "metrics": metrics}
     return {"tasks": tasks}
 
 
