@@ -68,3 +68,31 @@ def test_a_file_where_a_folder_should_be_is_not_taken(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(ownership.NotOurs, match="not a folder"):
         ownership.take(tmp_path / "f", "j1")
+
+
+def test_replaced_entries_become_the_replacing_jobs_and_leave_the_earlier_ones(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    ownership.take(folder, "e1")
+    (folder / "model.gguf").write_bytes(b"1")
+    ownership.seal(folder, "e1")
+    (folder / "notes.txt").write_text("the user's")
+    ownership.take(folder, "e2")
+    ownership.replaced(folder, ["model.gguf"])
+    (folder / "model.gguf").write_bytes(b"2")
+    assert ownership.seal(folder, "e2") == ["model.gguf"] and ownership.files(folder, "e1") == []
+    assert ownership.owners(folder) == {"e1", "e2"}
+
+
+def test_only_a_staging_folder_tunestudio_made_is_discarded(tmp_path: Path) -> None:
+    folder = tmp_path / "sub" / "out"
+    staging = ownership.stage(folder)
+    assert staging == tmp_path / "sub" / ".out.partial" and (staging / ownership.PARTIAL).is_file()
+    (staging / "half.bin").write_bytes(b"x")
+    assert ownership.stage(folder) == staging and not (staging / "half.bin").exists()  # a killed job's: replaced
+    assert ownership.discard_staging(folder) and not staging.exists()
+    staging.mkdir()
+    (staging / "draft.txt").write_text("the user's")
+    assert not ownership.discard_staging(folder)
+    with pytest.raises(ownership.NotOurs, match="did not make"):
+        ownership.stage(folder)
+    assert (staging / "draft.txt").read_text() == "the user's"

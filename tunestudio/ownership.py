@@ -8,7 +8,10 @@ folder held when the job took it; when the job ends (`seal`) the entries that
 appeared since are the job's manifest. `release` (delete with artefacts)
 removes only the job's manifest, then the folder and the parents the job
 created if they are left empty. Without the job's own entry in the marker
-nothing is removed.
+nothing is removed. A job that writes a folder's contents elsewhere first
+(an export) stages them in `.NAME.partial` beside it (`stage`), marked inside
+with `PARTIAL`, so that only a staging folder tunestudio made is ever removed
+(`discard_staging`: what a killed export left).
 
 Stdlib only: the parent (the manager, at start, exit and delete) and the
 worker (an export moves the marker into its new folder) both use it.
@@ -19,12 +22,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MARKER", "NotOurs", "check", "files", "owns", "release", "seal", "take"]
+__all__ = ["MARKER", "PARTIAL", "NotOurs", "check", "discard_staging", "files", "owners", "owns", "release",
+           "replaced", "seal", "stage", "staging", "take"]
 
 MARKER = ".tunestudio-owner.json"
+PARTIAL = ".tunestudio-partial"  # inside a staging folder: tunestudio made it and may remove it
 
 
 class NotOurs(ValueError):
@@ -91,8 +97,26 @@ def seal(folder: Path, job_id: str) -> list[str]:
 
 
 def owns(folder: Path, job_id: str) -> bool:
+    return job_id in owners(folder)
+
+
+def owners(folder: Path) -> frozenset[str]:
+    """The jobs the folder's marker lists: those that took it and have not handed it back."""
     data = _read(folder) if folder.is_dir() else None
-    return data is not None and job_id in data["jobs"]
+    return frozenset(data["jobs"]) if data is not None else frozenset()
+
+
+def replaced(folder: Path, names: Iterable[str]) -> None:
+    """The caller (a job that took the folder) replaces these entries with its own: no job's manifest lists them
+    any more, and they are not what the folder held before, so the caller's `seal` records the new ones."""
+    data = _read(folder) if folder.is_dir() else None
+    gone = set(names)
+    if data is None or not gone:
+        return
+    for entry in data["jobs"].values():
+        entry["files"] = [name for name in entry.get("files", ()) if name not in gone]
+        entry["before"] = [name for name in entry.get("before", ()) if name not in gone]
+    _write(folder, data)
 
 
 def files(folder: Path, job_id: str) -> list[Path]:
@@ -134,3 +158,30 @@ def release(folder: Path, job_id: str) -> list[Path]:
             break
         removed.append(Path(parent))
     return removed
+
+
+def staging(folder: Path) -> Path:
+    """Where a job stages `folder`'s contents before moving them in: `.NAME.partial` beside it."""
+    return folder.parent / f".{folder.name}.partial"
+
+
+def stage(folder: Path) -> Path:
+    """A fresh, empty staging folder for `folder`, marked as tunestudio's (its parents created as needed). One a
+    killed job left is removed first; NotOurs (nothing removed) if something tunestudio did not make is there."""
+    path = staging(folder)
+    discard_staging(folder)
+    if path.exists() or path.is_symlink():
+        raise NotOurs(f"{path} is in the way and tunestudio did not make it; move it away or choose another folder")
+    path.mkdir(parents=True)
+    (path / PARTIAL).touch()
+    return path
+
+
+def discard_staging(folder: Path) -> bool:
+    """Remove `folder`'s staging folder if tunestudio made it (it holds PARTIAL): what a killed job left there.
+    Anything else of that name stays. True if one was removed."""
+    path = staging(folder)
+    if path.is_symlink() or not (path / PARTIAL).is_file():
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True

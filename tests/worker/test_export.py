@@ -20,6 +20,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tunestudio import ownership
 from tunestudio.events import Completed, Failed, Phase, Progress, Stop, parse_event
 from tunestudio.export_config import ExportConfig
 from tunestudio.worker import export, hub
@@ -220,6 +221,60 @@ def test_a_later_export_replaces_an_earlier_one_but_never_a_stranger(lora_job: R
     code, channel = run_export(source_dir=lora_job.completed.output_dir, target="merged", output_dir=str(stranger))
     assert code == 1 and "is not an earlier export" in ended(channel).message
     assert (stranger / "notes.txt").read_text() == "keep me"
+    # A folder of the staging folder's name that tunestudio did not make is never removed.
+    theirs = tmp_path / ".new.partial"
+    theirs.mkdir()
+    (theirs / "draft.txt").write_text("keep me too")
+    code, channel = run_export(source_dir=lora_job.completed.output_dir, target="merged",
+                               output_dir=str(tmp_path / "new"))
+    assert code == 1 and "did not make" in ended(channel).message
+    assert (theirs / "draft.txt").read_text() == "keep me too" and not (tmp_path / "new").exists()
+
+
+def test_an_export_again_into_its_folder_replaces_only_the_earlier_exports_files(lora_job: Run,
+                                                                                 tmp_path: Path) -> None:
+    out = tmp_path / "exports" / "merged"
+    source = lora_job.completed.output_dir
+    ownership.take(out, "e1")  # as the manager does before each export's worker starts
+    code, channel = run_export(source_dir=source, target="merged", output_dir=str(out))
+    assert code == 0, ended(channel)
+    first = ownership.seal(out, "e1")
+    assert "model.safetensors" in first and "export.json" in first
+    (out / "notes.txt").write_text("the user's, added after the export")
+    (out / "old-q8_0.gguf").write_bytes(b"gone with the earlier export")  # a file only the earlier one wrote
+    record = json.loads((out / "export.json").read_text())
+    (out / "export.json").write_text(json.dumps({**record, "files": [*record["files"], "old-q8_0.gguf"]}))
+
+    (ownership.stage(out) / "model.safetensors").write_bytes(b"half")  # what an export killed meanwhile left
+
+    ownership.take(out, "e2")  # the same target again: the default folder, exports/<target>
+    code, channel = run_export(source_dir=source, target="merged", output_dir=str(out))
+    assert code == 0, ended(channel)
+    assert (out / "notes.txt").read_text() == "the user's, added after the export"
+    assert not (out / "old-q8_0.gguf").exists()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["merged"]  # no staging or .old folder beside it
+    # The files it replaced are the second export's now: deleting either never takes the user's file.
+    assert ownership.seal(out, "e2") == first and ownership.files(out, "e1") == []
+    ownership.release(out, "e2")
+    ownership.release(out, "e1")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_an_export_never_overwrites_a_file_the_earlier_export_did_not_write(lora_job: Run, tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    code, channel = run_export(source_dir=lora_job.completed.output_dir, target="merged", output_dir=str(out))
+    assert code == 0, ended(channel)
+    record = json.loads((out / "export.json").read_text())
+    listed = [name for name in record["files"] if name != "config.json"]
+    (out / "export.json").write_text(json.dumps({**record, "files": listed}))
+    (out / "config.json").write_text("the user's own config")  # a name the export writes, not the earlier one's
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    code, channel = run_export(source_dir=lora_job.completed.output_dir, target="merged", output_dir=str(out))
+    failed = ended(channel)
+    assert code == 1 and "config.json" in failed.message and "did not write" in failed.message, failed
+    assert (out / "config.json").read_text() == "the user's own config"
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # nothing of the earlier one moved
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
 def test_q4_k_m_without_llama_quantize_says_how_to_get_it(

@@ -5,8 +5,10 @@ check the tools the target needs → load and merge → write the target into a
 staging folder → move it into place → report.
 
 Everything is written into a hidden staging folder beside the output folder
-and renamed into place only when complete, so an export that is cancelled,
-fails or is killed never leaves a half-written file where the result would be.
+(`ownership.stage`) and renamed into place only when complete, so an export
+that is cancelled, fails or is killed never leaves a half-written file where
+the result would be. An earlier export in the folder is replaced file by file:
+what its export.json lists goes, anything the user put there since stays.
 
 Progress is one 0–100 scale for the whole export; phases reuse the job
 statuses (`loading_model` while weights load and merge, `saving` while the
@@ -74,7 +76,6 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
 
     source = find_source(cfg)
     output = expand(cfg.resolved_output_dir())
-    staging = _prepare_staging(output)
     kind = "adapter" if source.adapter else "full model"
     channel.log(f"exporting the {kind} in {source.path} as {cfg.target} to {output}")
 
@@ -88,6 +89,7 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
     if cfg.target == "hub":
         export_hub.require_hub(cfg)
 
+    staging = _prepare_staging(output)
     step = ExportStep.of(channel)
     try:
         if cfg.target == "merged":
@@ -115,24 +117,23 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     channel.progress(step=100, total_steps=100)
-    files = sorted(p.name for p in output.iterdir())
-    channel.log(f"export written to {output}: {', '.join(files)}")
+    channel.log(f"export written to {output}: {', '.join(sorted(_earlier_files(output)))}")
     channel.completed(output_dir=str(output), saved=True)
     return 0
 
 
 def staging_dir(output: Path) -> Path:
-    return output.parent / f".{output.name}.partial"
+    return ownership.staging(output)
 
 
 def _prepare_staging(output: Path) -> Path:
     held = [p for p in output.iterdir() if p.name != ownership.MARKER] if output.is_dir() else []
     if output.exists() and (not output.is_dir() or (held and not (output / MARKER).is_file())):
         raise UserError(f"output_dir {output} exists and is not an earlier export; choose another folder")
-    staging = staging_dir(output)
-    shutil.rmtree(staging, ignore_errors=True)  # left by an export that was killed
-    staging.mkdir(parents=True)
-    return staging
+    try:
+        return ownership.stage(output)  # a staging folder a killed export left is removed first, only that
+    except ownership.NotOurs as exc:
+        raise UserError(f"output_dir: {exc}") from None
 
 
 def _write_marker(cfg: ExportConfig, source: Source, staging: Path) -> None:
@@ -140,18 +141,46 @@ def _write_marker(cfg: ExportConfig, source: Source, staging: Path) -> None:
         "export": cfg.public_dict(),
         "source": str(source.path),
         "base_model": source.base_model,
-        "files": sorted(p.name for p in staging.iterdir()),
+        "files": sorted(p.name for p in staging.iterdir() if p.name != ownership.PARTIAL),
     }
     (staging / MARKER).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
+def _earlier_files(output: Path) -> set[str]:
+    """What the export in `output` wrote: its export.json and the plain names that lists (none without one)."""
+    try:
+        record = json.loads((output / MARKER).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError):
+        return {MARKER}
+    listed = record.get("files") if isinstance(record, dict) else None
+    names = {name for name in listed if isinstance(name, str)} if isinstance(listed, list) else set()
+    return {MARKER} | {name for name in names
+                       if name == Path(name).name and name not in ("", ".", "..", ownership.MARKER)}
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
 def _move_into_place(staging: Path, output: Path) -> None:
-    """Rename the finished staging folder to the output folder (replacing an earlier export there)."""
-    old = output.parent / f".{output.name}.old"
-    if (output / ownership.MARKER).is_file():  # the job's claim on the folder (tunestudio.ownership) stays
-        shutil.copy2(output / ownership.MARKER, staging / ownership.MARKER)
-    if output.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        output.rename(old)
-    staging.rename(output)
-    shutil.rmtree(old, ignore_errors=True)
+    """Move the finished files from staging into the output folder, replacing an earlier export there: the files
+    its export.json lists go, nothing else. A file the user put in the folder since stays, and one the new export
+    would overwrite is refused (UserError) before anything moves."""
+    earlier = _earlier_files(output)
+    new = sorted((p for p in staging.iterdir() if p.name != ownership.PARTIAL), key=lambda p: p.name == MARKER)
+    clash = [p.name for p in new if p.name not in earlier and _exists(output / p.name)]
+    if clash:
+        raise UserError(f"output_dir {output} holds {', '.join(clash)}, which the earlier export there did not "
+                        "write; move it away or export into another folder")
+    output.mkdir(parents=True, exist_ok=True)
+    ownership.replaced(output, earlier)  # the job's seal then records the new files as its own
+    old = staging / ".replaced"
+    old.mkdir()
+    for name in sorted(earlier, key=lambda name: name != MARKER):  # the folder stops saying it holds an export
+        if _exists(output / name):
+            (output / name).rename(old / name)
+    for path in new:  # export.json last: the folder says it holds an export once the export is whole
+        path.rename(output / path.name)
+    shutil.rmtree(staging)
