@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from tunestudio.config import field_errors
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
@@ -79,6 +80,66 @@ def test_a_bad_space_names_the_field() -> None:
         sweep(space={"learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}})
     with pytest.raises(ValidationError, match="lora_r"):
         sweep(space={"lora_r": {"values": [-3]}})  # the base with the space's first point is not a valid job
+    # every value is a job, not only the first point's
+    with pytest.raises(ValidationError, match=r"space\.lora_r: the value -3 makes an invalid job: lora_r: Input "
+                                              "should be greater than or equal to 1"):
+        sweep(space={"lora_r": {"values": [4, -3]}})
+    with pytest.raises(ValidationError, match=r"space\.learning_rate: the value 2\.0 makes an invalid job"):
+        sweep(space={"learning_rate": {"low": 1e-4, "high": 2.0, "log": True}}, sampler="random")
+    with pytest.raises(ValidationError, match=r"space\.lora_r: the value 4100 makes an invalid job"):
+        sweep(space={"lora_r": {"low": 4, "high": 4103, "step": 8}}, sampler="random")  # 4100: the top drawn
+    sweep(space={"lora_r": {"low": 4, "high": 4099, "step": 8}}, sampler="random")  # its top, 4092, is valid
+    with pytest.raises(ValidationError, match=r"space\.lora_r: lora_r is an integer; use \{low, high, step\}"):
+        sweep(space={"lora_r": {"low": 4, "high": 64, "log": True}}, sampler="random")
+    with pytest.raises(ValidationError, match=r"space\.max_steps: max_steps is an integer"):
+        sweep(space={"max_steps": {"low": 10.0, "high": 40.0}}, sampler="random", base={**sweep().base,
+                                                                                           "max_steps": None})
+    with pytest.raises(ValidationError, match=r"space\.model_name: model_name is not a number"):
+        sweep(space={"model_name": {"low": 1, "high": 3}}, sampler="random")
+    # an integer range on a float field is fine (eval_steps is a float that takes whole steps)
+    assert sweep(space={"eval_steps": {"low": 2, "high": 6, "step": 2}}, sampler="random",
+                 base={k: v for k, v in sweep().base.items() if k != "eval_steps"}).first_point() == {"eval_steps": 2}
+
+
+@pytest.mark.parametrize(("overrides", "said"), [
+    ({"objective": {"metric": "eval_acuracy"}}, "'eval_acuracy' is not a metric a job's evaluations measure; use "
+                                                "one of eval_loss, exact_match"),
+    ({"objective": {"metric": "eval_reward"}}, "eval_reward is a metric of method grpo, not of 'sft'"),
+    ({"objective": {"metric": "token_f1"}, "base": {"eval_generate_rows": 0}},
+     "token_f1 is measured on held-out rows the model answers, and eval_generate_rows is 0"),
+    ({"objective": {"metric": "exact_match"}, "base": {"format_type": "text"}},
+     "exact_match compares generated answers with the reference replies of held-out rows, and the rows of format "
+     "'text' have none"),
+    ({"objective": {"metric": "eval_loss"}, "space": {"eval_steps": {"values": [2, 0]}}, "base": {"eval_steps": None}},
+     "with eval_steps 0, eval_loss needs evaluations during training"),
+])
+def test_an_objective_the_trials_do_not_measure_names_objective_metric(overrides: dict[str, Any], said: str) -> None:
+    """The objective is checked with early stopping's rules (config.job.unmeasured) against every point's job."""
+    base = {k: v for k, v in {**sweep().base, **overrides.pop("base", {})}.items() if v is not None}
+    with pytest.raises(ValidationError) as info:
+        sweep(base=base, sampler="random", **overrides)
+    errors = field_errors(info.value.errors())
+    assert [e["field"] for e in errors] == ["objective.metric"], errors
+    assert said in errors[0]["message"], errors
+
+
+def test_a_sweep_created_confined_fails_a_trial_whose_paths_leave_the_roots(tmp_path: Path) -> None:
+    """The API confines every value (a 422 before anything runs); a confined sweep also confines each trial it
+    submits, whatever combination of values it drew: one outside the roots fails and is never a job."""
+    inside = tmp_path / "home" / "runs"
+    config = sweep(space={"learning_rate": {"values": [1e-3]}, "output_dir": {"values": [str(inside), "/tmp/else"]}},
+                   base={**sweep().base, "lora_r": 16}, n_trials=2, parallel=1)
+    with JobManager(settings(tmp_path, dataset_roots=[DATA]), worker_target=fake_workers.sweep_trial) as manager, \
+            Sweeps(manager, poll_seconds=0.05) as sweeps:
+        sweep_id = sweeps.create(config, confined=True)["id"]
+        view = wait_status(sweeps, sweep_id, {"completed"})
+        by_dir = {t["params"]["output_dir"]: t for t in view["trials"]}
+        assert by_dir[str(inside)]["status"] == "completed"
+        refused = by_dir["/tmp/else"]
+        assert refused["status"] == "failed" and refused["job_id"] is None
+        assert refused["error"].startswith(f"output_dir: /tmp/else/trial-{refused['number']} must be a folder strictly "
+                                          "inside one of")
+        assert [j.trial for j in manager.list(sweep_id=sweep_id)] == [by_dir[str(inside)]["number"]]
 
 
 def test_a_trial_the_pruner_gives_up_on_stops_early_with_a_save(tmp_path: Path) -> None:

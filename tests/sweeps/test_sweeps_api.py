@@ -68,6 +68,11 @@ def test_a_sweep_through_the_api_ranks_its_trials_and_names_the_best(client: Tes
     ({"learning_rate": {"low": -1.0, "high": 1e-2, "log": True}}, "space.learning_rate"),
     ({"max_steps": {"low": 10, "high": 5, "step": 1}}, "space.max_steps"),
     ({"target_modules": {"values": [["q_proj"], ["q_proj", "v_proj"]]}}, "space.target_modules"),
+    # every value is a job, not only the first point's
+    ({"lora_r": {"values": [4, -3]}}, "space.lora_r"),
+    ({"lora_r": {"low": 4, "high": 8192, "step": 4}}, "space.lora_r"),  # its top, 8192, is over lora_r's bound
+    ({"lora_r": {"low": 4, "high": 64, "log": True}}, "space.lora_r"),  # a float range on an integer field
+    ({"model_name": {"low": 1, "high": 4}}, "space.model_name"),
 ])
 def test_a_bad_space_is_a_422_naming_the_field(client: TestClient, space: dict, named: str) -> None:
     answer = client.post("/api/sweeps", json=body(space=space, sampler="random"))
@@ -75,6 +80,54 @@ def test_a_bad_space_is_a_422_naming_the_field(client: TestClient, space: dict, 
     errors = answer.json()["detail"]["errors"]
     assert [e["field"] for e in errors] == [named], errors
     assert client.get("/api/sweeps").json()["items"] == []
+
+
+@pytest.mark.parametrize(("overrides", "said"), [
+    ({"objective": {"metric": "eval_acuracy"}}, "'eval_acuracy' is not a metric a job's evaluations measure"),
+    ({"objective": {"metric": "rewards/margins"}}, "eval_rewards/margins is a metric of method dpo"),
+    ({"objective": {"metric": "exact_match"}, "space": {"eval_generate_rows": {"values": [8, 0]}}},
+     "with eval_generate_rows 0, exact_match is measured on held-out rows the model answers"),
+    ({"objective": {"metric": "eval_loss"}, "base": {**body()["base"], "eval_steps": 0}},
+     "eval_loss needs evaluations during training: set eval_steps above 0"),
+])
+def test_an_objective_the_trials_do_not_measure_is_a_422_naming_it(client: TestClient, overrides: dict,
+                                                                    said: str) -> None:
+    answer = client.post("/api/sweeps", json=body(**overrides))
+    assert answer.status_code == 422, answer.text
+    errors = answer.json()["detail"]["errors"]
+    assert [e["field"] for e in errors] == ["objective.metric"], errors
+    assert said in errors[0]["message"]
+
+
+@pytest.mark.parametrize(("space", "named"), [
+    ({"model_name": {"values": ["org/model", "/etc/models/llama"]}}, "space.model_name"),
+    ({"eval_split": {"values": [str(DATA / "alpaca.jsonl"), "/etc/passwd.jsonl"]}}, "space.eval_split"),
+    ({"held_out_rows": {"values": [None, "/etc/held_out.json"]}}, "space.held_out_rows"),
+    ({"mlflow_tracking_uri": {"values": [None, "sqlite:////etc/mlflow.db"]}}, "space.mlflow_tracking_uri"),
+])
+def test_a_path_of_any_value_of_the_space_outside_the_roots_is_a_422(client: TestClient, space: dict,
+                                                                      named: str) -> None:
+    """Not only the first point's: a later value of a path field is confined as its own trial would be."""
+    fields = {k: v for k, v in body()["base"].items() if k not in space}
+    if "mlflow_tracking_uri" in space:
+        fields["report_to"] = ["mlflow"]
+    answer = client.post("/api/sweeps", json=body(base=fields, space=space, sampler="grid"))
+    assert answer.status_code == 422, answer.text
+    errors = answer.json()["detail"]["errors"]
+    assert [e["field"] for e in errors] == [named], errors
+    refused = space[named.removeprefix("space.")]["values"][1]
+    assert errors[0]["message"].startswith(f"the value {refused!r}: "), errors
+    assert client.get("/api/sweeps").json()["items"] == []
+
+
+def test_an_output_dir_value_outside_the_roots_is_a_422(client: TestClient, tmp_path: Path) -> None:
+    inside = tmp_path / "home" / "runs" / "a"
+    answer = client.post("/api/sweeps", json=body(space={"output_dir": {"values": [str(inside), "/tmp/elsewhere"]}}))
+    assert answer.status_code == 422, answer.text
+    errors = answer.json()["detail"]["errors"]
+    assert [e["field"] for e in errors] == ["space.output_dir"]
+    assert errors[0]["message"].startswith("the value '/tmp/elsewhere': /tmp/elsewhere must be a folder strictly "
+                                           f"inside one of {tmp_path / 'home'}, {DATA}")
 
 
 def test_a_stopped_sweep_starts_no_more_trials_and_its_running_ones_stop_with_a_save(client: TestClient) -> None:

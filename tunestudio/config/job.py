@@ -40,7 +40,7 @@ from tunestudio.config.vocabulary import (
     TrainingType,
 )
 
-__all__ = ["DataSpec", "EarlyStopping", "JobConfig", "check_format", "check_mapping"]
+__all__ = ["DataSpec", "EarlyStopping", "JobConfig", "check_format", "check_mapping", "unmeasured"]
 
 ROLES = {"system", "user", "assistant"}
 
@@ -51,6 +51,29 @@ def check_format(method: str, format_type: str) -> None:
     if format_type != "auto" and format_type not in formats:
         raise ValueError(f"format_type: {format_type!r} is not a format of method {method!r}; use auto "
                          f"or {' or '.join(formats)}")
+
+
+def unmeasured(config: JobConfig, metric: str, rows: int | None = None) -> tuple[str, str] | None:
+    """Why this job's evaluations do not measure `metric` (as `parts.watchable_metric` names it): (the field to
+    change, a sentence), or None when they do. rows: held-out rows answered for it (None: eval_generate_rows).
+
+    Early stopping watches the metric and a sweep's objective is told it: both ask here."""
+    if config.eval_steps <= 0:
+        return "eval_steps", (f"{metric} needs evaluations during training: set eval_steps above 0 (held-out "
+                              "rows are evaluated every eval_steps)")
+    if metric in METHOD_METRICS and config.method not in METHOD_METRICS[metric]:
+        return "method", (f"{metric} is a metric of method {', '.join(METHOD_METRICS[metric])}, not of "
+                          f"{config.method!r}; use eval_loss or one of {', '.join(GENERATION_METRICS)}")
+    if metric in GENERATION_METRICS:
+        formats = set(METHOD_SPECS[config.method].formats) if config.format_type == "auto" else {config.format_type}
+        if formats <= NO_REPLY_FORMATS:
+            source = f"method {config.method!r}" if config.format_type == "auto" else f"format {config.format_type!r}"
+            return "format_type", (f"{metric} compares generated answers with the reference replies of held-out "
+                                   f"rows, and the rows of {source} have none; use eval_loss")
+        if (config.eval_generate_rows if rows is None else rows) == 0:
+            return "eval_generate_rows", (f"{metric} is measured on held-out rows the model answers, and "
+                                          "eval_generate_rows is 0")
+    return None
 
 
 def check_mapping(method: str, mapping: dict[str, str] | None) -> None:
@@ -150,25 +173,14 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
             if self.early_stopping_rows is not None:
                 raise ValueError("early_stopping_rows: applies with early_stopping only")
             return self
-        if self.eval_steps <= 0:
-            raise ValueError("early_stopping: needs evaluations during training: set eval_steps above 0 (held-out "
-                             "rows are evaluated every eval_steps)")
         metric = stopping.metric
-        if metric in METHOD_METRICS and self.method not in METHOD_METRICS[metric]:
-            raise ValueError(f"early_stopping.metric: {metric} is a metric of method "
-                             f"{', '.join(METHOD_METRICS[metric])}, not of {self.method!r}; use eval_loss or one of "
-                             f"{', '.join(GENERATION_METRICS)}")
-        if stopping.generates:
-            formats = (set(METHOD_SPECS[self.method].formats) if self.format_type == "auto"
-                       else {self.format_type})
-            if formats <= NO_REPLY_FORMATS:
-                rows = f"method {self.method!r}" if self.format_type == "auto" else f"format {self.format_type!r}"
-                raise ValueError(f"early_stopping.metric: {metric} compares generated answers with the reference "
-                                 f"replies of held-out rows, and the rows of {rows} have none; use eval_loss")
-            if self.early_stopping_rows is None and self.eval_generate_rows == 0:
-                raise ValueError(f"early_stopping_rows: {metric} is measured on held-out rows answered at each "
-                                 "evaluation, and eval_generate_rows is 0: set early_stopping_rows")
-        elif self.early_stopping_rows is not None:
+        problem = unmeasured(self, metric, self.early_stopping_rows)
+        if problem is not None:
+            field, why = problem
+            named = {"eval_steps": "early_stopping", "eval_generate_rows": "early_stopping_rows"}
+            advice = ": set early_stopping_rows" if field == "eval_generate_rows" else ""
+            raise ValueError(f"{named.get(field, 'early_stopping.metric')}: {why}{advice}")
+        if not stopping.generates and self.early_stopping_rows is not None:
             raise ValueError(f"early_stopping_rows: applies to a generation metric ({', '.join(GENERATION_METRICS)}), "
                              f"not to {metric}")
         return self

@@ -296,6 +296,19 @@ for _name, _spec in METHOD_SPECS.items():
 NO_REPLY_FORMATS = {"text", "prompt_only"}  # rows without a reference reply: nothing to compare answers with
 
 
+def watchable_metric(value: str) -> str:
+    """A metric a job's evaluations measure, by the name early stopping and a sweep's objective use: eval_loss,
+    a generation metric (bare: exact_match), or a method's metric (eval_rewards/margins); ValueError otherwise."""
+    value = value.strip()
+    name = value.removeprefix("eval_")
+    if name in GENERATION_METRICS:
+        return name
+    if value == "eval_loss" or f"eval_{name}" in METHOD_METRICS:
+        return f"eval_{name}"
+    known = ["eval_loss", *GENERATION_METRICS, *METHOD_METRICS]
+    raise ValueError(f"{value!r} is not a metric a job's evaluations measure; use one of {', '.join(known)}")
+
+
 class EarlyStopping(BaseModel):
     """Stop when the eval metric has not improved for `patience` evaluations (worker/best.py)."""
 
@@ -318,14 +331,7 @@ class EarlyStopping(BaseModel):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, value: str) -> str:
-        value = value.strip()
-        name = value.removeprefix("eval_")
-        if name in GENERATION_METRICS:
-            return name
-        if value == "eval_loss" or f"eval_{name}" in METHOD_METRICS:
-            return f"eval_{name}"
-        known = ["eval_loss", *GENERATION_METRICS, *METHOD_METRICS]
-        raise ValueError(f"{value!r} is not a metric early stopping can watch; use one of {', '.join(known)}")
+        return watchable_metric(value)
 
     @property
     def direction(self) -> Literal["min", "max"]:

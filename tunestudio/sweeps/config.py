@@ -1,20 +1,25 @@
 """A sweep: a base JobConfig, a search space over its fields, a sampler, an objective, a pruner and a budget.
 
 The same shape is the sweep file (`tunestudio sweep SWEEP.yaml`) and the body of `POST /api/sweeps`. Pure data:
-validating it checks the space against JobConfig's fields and the base (with the space's first point) as a job.
+validating it checks the space against JobConfig's fields (a range only on a number field, a float range not on
+an integer one), every value of the space as a job (`points`: the base with each value in turn) and the
+objective against what those jobs measure (`config.unmeasured`, early stopping's rules).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tunestudio import paths
 from tunestudio.config import JobConfig, field_errors, summary
+from tunestudio.config.job import unmeasured
+from tunestudio.config.parts import watchable_metric
+from tunestudio.paths import Roots
 
-# What an objective may name: the eval loss, a generation metric of the evaluation, or the method's eval metric.
-GENERATION_METRICS = ("exact_match", "token_f1", "rouge_l")
+MAX_VALUES = 1000  # categorical values in a whole space: each is validated (and, through the API, confined) as a job
 
 
 class Values(BaseModel):
@@ -73,10 +78,22 @@ def parse_dimension(name: str, spec: Any) -> Dimension:
         kind = IntRange
     else:
         kind = FloatRange
+    numbers = _number_types(name)
+    if kind is not Values and not numbers:
+        raise ValueError(f"space.{name}: {name} is not a number; use {{values: [...]}}")
+    if kind is FloatRange and float not in numbers:
+        # Optuna would draw 3.7 for lora_r; the trial's job would be refused, or silently another number
+        raise ValueError(f"space.{name}: {name} is an integer; use {{low, high, step}} with whole numbers")
     try:
         return kind.model_validate(spec)
     except ValidationError as exc:
         raise ValueError(f"space.{name}: {summary(field_errors(exc.errors()), unnamed='range')}") from None
+
+
+def _number_types(name: str) -> set[type]:
+    """Which of int and float JobConfig's field takes (bool is not a number here)."""
+    annotation = JobConfig.model_fields[name].annotation
+    return {t for t in (get_args(annotation) or (annotation,)) if t in (int, float)}
 
 
 class Objective(BaseModel):
@@ -88,13 +105,7 @@ class Objective(BaseModel):
     @field_validator("metric")
     @classmethod
     def _known(cls, value: str) -> str:
-        value = value.strip()
-        name = value.removeprefix("eval_")
-        if name in GENERATION_METRICS:
-            return name
-        if value.startswith("eval_") and name:
-            return value
-        raise ValueError(f"{value!r}: use eval_loss, {', '.join(GENERATION_METRICS)} or an eval_ metric")
+        return watchable_metric(value)  # the names early stopping watches: the same records, the same rules
 
     @property
     def direction(self) -> Literal["minimize", "maximize"]:
@@ -131,17 +142,66 @@ class SweepConfig(BaseModel):
             ranges = [n for n, d in self.dimensions().items() if not isinstance(d, Values)]
             if ranges:
                 raise ValueError(f"space.{ranges[0]}: the grid sampler needs {{values: [...]}}")
-        try:
-            self.trial_config(self.first_point())
-        except ValidationError as exc:
-            raise ValueError(f"base: {summary(field_errors(exc.errors()))}") from None
+        values = sum(len(d.values) for d in self.dimensions().values() if isinstance(d, Values))
+        if values > MAX_VALUES:
+            raise ValueError(f"space: {values} values in all; at most {MAX_VALUES}")
+        for varied, params in self.points():
+            self._check_point(varied, params)
         return self
+
+    def _check_point(self, varied: str | None, params: dict[str, Any]) -> None:
+        """One point as a job, and the objective measured by it; an error names the swept field at fault."""
+        try:
+            config = self.trial_config(params)
+        except ValidationError as exc:
+            errors = field_errors(exc.errors())
+            # the first point passed, so a later point's fault is the value it varies
+            at_fault = varied or next((e["field"].split(".")[0] for e in errors if e["field"].split(".")[0] in params),
+                                      None)
+            if at_fault is None:
+                raise ValueError(f"base: {summary(errors)}") from None
+            raise ValueError(f"space.{at_fault}: the value {params[at_fault]!r} makes an invalid job: "
+                             f"{summary(errors)}") from None
+        stopping = config.early_stopping
+        rows = config.early_stopping_rows if stopping and stopping.metric == self.objective.metric else None
+        problem = unmeasured(config, self.objective.metric, rows)
+        if problem is not None:
+            where = f"with {varied} {params[varied]!r}, " if varied is not None else ""
+            raise ValueError(f"objective.metric: {where}{problem[1]}")
 
     def dimensions(self) -> dict[str, Dimension]:
         return {name: parse_dimension(name, spec) for name, spec in self.space.items()}
 
     def first_point(self) -> dict[str, Any]:
         return {name: d.values[0] if isinstance(d, Values) else d.low for name, d in self.dimensions().items()}
+
+    def points(self) -> list[tuple[str | None, dict[str, Any]]]:
+        """Points that hold every value of the space at least once, each with the dimension it varies: the first
+        point (None), then one dimension at a time at each of its other values (a range: its highest), the
+        others at their first. What a sweep is checked on (as a job; through the API, its paths confined)."""
+        first = self.first_point()
+        out: list[tuple[str | None, dict[str, Any]]] = [(None, first)]
+        for name, dim in self.dimensions().items():
+            if isinstance(dim, Values):
+                others = dim.values[1:]
+            elif isinstance(dim, IntRange):
+                others = [dim.low + (dim.high - dim.low) // dim.step * dim.step]  # the highest Optuna draws
+            else:
+                others = [dim.high]
+            out += [(name, {**first, name: value}) for value in others]
+        return out
+
+    def confine(self, roots: Roots) -> None:
+        """PathRefused unless the paths of the base and of every value of the space lie inside `roots`
+        (`paths.confine` on each of `points`); a swept field's refusal names it space.<field> and the value."""
+        for _, params in self.points():
+            try:
+                paths.confine(self.trial_config(params), roots)
+            except paths.PathRefused as exc:
+                if exc.field not in params:
+                    raise
+                raise paths.PathRefused(f"space.{exc.field}", f"the value {params[exc.field]!r}: {exc.message}",
+                                        code=exc.code) from None
 
     def grid_size(self) -> int:
         return math.prod(len(d.values) for d in self.dimensions().values() if isinstance(d, Values))

@@ -24,6 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from tunestudio import paths
 from tunestudio.jobs.manager import Job, JobConflict, JobManager, JobNotFound, QueueFull
 from tunestudio.sweeps import tracking
 from tunestudio.sweeps.config import SweepConfig, Values
@@ -97,7 +98,7 @@ def final_value(job: Job, config: SweepConfig) -> tuple[float | None, int | None
 class Study:
     """One sweep's Optuna study in its own SQLite file."""
 
-    def __init__(self, path: Path, config: SweepConfig | None = None) -> None:
+    def __init__(self, path: Path, config: SweepConfig | None = None, confined: bool = False) -> None:
         self.id = path.stem
         self.path = path
         create = config is not None
@@ -112,6 +113,7 @@ class Study:
             self.study.set_user_attr("config", config.model_dump(mode="json"))
             self.study.set_user_attr("created_at", time.time())
             self.study.set_user_attr("status", "running")
+            self.study.set_user_attr("confined", confined)
             self.config = config
         else:
             attrs = optuna.load_study(study_name=self.id, storage=self.storage).user_attrs
@@ -122,6 +124,11 @@ class Study:
     @property
     def status(self) -> str:
         return self.study.user_attrs.get("status", "running")
+
+    @property
+    def confined(self) -> bool:
+        """Created through the API: every trial's paths inside the allowed roots."""
+        return bool(self.study.user_attrs.get("confined"))
 
     def set_status(self, status: str) -> None:
         self.study.set_user_attr("status", status)
@@ -233,6 +240,8 @@ class SweepRunner(threading.Thread):
     def _submit(self, number: int, params: dict[str, Any]) -> None:
         try:
             config = self.config.trial_config(params, number)
+            if self.study.confined:  # the API checked each value alone; a combination is checked here
+                paths.confine(config, self.manager.settings.roots())
             if self._tracking:  # the trial's MLflow run: a child of the sweep's
                 config = config.model_copy(update={**self._tracking,
                                                    "mlflow_run_name": f"{self.study.id} trial {number}"})

@@ -61,10 +61,12 @@ class Sweeps:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def create(self, config: SweepConfig) -> dict[str, Any]:
+    def create(self, config: SweepConfig, confined: bool = False) -> dict[str, Any]:
+        """Start a sweep. confined (the API's): each trial's paths are confined to the settings' roots before it
+        is submitted, whatever combination of values it draws (a trial outside them fails)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         sweep_id = _runner().new_sweep_id()
-        study = _runner().Study(self.folder / f"{sweep_id}.db", config)
+        study = _runner().Study(self.folder / f"{sweep_id}.db", config, confined=confined)
         with self._lock:
             self._studies[sweep_id] = study
         self._run(study)

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from tunestudio import paths
 from tunestudio.api.deps import SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.schemas import ERRORS
-from tunestudio.api.security import confine_paths
 from tunestudio.sweeps import SweepConfig, SweepConflict, SweepNotFound, Sweeps
 
 router = APIRouter(prefix="/api/sweeps", tags=["sweeps"], responses=ERRORS)
@@ -33,9 +33,14 @@ def _answer(call: Any, *args: Any) -> Any:
 
 @router.post("", status_code=201)
 def create_sweep(config: SweepConfig, sweeps: SweepsDep, settings: SettingsDep) -> dict[str, Any]:
-    """Start a sweep: its trials are jobs of the queue. A bad space or base is a 422 naming the field."""
-    confine_paths(config.trial_config(config.first_point()), settings)  # every trial's paths are the base's
-    return sweeps.create(config)
+    """Start a sweep: its trials are jobs of the queue. A bad space or base, or a path of the base or of any value
+    of the space outside the allowed roots, is a 422 naming the field (space.<field> for a swept one)."""
+    try:
+        config.confine(settings.roots())
+    except paths.PathRefused as exc:
+        raise ApiError(422, exc.code, str(exc), field=exc.field,
+                       errors=[{"field": exc.field, "message": exc.message}]) from None
+    return sweeps.create(config, confined=True)
 
 
 @router.get("")
