@@ -89,6 +89,27 @@ def test_a_job_judged_by_another_job_on_this_server(judged_by_job: tuple[str, Jo
     assert [j["id"] for j in listed] == [jid] and "rows" not in listed[0]
 
 
+def test_more_held_out_rows_than_the_five_shown_are_judged_each_as_it_was_held_out(
+        judged_by_job: tuple[str, Job, Job]) -> None:
+    base, job, _ = judged_by_job
+    rows = json.loads(Path(job.result["evaluation"]["rows_file"]).read_text())["rows"]
+    shown = job.result["evaluation"]["examples"]
+    limit = len(shown) + 2
+    assert len(rows) >= limit
+    with httpx.Client(base_url=base, timeout=60) as client:
+        started = client.post(f"/api/jobs/{job.id}/judgements", json={"limit": limit, "max_tokens": 4})
+        assert started.status_code == 202, started.text
+        assert started.json()["prompts"] == limit
+        jid = started.json()["id"]
+        done = wait_until(lambda: r if (r := client.get(f"/api/judgements/{jid}").json())["status"] != "running"
+                          else None, 600, "the judgement's end")
+    assert done["status"] == "completed", done
+    assert len(done["rows"]) == limit
+    for judged, held in zip(done["rows"], rows, strict=False):
+        assert judged["prompt"] == held["prompt"]
+        assert judged["messages"] == held["messages"] and judged["messages"][-1]["role"] == "user"
+
+
 def test_what_cannot_be_judged_is_refused_with_the_field(served: tuple[str, Job, Job], tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     base, job, judge = served

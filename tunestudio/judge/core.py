@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Messages = list[dict[str, str]]
+Prompt = str | Messages  # one user turn, or a conversation that ends with the user's turn (system, earlier turns)
 Answerer = Callable[[Messages], str]  # the model's reply to a conversation; raises JudgeError when it cannot
 AskJudge = Callable[[Messages], str]  # the judge's raw reply; raises JudgeError when it cannot
 Choice = Literal["1", "2", "tie"]
@@ -56,13 +57,14 @@ class Verdict:
 @dataclass
 class Row:
     index: int
-    prompt: str
+    prompt: str  # the last user turn (what a person reads)
     answer: str | None = None  # the model's (job's)
     other: str | None = None  # the model it is compared against
     first: Verdict | None = None  # the model's answer shown as Answer 1
     second: Verdict | None = None  # the model's answer shown as Answer 2
     outcome: Outcome = "error"
     error: str | None = None
+    messages: Messages = field(default_factory=list)  # the conversation both models answered, prompt its last turn
 
 
 @dataclass
@@ -160,6 +162,23 @@ def combine(first: Verdict, second: Verdict) -> Outcome:
     return mine_first if mine_first == mine_second else "tie"  # type: ignore[return-value]  # orders disagree: a tie
 
 
+def conversation(prompt: Prompt) -> Messages:
+    """The turns both models answer: a text as one user turn; a conversation as it is."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+
+
+def question_text(messages: Messages) -> str:
+    """What the judge reads as the question: one user turn as it is; a longer conversation turn by turn."""
+    if len(messages) == 1:
+        return messages[0]["content"]
+    return "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages)
+
+
+def _shown(messages: Messages) -> str:
+    users = [m["content"] for m in messages if m.get("role") == "user"]
+    return users[-1] if users else messages[-1]["content"]
+
+
 def judge_messages(question: str, first: str, second: str) -> Messages:
     return [{"role": "system", "content": SYSTEM},
             {"role": "user", "content": TEMPLATE.format(question=question, first=first, second=second)}]
@@ -172,18 +191,20 @@ def _ask(ask: AskJudge, question: str, first: str, second: str) -> Verdict:
         return Verdict(None, error=str(exc))
 
 
-def judge_row(index: int, prompt: str, answer: Answerer, other: Answerer, ask: AskJudge) -> Row:
-    """One prompt: both answers, then the judge in both orders."""
-    row = Row(index, prompt)
-    messages = [{"role": "user", "content": prompt}]
+def judge_row(index: int, prompt: Prompt, answer: Answerer, other: Answerer, ask: AskJudge) -> Row:
+    """One prompt (a user turn, or a conversation ending with one): both answers to the whole of it, then the judge
+    in both orders, shown the whole of it too."""
+    messages = conversation(prompt)
+    row = Row(index, _shown(messages), messages=messages)
     try:
         row.answer = answer(messages)
         row.other = other(messages)
     except JudgeError as exc:
         row.error = f"no answer: {exc}"
         return row
-    row.first = _ask(ask, prompt, row.answer, row.other)
-    row.second = _ask(ask, prompt, row.other, row.answer)
+    question = question_text(messages)
+    row.first = _ask(ask, question, row.answer, row.other)
+    row.second = _ask(ask, question, row.other, row.answer)
     row.outcome = combine(row.first, row.second)
     if row.outcome == "error":
         row.error = "; ".join(f"{name}: {v.error}" for name, v in (("model first", row.first),
@@ -191,7 +212,7 @@ def judge_row(index: int, prompt: str, answer: Answerer, other: Answerer, ask: A
     return row
 
 
-def run(prompts: Sequence[str], answer: Answerer, other: Answerer, ask: AskJudge,
+def run(prompts: Sequence[Prompt], answer: Answerer, other: Answerer, ask: AskJudge,
         on_row: Callable[[Row], None] | None = None, stopped: Callable[[], bool] | None = None) -> Judgement:
     """Judge every prompt in order (on_row after each); stops between rows when `stopped()` says so."""
     judgement = Judgement()

@@ -1,8 +1,13 @@
-"""The prompts a judgement asks: a job's held-out rows (its evaluation's prompts), or a prompt file.
+"""The prompts a judgement asks: a job's held-out rows, or a prompt file.
+
+The held-out rows are every row the job's final evaluation scored (its rows file, `eval_rows.json`, named in its
+result's evaluation), a chat row as its whole conversation before the reference reply (system and earlier turns
+kept); a job evaluated before there was a rows file gives its evaluation's shown examples (their last user turn).
 
 A prompt file is `.txt` (one prompt per non-empty line), `.jsonl` or `.json` (a list): each row a string, or
-an object with `prompt`, `question`, `instruction` (with `input` appended), or `messages` (the last user
-turn). A row that has none of them is refused with its file and row number.
+an object with `prompt`, `question`, `instruction` (with `input` appended), or `messages` (the conversation up to
+its last user turn: a reply after it is the reference, left out). A row that has none of them is refused with
+its file and row number.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+from tunestudio.judge.core import Messages, Prompt
 
 MAX_PROMPTS = 1000
 MAX_FILE_BYTES = 20_000_000
@@ -19,13 +26,46 @@ class PromptsError(ValueError):
     pass
 
 
-def held_out(result: dict[str, Any] | None) -> list[str]:
-    """The prompts of the held-out rows the job's evaluation answered (none when it had no evaluation)."""
+def held_out(result: dict[str, Any] | None) -> list[Prompt]:
+    """The prompts of the job's held-out rows, at most MAX_PROMPTS (none when it had no evaluation)."""
     evaluation = (result or {}).get("evaluation") or {}
-    return [str(e["prompt"]) for e in evaluation.get("examples") or [] if isinstance(e, dict) and e.get("prompt")]
+    rows = _rows_file(evaluation.get("rows_file"))
+    if rows is None:  # evaluated before there was a rows file, or the file is gone: the shown examples
+        return [str(e["prompt"]) for e in evaluation.get("examples") or [] if isinstance(e, dict) and e.get("prompt")]
+    prompts: list[Prompt] = []
+    for row in rows:
+        prompt = _conversation(row.get("messages")) or _text(row.get("prompt"))
+        if prompt is not None:  # a plain text row has no prompt to answer
+            prompts.append(prompt)
+    return prompts[:MAX_PROMPTS]
 
 
-def _prompt(row: Any) -> str | None:
+def _rows_file(path: Any) -> list[dict[str, Any]] | None:
+    if not isinstance(path, str) or not path:
+        return None
+    try:
+        body = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    rows = body.get("rows") if isinstance(body, dict) else None
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else None
+
+
+def _text(value: Any) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _conversation(messages: Any) -> Messages | None:
+    """The turns up to the last user turn (the replies after it are the reference); None when there is none."""
+    if not isinstance(messages, list):
+        return None
+    turns = [{"role": str(m["role"]), "content": m["content"]} for m in messages
+             if isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)]
+    last = max((i for i, m in enumerate(turns) if m["role"] == "user" and m["content"].strip()), default=None)
+    return None if last is None else turns[: last + 1]
+
+
+def _prompt(row: Any) -> Prompt | None:
     if isinstance(row, str):
         return row.strip() or None
     if not isinstance(row, dict):
@@ -36,15 +76,10 @@ def _prompt(row: Any) -> str | None:
     if isinstance(row.get("instruction"), str) and row["instruction"].strip():
         extra = row.get("input")
         return row["instruction"].strip() + (f"\n\n{extra.strip()}" if isinstance(extra, str) and extra.strip() else "")
-    messages = row.get("messages")
-    if isinstance(messages, list):
-        users = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        if users and isinstance(users[-1], str) and users[-1].strip():
-            return users[-1].strip()
-    return None
+    return _conversation(row.get("messages"))
 
 
-def read(path: Path) -> list[str]:
+def read(path: Path) -> list[Prompt]:
     """The file's prompts; PromptsError naming the file (and row) when it cannot be read."""
     try:
         if path.stat().st_size > MAX_FILE_BYTES:

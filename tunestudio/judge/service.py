@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tunestudio.judge.core import Answerer, AskJudge, Judgement, Row, run
+from tunestudio.judge.core import Answerer, AskJudge, Judgement, Prompt, Row, run
 
 __all__ = ["FOLDER", "Judgements", "UnknownJudgement"]
 
@@ -45,7 +45,7 @@ class Judgements:
                 self._write(record)
 
     # --- the public face -----------------------------------------------------------
-    def start(self, job_id: str, model: str, against: str, prompts: Sequence[str], ask: AskJudge,
+    def start(self, job_id: str, model: str, against: str, prompts: Sequence[Prompt], ask: AskJudge,
               judge: dict[str, str], source: str, max_tokens: int = 256) -> dict[str, Any]:
         """Start judging `model` (the job's chat model id) against `against` on `prompts`; returns the record."""
         record = {"id": f"jdg-{secrets.token_hex(6)}", "job_id": job_id, "model": model, "against": against,
@@ -89,7 +89,7 @@ class Judgements:
             thread.join(timeout)
 
     # --- inside ----------------------------------------------------------------------
-    def _run(self, record: dict[str, Any], model: str, against: str, prompts: list[str], ask: AskJudge,
+    def _run(self, record: dict[str, Any], model: str, against: str, prompts: list[Prompt], ask: AskJudge,
              max_tokens: int) -> None:
         judgement = Judgement()
 

@@ -339,8 +339,9 @@ class Evaluator:
                           scored_rows=len(self.scored) if written else 0)
 
     def table(self, after: Sequence[str], losses: Sequence[float | None]) -> list[dict[str, Any]]:
-        """One record per scored row, in the held-out rows' order: where it is, its prompt and reference, its loss
-        before and after, and, where it was answered, both answers and each metric of the answer after."""
+        """One record per scored row, in the held-out rows' order: where it is, its prompt (as shown, and a chat
+        row's whole conversation before its reference) and reference, its loss before and after, and, where it was
+        answered, both answers and each metric of the answer after."""
         answered = {id(r): i for i, r in enumerate(self.rows)}
         before_losses = list(self.row_loss_before) + [None] * (len(self.scored) - len(self.row_loss_before))
         table = []
@@ -348,6 +349,8 @@ class Evaluator:
             record: dict[str, Any] = {
                 "index": n, **(row.place or {"file": None, "line": None}),
                 "prompt": row.shown, "reference": row.reference,
+                # the whole conversation before the reference (system and earlier turns): what a judge asks again
+                "messages": row.prompt if isinstance(row.prompt, list) else None,
                 "loss": _finite(loss), "loss_before": _finite(loss_before),
                 "answer": None, "answer_before": None,
             }

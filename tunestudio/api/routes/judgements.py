@@ -20,6 +20,7 @@ from tunestudio.api.schemas import ERRORS
 from tunestudio.inference import UnknownModel, resolve
 from tunestudio.judge import Endpoint, Judgements, JudgeNotConfigured, PromptsError, UnknownJudgement
 from tunestudio.judge import prompts as prompt_source
+from tunestudio.judge.core import Prompt as JudgedPrompt
 from tunestudio.paths import expand
 
 router = APIRouter(tags=["judgements"], responses=ERRORS)
@@ -47,7 +48,8 @@ def get_judgements(request: Request) -> Judgements:
 JudgementsDep = Annotated[Judgements, Depends(get_judgements)]
 
 
-def _prompts(body: JudgementRequest, job_result: dict[str, Any] | None, settings: SettingsDep) -> tuple[list[str], str]:
+def _prompts(body: JudgementRequest, job_result: dict[str, Any] | None,
+             settings: SettingsDep) -> tuple[list[JudgedPrompt], str]:
     if body.prompts is not None and body.prompts_file is not None:
         raise ApiError(422, "invalid_request", "prompts_file: give prompts or prompts_file, not both",
                        field="prompts_file")
