@@ -2,7 +2,9 @@
 
 What a job owns is `tunestudio.ownership`'s marker in its output folder; this module applies it to the
 manager's rows: sealing at exit, the exports a delete would take along, the other jobs that still use what
-a delete would remove. The job's own `jobs/ID/` folder (its log) is the manager's and goes whole.
+a delete would remove. A finished job whose folder's marker does not list it (it never took the folder, or
+wrote nothing and gave it back) claims no folder: it is in no later job's way. The job's own `jobs/ID/` folder
+(its log) is the manager's and goes whole.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from tunestudio.jobs.models import Job, JobConflict
 from tunestudio.jobs.status import JobStatus
 from tunestudio.jobs.store import Store
 
-__all__ = ["check_users", "exports_in_the_way", "remove", "seal", "take"]
+__all__ = ["check_users", "claimed_outputs", "exports_in_the_way", "holds_folder", "remove", "seal", "take"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,29 @@ def exports_in_the_way(store: Store, job_id: str, take_them: bool) -> list[dict[
     return rows
 
 
+def holds_folder(row: dict[str, Any], owners: dict[str, frozenset[str]] | None = None) -> bool:
+    """Whether a job's row still claims its output folder: a live job's is reserved (a queued one takes it only
+    at start), a finished one's only while the folder's marker lists the job. owners: markers read already."""
+    folder = row.get("output_dir")
+    if not folder:
+        return False
+    if JobStatus(row["status"]).is_live:
+        return True
+    if owners is None:
+        return ownership.owns(Path(folder), row["id"])
+    if folder not in owners:
+        owners[folder] = ownership.owners(Path(folder))
+    return row["id"] in owners[folder]
+
+
+def claimed_outputs(store: Store) -> list[tuple[str, bool]]:
+    """(output_dir, live) of the jobs that claim an output folder (`holds_folder`): what a new job's must not
+    overlap."""
+    owners: dict[str, frozenset[str]] = {}
+    return [(row["output_dir"], JobStatus(row["status"]).is_live) for row in store.output_dirs()
+            if holds_folder(row, owners)]
+
+
 def check_users(store: Store, job: Job) -> None:
     """JobConflict if another job uses the job's output folder itself or something its delete would remove."""
     if not job.output_dir:
@@ -66,8 +91,23 @@ def check_users(store: Store, job: Job) -> None:
     output = Path(job.output_dir).resolve()
     removed = [str(p) for p in ownership.files(output, job.id)]
     for other in store.jobs_referring_to(str(output), removed, besides=job.id):
+        row = store.get_job(other)
+        if row is None or _only_through_a_folder_it_gave_up(row, job.id, output, removed):
+            continue
         raise JobConflict(f"job {other} still refers to {output}; delete it first, or delete this job without "
                           "its artefacts")
+
+
+def _only_through_a_folder_it_gave_up(row: dict[str, Any], job_id: str, output: Path, removed: list[str]) -> bool:
+    """Whether another job refers to what a delete touches only by an output folder it does not hold: it did not
+    resume the job, and the checkpoint it resumed from (if any) is neither the folder nor inside what goes."""
+    if row.get("resumed_from") == job_id or holds_folder(row):
+        return False
+    checkpoint = (row.get("config") or {}).get("resume_from_checkpoint")
+    if not checkpoint or checkpoint == "latest":
+        return True
+    path = Path(checkpoint).resolve()
+    return path != output and not any(path.is_relative_to(Path(p).resolve()) for p in removed)
 
 
 def remove(job: Job, jobs_dir: Path) -> None:

@@ -188,7 +188,7 @@ class JobManager(Scheduling):
         with self._submit_lock:  # the checks against other jobs and the insert, one submit at a time
             if request_id and (existing := self._store.find_by_request_id(request_id)) is not None:
                 return admission.same_request(existing, request_id, kind, source_job)
-            protect([(row["output_dir"], JobStatus(row["status"]).is_live) for row in self._store.output_dirs()])
+            protect(artefacts.claimed_outputs(self._store))
             if self._store.count_jobs([S.queued.value]) >= self.settings.max_queued_jobs:
                 raise QueueFull(f"{self.settings.max_queued_jobs} jobs are queued already "
                                 "(TUNESTUDIO_MAX_QUEUED_JOBS); wait for some to start or cancel them")

@@ -129,6 +129,7 @@ class Scheduling:
                                         lambda events: self._tracker.on_events(job_id, events),
                                         lambda outcome: self._on_exit(job_id, outcome))
         if (refused := artefacts.take(job_id, row["output_dir"])) is not None:
+            self._store.update_job(job_id, output_dir=None)  # it never took the folder: nothing there is its own
             self._tracker.finish_without_worker(job_id, S.failed, refused)
             return None
         running.supervisor, running.slot, running.launched = supervisor, slot, False

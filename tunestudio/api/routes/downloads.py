@@ -1,9 +1,11 @@
 """A job's files from the browser: its weights as a zip, the files of its output folder (an export's), its metrics as
 CSV. (Its worker log: GET /api/jobs/{id}/log?download=true, routes/logs.py.)
 
-Everything comes from the job's own output folder, listed the same way every time (`job_files`): regular files
-under it, nothing hidden (the ownership marker, a staging or `.partial` folder), no symbolic link. A file is served
-only when its name is one of that list, so no name reaches outside the folder. The weights zip is streamed, a file
+Everything comes from the job's own output folder, listed the same way every time (`job_files`): the regular files
+the job wrote there (what its ownership marker lists as its own, `tunestudio.ownership.files`: never a file the
+user put in the folder, nor anything of a folder the job never took), nothing hidden (the ownership marker, a
+staging or `.partial` folder), no symbolic link. A file is served only when its name is one of that list, so no
+name reaches outside the folder. The weights zip is streamed, a file
 at a time in 1 MiB pieces, never held whole in memory. File names keep their Unicode (RFC 5987 `filename*`, with
 an ASCII `filename` beside it for old clients).
 """
@@ -25,6 +27,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
+from tunestudio import ownership
 from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.schemas import ERRORS
@@ -84,19 +87,27 @@ def _label(job: Job) -> str:
     return name[:100] or job.id
 
 
-def job_files(folder: str | None) -> dict[str, Path]:
-    """name → path of every regular file under `folder` (names relative to it, '/' between parts), sorted."""
-    if not folder:
+def job_files(job: Job, folder: Path | None = None) -> dict[str, Path]:
+    """name → path of every regular file the job wrote under `folder` (its output folder unless given; names
+    relative to it, '/' between parts), sorted: only under the entries its ownership marker lists as its own."""
+    if not job.output_dir:
         return {}
-    root = Path(folder)
-    if root.is_symlink() or not root.is_dir():
+    output = Path(job.output_dir)
+    root = folder or output
+    mine = {path.name for path in ownership.files(output, job.id)}
+    try:
+        top = root.resolve().relative_to(output.resolve()).parts[:1]
+    except (OSError, ValueError):  # not inside the job's folder
+        return {}
+    if not mine or root.is_symlink() or not root.is_dir() or (top and top[0] not in mine):
         return {}
     found: dict[str, Path] = {}
     for here, dirs, names in os.walk(root):  # os.walk does not follow links to folders
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        at_top = not top and Path(here) == root  # the output folder itself: only the job's entries
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (not at_top or d in mine))
         for name in sorted(names):
             path = Path(here) / name
-            if name.startswith(".") or path.is_symlink() or not path.is_file():
+            if name.startswith(".") or (at_top and name not in mine) or path.is_symlink() or not path.is_file():
                 continue
             found[path.relative_to(root).as_posix()] = path
             if len(found) >= MAX_FILES:
@@ -123,9 +134,9 @@ def _weights(job: Job) -> tuple[Path, dict[str, Path]] | str:
         return f"job {job.id} has no result to download: it is {job.status.value}" + (
             "" if job.is_terminal else " (the weights come when it completes, or when it is stopped with a save)")
     folder = weights_folder(job)
-    if folder is None:
+    files = {name: path for name, path in job_files(job, folder).items() if "/" not in name} if folder else {}
+    if folder is None or not files:
         return f"job {job.id} has no weights on disk any more: its output folder holds no adapter or model"
-    files = {name: path for name, path in job_files(str(folder)).items() if "/" not in name}
     return folder, files
 
 
@@ -139,7 +150,7 @@ def _exports(manager: JobManager, job: Job) -> list[ExportFiles]:
     found = [j for j in manager.list(limit=MAX_EXPORTS) if j.kind == "export" and j.source_job == job.id]
     return [ExportFiles(id=j.id, status=j.status.value, target=j.config.target,
                         quantization=j.config.quantization,
-                        files=_listed(job_files(j.output_dir)) if j.is_terminal else [])
+                        files=_listed(job_files(j)) if j.is_terminal else [])
             for j in reversed(found)]
 
 
@@ -157,7 +168,7 @@ def downloads(job_id: str, manager: ManagerDep) -> DownloadsOut:
                              bytes=sum(f.bytes for f in listed))
     return DownloadsOut(
         job_id=job.id, weights=weights, weights_note=found if isinstance(found, str) else None,
-        files=_listed(job_files(job.output_dir)) if job.is_terminal else [], exports=_exports(manager, job),
+        files=_listed(job_files(job)) if job.is_terminal else [], exports=_exports(manager, job),
         metrics=len(manager.metrics(job_id)) if job.kind == "train" else 0,
         log=bool(job.log_path) and Path(job.log_path or "").is_file())
 
@@ -224,15 +235,16 @@ def download_weights(job_id: str, manager: ManagerDep) -> StreamingResponse:
 
 @router.get("/{job_id}/files", response_model=list[FileOut])
 def list_files(job_id: str, manager: ManagerDep) -> list[FileOut]:
-    """Every file of the job's output folder with its size (an export's result: a merged model, a GGUF file...)."""
-    return _listed(job_files(manager.get(job_id).output_dir))
+    """Every file the job wrote in its output folder, with its size (an export's result: a merged model, a GGUF
+    file...); a file the user put there is not the job's."""
+    return _listed(job_files(manager.get(job_id)))
 
 
 @router.get("/{job_id}/files/{name:path}", response_class=FileResponse,
             responses={200: {"content": {"application/octet-stream": {}}}})
 def download_file(job_id: str, name: Annotated[str, PathParam(max_length=4096)], manager: ManagerDep) -> FileResponse:
     """One file of the job's output folder, by its name in GET .../files; any other name is a 404."""
-    path = job_files(manager.get(job_id).output_dir).get(name)
+    path = job_files(manager.get(job_id)).get(name)
     if path is None:
         raise ApiError(404, "not_found", f"job {job_id} has no file {name[:200]!r}", field="name")
     return FileResponse(path, media_type="application/octet-stream",
