@@ -10,10 +10,11 @@ import pytest
 from pydantic import ValidationError
 
 from tunestudio.config import field_errors
-from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs.manager import Job, JobManager
 from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
 from tunestudio.sweeps import SweepConfig, Sweeps
+from tunestudio.sweeps.runner import final_value
 
 from ..helpers import fake_workers
 from ..helpers.jobs import DATA
@@ -63,7 +64,7 @@ def test_a_six_trial_grid_sweep_runs_through_the_queue_and_ranks_by_the_objectiv
             job = manager.get(trial["job_id"])
             assert (job.status, job.sweep_id, job.trial) == (JobStatus.completed, sweep_id, trial["number"])
             assert trial["value"] == pytest.approx(final_loss(trial["params"]))
-            assert trial["best_step"] is None or trial["best_step"] <= 10
+            assert trial["best_step"] == 10  # no early stopping: the value is the last step's weights'
         values = [t["value"] for t in trials]
         assert values == sorted(values)
         assert view["best"]["params"] == {"learning_rate": 1e-3, "lora_r": 16}
@@ -140,6 +141,27 @@ def test_a_sweep_created_confined_fails_a_trial_whose_paths_leave_the_roots(tmp_
         assert refused["error"].startswith(f"output_dir: /tmp/else/trial-{refused['number']} must be a folder strictly "
                                           "inside one of")
         assert [j.trial for j in manager.list(sweep_id=sweep_id)] == [by_dir[str(inside)]["number"]]
+
+
+def test_a_trials_best_step_is_the_step_of_the_weights_its_value_measures() -> None:
+    """final_value: early stopping's best on the objective (its step); else the final evaluation, of the last
+    step's weights, or of the best step's when keep_best restored them (early stopping on another metric)."""
+    config = sweep(objective={"metric": "exact_match"}, sampler="random")
+    evaluation = {"metrics": {"exact_match": {"before": 0.1, "after": 0.5}}}
+
+    def job(result: dict[str, Any], final_metrics: dict[str, Any] | None = None) -> Job:
+        return Job(id="j", status=JobStatus.completed, config=config.trial_config(config.first_point()),
+                   created_at=0.0, progress={"step": 40}, result=result, final_metrics=final_metrics)
+
+    best = {"step": 15, "metric": "exact_match", "value": 0.75, "checkpoint": "/out/checkpoint-15"}
+    assert final_value(job({"best": best, "evaluation": evaluation}), config) == (0.75, 15)
+    assert final_value(job({"evaluation": evaluation}), config) == (0.5, 40)
+    assert final_value(job({}, {"eval_exact_match": 0.25}), config) == (0.25, 40)
+    on_loss = {"step": 20, "metric": "eval_loss", "value": 1.5}
+    assert final_value(job({"best": {**on_loss, "checkpoint": "/out/checkpoint-20"}, "evaluation": evaluation}),
+                       config) == (0.5, 20)  # keep_best: the artefacts, hence the final evaluation, are step 20's
+    assert final_value(job({"best": {**on_loss, "checkpoint": None}, "evaluation": evaluation}), config) == (0.5, 40)
+    assert final_value(job({}), config) == (None, None)
 
 
 def test_a_trial_the_pruner_gives_up_on_stops_early_with_a_save(tmp_path: Path) -> None:

@@ -78,20 +78,23 @@ def record_value(record: dict[str, Any], key: str) -> float | None:
 
 
 def final_value(job: Job, config: SweepConfig) -> tuple[float | None, int | None]:
-    """A finished job's objective and its step: the job's best (early stopping on the same metric), else the
-    final evaluation's value after training, else its final metrics."""
+    """A finished job's objective and the step of the weights it measures (the trial's best_step): the job's
+    best and its step (early stopping on the same metric), else the final evaluation's value after training,
+    else its final metrics: both measure the artefacts, the last step's weights, or with keep_best (early
+    stopping on another metric) the best step's."""
     objective = config.objective
     result = job.result or {}
     best = result.get("best") or {}
     if best.get("metric") in (objective.metric, objective.record_key):
         return float(best["value"]), best.get("step")
+    weights = best.get("step") if best.get("checkpoint") else (job.progress or {}).get("step")
     after = ((result.get("evaluation") or {}).get("metrics") or {}).get(objective.metric) or {}
     if isinstance(after.get("after"), (int, float)):
-        return float(after["after"]), None
+        return float(after["after"]), weights
     for key in (objective.record_key, objective.metric):
         value = (job.final_metrics or {}).get(key)
         if isinstance(value, (int, float)):
-            return float(value), None
+            return float(value), weights
     return None, None
 
 
@@ -300,9 +303,10 @@ class SweepRunner(threading.Thread):
             self._tell(frozen.number, TrialState.PRUNED, best_step=self._best_step(steps))
 
     def _last_value(self, job: Job) -> tuple[float | None, int | None]:
+        """The job's last evaluation of the objective, and its step (the value told is that step's)."""
         values = {r["step"]: v for r in self.manager.metrics(job.id)
                   if (v := record_value(r, self.config.objective.record_key)) is not None}
-        return (values[max(values)], self._best_step(values)) if values else (None, None)
+        return (values[max(values)], max(values)) if values else (None, None)
 
     def _best_step(self, values: dict[int, float]) -> int | None:
         if not values:
