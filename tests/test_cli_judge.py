@@ -1,0 +1,95 @@
+"""`tunestudio judge` as a user runs it: a real process whose own inference worker answers with the session's chat
+job and its base model; the judge a scripted OpenAI-compatible endpoint on loopback that records what it is asked
+and prefers the first answer when the question mentions a cow, else says tie."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tunestudio.jobs.models import Job
+
+from .helpers.chat import ChatHome
+
+CLI = [sys.executable, "-m", "tunestudio.cli"]
+pytestmark = pytest.mark.timeout(900)  # the session's chat job trains first
+ASKED: list[list[dict[str, str]]] = []
+
+
+class Judge(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        messages = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["messages"]
+        ASKED.append(messages)
+        verdict = json.dumps({"verdict": "1" if "cow" in messages[-1]["content"] else "tie", "reason": "scripted"})
+        raw = json.dumps({"choices": [{"message": {"role": "assistant", "content": verdict}}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw.encode())
+
+
+@pytest.fixture(scope="module")
+def judge_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
+
+
+def judge(home: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TUNESTUDIO_HOME": str(home), "COLUMNS": "200", "TUNESTUDIO_JUDGE_URL": url,
+           "TUNESTUDIO_JUDGE_MODEL": "scripted"}
+    return subprocess.run([*CLI, "judge", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_a_job_is_judged_on_its_held_out_rows(chat_home: ChatHome, judge_url: str) -> None:
+    job: Job = chat_home.job
+    ASKED.clear()
+    run = judge(chat_home.home, judge_url, job.id, "--limit", "3", "--max-tokens", "4", "--json")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    judged = json.loads(run.stdout.strip().splitlines()[-1])
+    assert judged["job_id"] == job.id and judged["against"] == f"{job.id}:base"
+    assert judged["judge"] == {"url": judge_url, "model": "scripted"}
+    held = json.loads(Path(job.result["evaluation"]["rows_file"]).read_text())["rows"][:3]
+    assert [r["prompt"] for r in judged["rows"]] == [r["prompt"] for r in held]
+    for row in judged["rows"]:
+        assert isinstance(row["answer"], str) and isinstance(row["other"], str)  # both models answered
+        assert row["first"]["choice"] == row["second"]["choice"] == "tie" and row["outcome"] == "tie"
+    assert judged["summary"]["judged"] == 3 and judged["summary"]["tie_rate"]["value"] == 1.0
+    assert len(ASKED) == 6  # both orders, every row
+
+
+def test_a_prompt_file_is_judged_row_by_row_and_summed_up(chat_home: ChatHome, judge_url: str,
+                                                          tmp_path: Path) -> None:
+    job: Job = chat_home.job
+    prompts = tmp_path / "prompts.jsonl"
+    conversation = [{"role": "system", "content": "Answer in one word."},
+                    {"role": "user", "content": "What colour is it?\n\nbanana"},
+                    {"role": "assistant", "content": "yellow"},
+                    {"role": "user", "content": "What sound does this animal make?\n\ncow"}]
+    prompts.write_text(json.dumps({"messages": conversation}) + "\n" + json.dumps("Write the opposite: big") + "\n")
+    ASKED.clear()
+    run = judge(chat_home.home, judge_url, job.id, "--prompts", str(prompts), "--max-tokens", "4")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = run.stdout
+    assert f"judging job {job.id} against {job.id}:base on 2 prompts" in out
+    # the cow row: Answer 1 preferred in both orders (a position, not an answer): a tie by disagreement
+    assert "tie     1. What sound does this animal make?  cow" in out and "tie     2. Write the opposite: big" in out
+    words = " ".join(out.split())  # the table's title wraps at its width
+    assert "2 of 2 rows judged in both orders" in words and "tie │ 2 │ 100.0% [34.2%, 100.0%]" in words
+    assert "System: Answer in one word." in ASKED[0][-1]["content"]  # the judge read the whole conversation
