@@ -242,11 +242,14 @@ def protect_inputs(cfg: JobConfig) -> None:
     the eval file, a reward function's file or the checkpoint the job resumes from ("latest", its own
     output's newest checkpoint, is the one exception). A folder beside the data is fine.
     """
-    if not cfg.output_dir:
-        return
-    out = _abs(cfg.output_dir)
-    folders: list[tuple[str, str]] = []  # (field, path) of inputs that are folders
-    files: list[tuple[str, str]] = []  # (field, path) of inputs that are files (or a checkpoint folder)
+    if cfg.output_dir:
+        _refuse_overlap(cfg.output_dir, *_inputs(cfg))
+
+
+def _inputs(cfg: JobConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(field, path) of what the job reads that is a folder, and of what is a file (a checkpoint: a folder)."""
+    folders: list[tuple[str, str]] = []
+    files: list[tuple[str, str]] = []
     if (model := _local_model(cfg)) is not None:
         folders.append(("model_name", model))
     for raw in cfg.local_datasets:
@@ -260,17 +263,24 @@ def protect_inputs(cfg: JobConfig) -> None:
         files.append(("held_out_rows", cfg.held_out_rows))
     if cfg.resume_from_checkpoint and cfg.resume_from_checkpoint != "latest":
         folders.append(("resume_from_checkpoint", cfg.resume_from_checkpoint))
+    return folders, files
+
+
+def _refuse_overlap(output_dir: str, folders: list[tuple[str, str]], files: list[tuple[str, str]]) -> None:
+    """PathRefused (naming output_dir and the input's field) if output_dir is, holds or lies inside one of the
+    input folders, or holds one of the input files."""
+    out = _abs(output_dir)
     for field, raw in folders:
         path = _abs(raw)
         if out == path or out.is_relative_to(path) or path.is_relative_to(out):
             where = "is" if out == path else "lies inside" if out.is_relative_to(path) else "holds"
-            raise PathRefused("output_dir", f"{cfg.output_dir} {where} the {field} folder {path}: a job never "
+            raise PathRefused("output_dir", f"{output_dir} {where} the {field} folder {path}: a job never "
                                             "writes into its own inputs; choose a folder of its own",
                               also=field)
     for field, raw in files:
         path = _abs(raw)
         if path.is_relative_to(out):
-            raise PathRefused("output_dir", f"{cfg.output_dir} holds the {field} file {path}: a job never writes "
+            raise PathRefused("output_dir", f"{output_dir} holds the {field} file {path}: a job never writes "
                                             "where its inputs are; choose a folder of its own (beside the data "
                                             "is fine)", also=field)
 
@@ -336,20 +346,14 @@ def export_checkpoint(raw: str | None, source_output: str) -> str | None:
     return str(path.resolve())
 
 
-def protect_export_inputs(output_dir: str, model: str, checkpoint: str | None) -> None:
-    """`protect_inputs` for an export: its folder is not, holds or lies in the checkpoint it exports or the
-    source job's model folder (`model`: its model_name)."""
-    out = _abs(output_dir)
-    inputs = [("checkpoint", checkpoint)]
-    if looks_like_path(model) or _on_disk(model, "is_dir"):
-        inputs.append(("model_name", model))
-    for field, raw in inputs:
-        if not raw:
-            continue
-        path = _abs(raw)
-        if out == path or out.is_relative_to(path) or path.is_relative_to(out):
-            raise PathRefused("output_dir", f"{output_dir} overlaps the {field} folder {path} the export reads; "
-                                            "choose a folder of its own", also=field)
+def protect_export_inputs(output_dir: str, source: JobConfig, checkpoint: str | None) -> None:
+    """`protect_inputs` for an export: its folder is not, holds or lies in the checkpoint it exports, nor any
+    input of the job it exports (its model folder, dataset folders and files, eval file, hub-dataset folder,
+    reward files, held-out record, the checkpoint it resumed from)."""
+    folders, files = _inputs(source)
+    if checkpoint:
+        folders.insert(0, ("checkpoint", checkpoint))
+    _refuse_overlap(output_dir, folders, files)
 
 
 def confine_output(output_dir: str | None, roots: Roots) -> None:

@@ -176,3 +176,32 @@ def test_ranks_beyond_the_machine_and_keys_of_another_request_are_refused(tmp_pa
         manager.submit(job_config("org/fake", tmp_path / "cluster", num_processes=too_many))
     finally:
         manager.close()
+
+
+def test_an_export_never_writes_into_its_sources_inputs(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text((DATA / "alpaca.jsonl").read_text())
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    (evals / "val.jsonl").write_text((DATA / "alpaca.jsonl").read_text())
+    hub = tmp_path / "hub"  # a dataset saved with save_to_disk or a folder of files: hf_dataset as a local path
+    hub.mkdir()
+    (hub / "train.jsonl").write_text((DATA / "alpaca.jsonl").read_text())
+    with JobManager(settings(tmp_path), worker_target=fake_workers.writes_output) as manager:
+        local = manager.submit(job_config("org/fake", tmp_path / "run", local_datasets=[str(data)],
+                                          eval_split=str(evals / "val.jsonl")))
+        remote = manager.submit(job_config("org/fake", tmp_path / "run2", local_datasets=[], hf_dataset=str(hub)))
+        assert _end(manager, local.id) is S.completed and _end(manager, remote.id) is S.completed
+        cases = [  # (source, output_dir, the input it clashes with)
+            (local, data / "exported", "local_datasets"),  # inside the dataset folder: new, so takeable
+            (local, data, "local_datasets"),
+            (local, evals, "eval_split"),  # holds the eval file
+            (remote, hub / "exported", "hf_dataset"),
+        ]
+        for source, output_dir, field in cases:
+            with pytest.raises(PathRefused) as info:
+                manager.export(source.id, ExportOptions(target="merged", output_dir=str(output_dir)))
+            assert info.value.fields == ["output_dir", field], (output_dir, str(info.value))
+        assert not (data / "exported").exists() and not (hub / "exported").exists()
+        assert sorted(p.name for p in data.iterdir()) == ["train.jsonl"]

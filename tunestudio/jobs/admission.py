@@ -59,10 +59,10 @@ def export_config(source: Job, options: ExportOptions) -> ExportConfig:
 
 
 def check_export(config: ExportConfig, source: Job, data_dir: Path, others: list[tuple[str, bool]]) -> None:
-    """An export's output folder: its own (not the source's, its checkpoint or model, nor another job's)."""
+    """An export's output folder: its own (not the source's, its checkpoint or inputs, nor another job's)."""
     assert config.output_dir is not None and source.output_dir is not None
     paths.protect_export_dir(config.output_dir, source.output_dir, data_dir, others)
-    paths.protect_export_inputs(config.output_dir, source.train_config.model_name, config.checkpoint)
+    paths.protect_export_inputs(config.output_dir, source.train_config, config.checkpoint)
     _check_takeable(config.output_dir)
 
 
