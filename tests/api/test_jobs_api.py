@@ -391,3 +391,29 @@ def test_a_job_stopped_early_is_completed_with_its_reason_and_says_its_best_step
         refused = client.post("/api/jobs", json={**request, "eval_steps": 0}, headers=JSON)
         assert refused.status_code == 422 and "early_stopping" in refused.text and "eval_steps" in refused.text
     manager.close()
+
+
+def test_a_refused_checkpoint_says_nothing_about_whether_its_path_exists(tmp_path: Path) -> None:
+    quick = settings(tmp_path)
+    manager = JobManager(quick, worker_target=fake_workers.writes_output)
+    with running_server(quick, manager) as url, httpx.Client(base_url=url, timeout=30) as client:
+        source = client.post("/api/jobs", json=body("org/fake", tmp_path)).json()["id"]
+        wait_until(lambda: client.get(f"/api/jobs/{source}").json()["status"] == "completed", 30, "the job")
+        outside = tmp_path / "outside"
+        (outside / "checkpoint-5").mkdir(parents=True)
+        pairs = [  # (a path that exists, one that does not)
+            ("/etc", "/no-such-folder-4711"),
+            (str(outside / "checkpoint-5"), str(outside / "checkpoint-6")),
+            ("~root", "~no-such-user-4711"),
+            ("../checkpoint-1", "../checkpoint-99"),
+        ]
+        for there, missing in pairs:
+            said = []
+            for raw in (there, missing):
+                refused = client.post(f"/api/jobs/{source}/exports", json={"target": "merged", "checkpoint": raw},
+                                      headers=JSON)
+                assert refused.status_code == 422 and refused.json()["detail"]["field"] == "checkpoint", raw
+                said.append(refused.json()["detail"]["message"].replace(repr(raw), "NAME"))
+            assert said[0] == said[1], (there, missing, said)
+            assert "exist" not in said[0] and "no such" not in said[0]
+    manager.close()

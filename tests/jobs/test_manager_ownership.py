@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,43 @@ def test_an_export_never_writes_into_its_sources_inputs(tmp_path: Path) -> None:
             assert info.value.fields == ["output_dir", field], (output_dir, str(info.value))
         assert not (data / "exported").exists() and not (hub / "exported").exists()
         assert sorted(p.name for p in data.iterdir()) == ["train.jsonl"]
+
+
+def test_an_export_never_writes_into_its_sources_model_folder(tmp_path: Path, tiny_model: Path) -> None:
+    model = tmp_path / "models" / "tiny"
+    shutil.copytree(tiny_model, model)
+    with JobManager(settings(tmp_path), worker_target=fake_workers.writes_output) as manager:
+        source = manager.submit(job_config(str(model), tmp_path / "run"))
+        assert _end(manager, source.id) is S.completed
+        for output_dir in (model / "exported", model, tmp_path / "models"):  # inside, the folder, around it
+            with pytest.raises(PathRefused) as info:
+                manager.export(source.id, ExportOptions(target="merged", output_dir=str(output_dir)))
+            assert info.value.fields == ["output_dir", "model_name"], output_dir
+        assert sorted(p.name for p in model.iterdir()) == sorted(p.name for p in tiny_model.iterdir())
+
+
+def test_a_job_never_writes_into_its_dataset_folder_hub_folder_or_around_its_held_out_record(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text((DATA / "alpaca.jsonl").read_text())
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    (hub / "train.jsonl").write_text((DATA / "alpaca.jsonl").read_text())
+    record = tmp_path / "earlier" / "held_out.json"
+    record.parent.mkdir()
+    record.write_text("{}")
+    manager = JobManager(settings(tmp_path), worker_target=fake_workers.instant)  # not started: nothing runs
+    try:
+        cases = [  # (output_dir, other fields, the input it clashes with)
+            (data / "out", {"local_datasets": [str(data)]}, "local_datasets"),  # a dataset given as a folder
+            (hub / "out", {"local_datasets": [], "hf_dataset": str(hub)}, "hf_dataset"),  # a local hub dataset
+            (record.parent, {"eval_steps": 5, "held_out_rows": str(record)}, "held_out_rows"),
+            (tmp_path, {"eval_steps": 5, "held_out_rows": str(record)}, "held_out_rows"),  # holds it deeper
+        ]
+        for output_dir, fields, other in cases:
+            with pytest.raises(PathRefused) as info:
+                manager.submit(job_config("org/fake", output_dir, **fields))
+            assert info.value.fields == ["output_dir", other], (output_dir, str(info.value))
+        assert manager.count() == 0 and not (data / "out").exists() and not (hub / "out").exists()
+    finally:
+        manager.close()
