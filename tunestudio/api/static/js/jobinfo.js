@@ -70,7 +70,9 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
     delError.textContent = "";
     const withArtefacts = el("input", {type: "checkbox", id: "delete-artefacts"});
     const dialog = document.getElementById("confirm");
-    const extra = el("label", {class: "check confirm-extra"}, withArtefacts, " also delete its output folder and log");
+    // Delete removes only what the job wrote (its ownership marker's list): files the user put there stay.
+    const extra = el("label", {class: "check confirm-extra"}, withArtefacts,
+      " also delete the files it wrote and its log (files you added to its folder stay)");
     const text = dialog.querySelector("#confirm-text");
     const ok = confirmAction(`Delete job ${job.id}?`, "The job leaves the list, with its metrics and events. "
       + "This cannot be undone.", "Delete", "Keep it");
@@ -86,8 +88,8 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
         const exports = err instanceof ApiError && err.status === 409 ? err.detail.exports : null;
         if (!exports || !exports.length) throw err;
         const also = await confirmAction(`Delete its exports too?`, `Job ${job.id} has ${exports.length} `
-          + `export(s) with files: ${exports.join(", ")}. They are deleted with it, their folders included.`,
-          "Delete them too", "Keep everything");
+          + `export(s) with files: ${exports.join(", ")}. The files they wrote are deleted with it; files you `
+          + "added to their folders stay.", "Delete them too", "Keep everything");
         if (!also) return;
         await api.deleteJob(job.id, true, true);
       }
