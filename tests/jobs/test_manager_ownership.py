@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ from tunestudio.jobs.models import JobConflict
 from tunestudio.jobs.status import JobStatus
 from tunestudio.paths import PathRefused
 from tunestudio.settings import Settings
+from tunestudio.worker import child
+from tunestudio.worker.child import WorkerArgs
 
 from ..helpers import fake_workers
 from ..helpers.jobs import DATA, job_config
@@ -246,3 +250,35 @@ def test_a_job_never_writes_into_its_dataset_folder_hub_folder_or_around_its_hel
         assert manager.count() == 0 and not (data / "out").exists() and not (hub / "out").exists()
     finally:
         manager.close()
+
+
+def killed_while_staging(args: WorkerArgs) -> None:
+    """A training job writes as fake_workers.writes_output; an export stages half a file and is killed (SIGKILL)."""
+    if args.kind == "train":
+        fake_workers.writes_output(args)
+        return
+    child.become_worker(args)
+    (ownership.stage(Path(args.public_config["output_dir"])) / "model.gguf").write_bytes(b"half")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_exports_staging_folder_goes_and_never_one_the_user_made(tmp_path: Path) -> None:
+    with JobManager(settings(tmp_path), worker_target=killed_while_staging) as manager:
+        source = manager.submit(job_config("org/fake", tmp_path / "run"))
+        assert _end(manager, source.id) is S.completed
+        killed = manager.export(source.id, ExportOptions(target="gguf-lora"))
+        assert _end(manager, killed.id) is S.failed
+        out = Path(manager.get(killed.id).output_dir or "")
+        assert not ownership.staging(out).exists()  # removed when it ended, with the folders it made
+        assert not (tmp_path / "run" / "exports").exists()
+        (ownership.stage(out) / "model.gguf").write_bytes(b"half")  # one a crash of the studio itself left
+        manager.delete(killed.id, delete_artifacts=True)
+        assert not ownership.staging(out).exists()
+
+        other = manager.export(source.id, ExportOptions(target="merged"))
+        assert _end(manager, other.id) is S.failed
+        theirs = ownership.staging(Path(manager.get(other.id).output_dir or ""))
+        theirs.mkdir(parents=True)  # a folder of that name with no marker of ours
+        (theirs / "draft.txt").write_text("the user's")
+        manager.delete(other.id, delete_artifacts=True)
+        assert (theirs / "draft.txt").read_text() == "the user's"

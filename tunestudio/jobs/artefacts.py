@@ -40,6 +40,9 @@ def seal(job_id: str, output_dir: str | None) -> None:
     if not output_dir:
         return
     try:
+        # A staging folder beside it is an export's into this folder (no two live jobs share one): the worker
+        # has ended, so it is stale (killed before it could remove it). Gone first, the folders it made can go.
+        ownership.discard_staging(Path(output_dir))
         if not ownership.seal(Path(output_dir), job_id):
             ownership.release(Path(output_dir), job_id)
     except OSError as exc:  # a full disk, a folder gone: delete then removes less, never more
@@ -111,7 +114,10 @@ def _only_through_a_folder_it_gave_up(row: dict[str, Any], job_id: str, output: 
 
 
 def remove(job: Job, jobs_dir: Path) -> None:
-    """Remove what the job wrote (only that: ownership.release) and its jobs/ID folder."""
+    """Remove what the job wrote (only that: ownership.release), a staging folder it left (only one tunestudio
+    made), and its jobs/ID folder."""
     if job.output_dir:
+        if job.kind == "export":  # first: then the folders the export made can go
+            ownership.discard_staging(Path(job.output_dir).resolve())
         ownership.release(Path(job.output_dir).resolve(), job.id)
     shutil.rmtree(jobs_dir / job.id, ignore_errors=True)
