@@ -1,11 +1,13 @@
 """/v1/completions through OpenAI's own client, against a real server, the session's trained LoRA job and a real
-inference worker; echoed log-probabilities against plain transformers + peft, computed in a child process."""
+inference worker; echoed log-probabilities against plain transformers + peft, computed in a child process; each
+echoed token's text_offset against the text."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -71,6 +73,19 @@ def reference_logprobs(model: str, adapter: str | None, prompts: list[list[int]]
         child.join(60)
 
 
+def assert_offsets_point_at_tokens(choice: Any) -> None:
+    """Each token's text_offset is where that token stands in the choice's text (echoed prompt and answer); an end
+    token that stopped the choice is listed last, at the end of the text, and is not in it."""
+    text, logprobs = choice.text, choice.logprobs
+    tokens, offsets = logprobs.tokens, logprobs.text_offset
+    assert len(offsets) == len(tokens) > 0
+    if choice.finish_reason == "stop" and offsets[-1] == len(text):
+        tokens, offsets = tokens[:-1], offsets[:-1]
+    for token, offset in zip(tokens, offsets, strict=True):
+        assert text[offset: offset + len(token)] == token, (offset, token, text)
+    assert "".join(tokens) == text[: offsets[-1] + len(tokens[-1])]  # nothing between them: each follows the last
+
+
 def test_echo_logprobs_match_plain_transformers_for_the_job_and_its_base(client: openai.OpenAI, job: Job,
                                                                          tiny_model: Path) -> None:
     # What lm-evaluation-harness sends for a loglikelihood: a batch of token-id prompts, one token, echo.
@@ -91,10 +106,30 @@ def test_echo_logprobs_match_plain_transformers_for_the_job_and_its_base(client:
             # lm_eval's greedy check: each position's top alternative against the token's own log-probability
             for mine, top in zip(logprobs.token_logprobs[1:], logprobs.top_logprobs[1:], strict=True):
                 assert max(top.values()) >= mine
-            assert logprobs.text_offset == sorted(logprobs.text_offset)
+            assert_offsets_point_at_tokens(choice)
         assert answer.usage.prompt_tokens == sum(map(len, prompts)) and answer.usage.completion_tokens == 3
     # The base and the job differ: the adapter is on for one and off for the other.
     assert expected != reference_logprobs(str(tiny_model), job.output_dir, prompts)
+
+
+def test_a_flat_list_of_token_ids_is_one_prompt(client: openai.OpenAI, job: Job) -> None:
+    ids = [5, 77, 499, 84, 275]
+    flat = client.completions.create(model=job.id, prompt=ids, max_tokens=3, logprobs=1, echo=True, temperature=0)
+    nested = client.completions.create(model=job.id, prompt=[ids], max_tokens=3, logprobs=1, echo=True,
+                                       temperature=0)
+    assert [c.index for c in flat.choices] == [0] and flat.usage.prompt_tokens == len(ids)
+    assert flat.choices[0].text == nested.choices[0].text
+    assert flat.choices[0].logprobs.token_logprobs == nested.choices[0].logprobs.token_logprobs
+    assert len(flat.choices[0].logprobs.tokens) >= len(ids)  # the prompt's tokens echoed, then the answer's
+
+
+def test_echoed_text_offsets_point_at_each_token(client: openai.OpenAI, job: Job) -> None:
+    for prompt in (TURN, "The quick brown fox, twice: the quick brown fox."):
+        answer = client.completions.create(model=job.id, prompt=prompt, max_tokens=8, logprobs=1, echo=True,
+                                           temperature=0)
+        choice = answer.choices[0]
+        assert choice.text.startswith(prompt) and choice.logprobs.text_offset[0] == 0
+        assert_offsets_point_at_tokens(choice)
 
 
 def test_text_prompts_whole_and_streamed_agree(client: openai.OpenAI, job: Job) -> None:
