@@ -1,27 +1,50 @@
 """The judge's answers from the inference pool, by the same path `/v1/chat/completions` takes (resolve the model
-id, generate greedily): shared by the API's judgements and `tunestudio judge`."""
+id, generate greedily): shared by the API's judgements and `tunestudio judge`.
+
+An answer is bounded: when the inference worker says nothing about it (no start, no text, no end) for
+`idle_timeout` seconds, it is cancelled and its row has no answer (an error naming the model and the wait, never a
+tie), so a hung worker cannot hold a judgement forever. A long answer that keeps streaming is not cut.
+"""
 
 from __future__ import annotations
 
+import queue
+
 from tunestudio.inference import InferencePool, InferenceUnavailable, JobSource, UnknownModel, resolve
-from tunestudio.inference_protocol import GenerateParams
+from tunestudio.inference_protocol import Delta, Done, Error, GenerateParams, Reply
 from tunestudio.judge.core import Answerer, JudgeError, Messages
 
 MAX_ANSWER_TOKENS = 256
+ANSWER_IDLE_S = 300.0  # the worker's silence about one answer (a model's first load included) that ends it
 
 
-def pool_answerer(pool: InferencePool, jobs: JobSource, model_id: str,
-                  max_tokens: int = MAX_ANSWER_TOKENS) -> Answerer:
-    """An Answerer for a chat model id (`<job>`, `<job>:base`): greedy, at most max_tokens."""
+def pool_answerer(pool: InferencePool, jobs: JobSource, model_id: str, max_tokens: int = MAX_ANSWER_TOKENS,
+                  idle_timeout: float = ANSWER_IDLE_S) -> Answerer:
+    """An Answerer for a chat model id (`<job>`, `<job>:base`): greedy, at most max_tokens; JudgeError when the
+    model is unknown, the worker fails, or it says nothing for idle_timeout seconds (the request is cancelled)."""
     params = GenerateParams(max_tokens=max_tokens, temperature=0.0)
 
     def answer(messages: Messages) -> str:
+        replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         try:
-            generation = pool.generate(resolve(jobs, model_id), messages, params)
-            text = "".join(generation)
-            generation.result()
+            generation = pool.generate(resolve(jobs, model_id), messages, params, deliver=replies.put)
         except (UnknownModel, InferenceUnavailable) as exc:
             raise JudgeError(f"{model_id}: {exc}") from None
-        return text
+        text: list[str] = []
+        while True:
+            try:
+                reply = replies.get(timeout=idle_timeout)
+            except queue.Empty:
+                generation.cancel()
+                raise JudgeError(f"{model_id}: the inference worker said nothing for {idle_timeout:g} s "
+                                 f"({len(text)} pieces of text so far); the answer was cancelled") from None
+            if isinstance(reply, Delta):
+                text.append(reply.text)
+            elif isinstance(reply, Error):
+                raise JudgeError(f"{model_id}: {reply.message}")
+            elif isinstance(reply, Done):
+                if reply.finish_reason == "cancelled":  # the pool closed under it: a part of an answer is none
+                    raise JudgeError(f"{model_id}: the answer was cancelled (the inference pool is closing)")
+                return "".join(text)
 
     return answer
