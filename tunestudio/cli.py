@@ -200,6 +200,8 @@ def jobs_show(job_id: str) -> None:
             if value not in (None, ""):
                 table.add_row(name, str(value.value if isinstance(value, JobStatus) else value))
         table.add_row("resumable", "yes" if job.resumable else "no")
+        if job.sweep_id is not None:  # a sweep's trial: `tunestudio sweep` and GET /api/sweeps/{id} rank it
+            table.add_row("sweep", f"{job.sweep_id}, trial {job.trial}")
         best = (job.result or {}).get("best")
         if best:
             table.add_row("best", _best_text(Best.model_validate(best)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,11 @@ def test_the_cli_runs_a_sweep_and_names_the_best(tmp_path: Path, monkeypatch: py
     assert result.exit_code == 0, result.output
     assert "completed, 2/2 trials" in result.output
     assert "best: trial" in result.output and "lora_r=16" in result.output.split("best: trial")[1]
+    number, job_id = re.search(r"best: trial (\d+) \(job (\S+)\)", result.output).groups()
+    shown = CliRunner().invoke(app, ["jobs", "show", job_id])  # the job says which sweep and trial it is
+    assert shown.exit_code == 0, shown.output
+    sweep_id = re.search(r"sweep (sw-[0-9a-f]+):", result.output).group(1)
+    assert re.search(rf"^ *sweep +{sweep_id}, trial {number} *$", shown.output, re.MULTILINE), shown.output
 
 
 def test_a_bad_sweep_file_names_the_field_and_starts_nothing(tmp_path: Path) -> None:

@@ -55,6 +55,9 @@ def test_a_sweep_through_the_api_ranks_its_trials_and_names_the_best(client: Tes
     assert sweep["best"] == {k: trials[0][k] for k in ("number", "job_id", "value", "params")}
     job = client.get(f"/api/jobs/{sweep['best']['job_id']}").json()
     assert job["status"] == "completed"
+    assert (job["sweep_id"], job["trial"]) == (sweep_id, sweep["best"]["number"])  # the job says what it is
+    assert [(j["sweep_id"], j["trial"]) for j in client.get("/api/jobs").json()["items"]
+            if j["id"] == job["id"]] == [(sweep_id, sweep["best"]["number"])]
     assert [s["id"] for s in client.get("/api/sweeps").json()["items"]] == [sweep_id]
     assert client.post(f"/api/sweeps/{sweep_id}/stop", json={}).status_code == 409  # over already
     assert client.request("DELETE", f"/api/sweeps/{sweep_id}", json={}).status_code == 204

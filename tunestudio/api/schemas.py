@@ -56,6 +56,8 @@ class JobOut(BaseModel):
 
     name: str | None = None
     notes: str | None = None
+    sweep_id: str | None = Field(default=None, description="A sweep's trial: its sweep (GET /api/sweeps/{id}).")
+    trial: int | None = Field(default=None, description="A sweep's trial: its number in the sweep.")
     resumed_by: str | None = Field(default=None, description="The job that resumed this one.")
     queue_position: int | None = Field(default=None, description="1: the next queued job to start.")
     # What the job allows now, from tunestudio.jobs.status: clients never keep their own status sets.
