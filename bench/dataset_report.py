@@ -12,9 +12,12 @@ Generates an alpaca JSONL file (seeded: instructions of 6–30 words and answers
   converts, tokenises with the embedded tiny model's tokenizer (chat template included), finds exact and
   near duplicates and the held-out split's overlap, and answers the report as JSON.
 
-It checks the report found the planted duplicates (at least as many as planted), prints the times, the
-report's ratio to each baseline and its own compute time (without the child's imports), and ends with one
-JSON line.
+It checks the report's counts exactly, as the tests do: every row read and usable and none refused; exactly
+the exact and near duplicates planted; the rows max_seq_length cuts and the tokens lost, as the tokenising
+baseline counts them row by row; the 128 held-out rows, and how many of them repeat a training row exactly
+(the same content) or nearly (a row of the same planted family), from the generator's own record. Then it
+prints the times, the report's ratio to each baseline and its own compute time (without the child's
+imports), and ends with one JSON line.
 
     .venv/bin/python bench/dataset_report.py [--rows 50000] [--rounds 2]
 """
@@ -29,81 +32,109 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tunestudio import paths  # noqa: E402
-from tunestudio.data_report import ReportRequest, run_report  # noqa: E402
+from tunestudio.config import ReportSpec  # noqa: E402
+from tunestudio.data_report import resolved, run_report  # noqa: E402
 
 TINY = REPO / "models" / "tiny-llama"
+MAX_SEQ_LENGTH = 512
 
 
-def generate(path: Path, rows: int, seed: int = 0) -> dict[str, int]:
-    """Write `rows` alpaca rows; returns how many exact and near duplicates were planted."""
+@dataclass
+class Generated:
+    planted: dict[str, int]  # exact and near duplicates planted
+    contents: list[str] = field(default_factory=list)  # each row's content, in the file's order
+    families: list[int] = field(default_factory=list)  # each row's first ancestor: its copies and near copies share it
+
+
+def generate(path: Path, rows: int, seed: int = 0) -> Generated:
+    """Write `rows` alpaca rows, recording which are copies or near copies of which."""
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
     vocabulary = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(3000)]
     words = lambda n: " ".join(rng.choice(vocabulary) for _ in range(n))  # noqa: E731
     written: list[dict[str, str]] = []
-    planted = {"exact": 0, "near": 0}
+    made = Generated({"exact": 0, "near": 0})
     with path.open("w", encoding="utf-8") as fh:
-        for _ in range(rows):
+        for number in range(rows):
             roll = rng.random()
+            family = number
             if written and roll < 0.01:
-                row = dict(rng.choice(written))
-                planted["exact"] += 1
+                at = rng.randrange(len(written))  # as rng.choice(written) picks
+                row, family = dict(written[at]), made.families[at]
+                made.planted["exact"] += 1
             elif written and roll < 0.02:
-                base = rng.choice(written)
+                at = rng.randrange(len(written))
+                base, family = written[at], made.families[at]
                 answer = base["output"].split()
                 answer[-1] = rng.choice(vocabulary)  # one word of a long answer changed
                 row = {**base, "output": " ".join(answer)}
-                planted["near"] += 1
+                made.planted["near"] += 1
             else:
                 row = {"instruction": words(rng.randint(6, 30)), "input": "", "output": words(rng.randint(15, 120))}
             written.append(row)
+            made.contents.append(json.dumps(row, sort_keys=True))
+            made.families.append(family)
             fh.write(json.dumps(row) + "\n")
-    return planted
+    return made
+
+
+def expected_overlap(made: Generated, seed: int) -> tuple[int, int, int]:
+    """(held-out rows, those repeating a training row exactly, those repeating one nearly): the job's split of
+    the rows (none refused, no dedupe), compared by the generator's record, not by the report's code."""
+    from tunestudio.worker.data import eval_size, hold_out
+
+    n = len(made.contents)
+    train, held = hold_out(list(range(n)), eval_size(n, None), seed)
+    contents = {made.contents[i] for i in train}
+    families = {made.families[i] for i in train}
+    exact = sum(made.contents[i] in contents for i in held)
+    near = sum(made.contents[i] not in contents and made.families[i] in families for i in held)
+    return len(held), exact, near
 
 
 def _read(path: str, done: mp.Queue) -> None:
-    from tunestudio.config import JobConfig
     from tunestudio.worker.data.sources import read_rows
 
-    rows = read_rows(JobConfig.model_validate({"model_name": "none", "local_datasets": [path]}))
+    rows = read_rows(ReportSpec(local_datasets=[path]))
     done.put(len(rows.train))
 
 
 def _tokenise(path: str, done: mp.Queue) -> None:
     from transformers import AutoTokenizer
 
-    from tunestudio.config import JobConfig
     from tunestudio.worker.data.formats import resolve_format
     from tunestudio.worker.data.sources import read_rows
 
-    cfg = JobConfig.model_validate({"model_name": str(TINY), "local_datasets": [path]})
-    rows = read_rows(cfg).train
-    _, convert, _ = resolve_format(cfg, rows)
+    spec = ReportSpec(local_datasets=[path])
+    rows = read_rows(spec).train
+    _, convert, _ = resolve_format(spec, rows)
     tokenizer = AutoTokenizer.from_pretrained(str(TINY))
-    total = 0
+    lengths = []
     for row in rows:
         example = convert(row.data)
-        total += len(tokenizer.apply_chat_template(example["prompt"] + example["completion"], tokenize=True,
-                                                   return_dict=True)["input_ids"])
-    done.put(total)
+        lengths.append(len(tokenizer.apply_chat_template(example["prompt"] + example["completion"], tokenize=True,
+                                                         return_dict=True)["input_ids"]))
+    over = [n - MAX_SEQ_LENGTH for n in lengths if n > MAX_SEQ_LENGTH]
+    done.put({"rows": len(lengths), "cut_rows": len(over), "cut_tokens": sum(over)})
 
 
-def baseline(path: Path, target=_read) -> float:
+def baseline(path: Path, target=_read) -> tuple[float, object]:
+    """(seconds, what the child found) of a spawned child doing target's work on the file."""
     ctx = mp.get_context("spawn")
     done = ctx.Queue()
     started = time.monotonic()
     proc = ctx.Process(target=target, args=(str(path), done))
     proc.start()
-    count = done.get(timeout=600)
+    found = done.get(timeout=600)
     proc.join(60)
-    assert count > 0
-    return time.monotonic() - started
+    assert found
+    return time.monotonic() - started, found
 
 
 def main() -> None:
@@ -115,35 +146,45 @@ def main() -> None:
         sys.exit(f"build the tiny model first: .venv/bin/tunestudio make-tiny-model {TINY}")
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
     path = work / "rows.jsonl"
-    planted = generate(path, args.rows)
+    generated = generate(path, args.rows)
+    planted = generated.planted
     print(f"{args.rows:,} rows, {path.stat().st_size / 1e6:.1f} MB; planted {planted['exact']} exact and "
           f"{planted['near']} near duplicates")
-    config = paths.resolve(ReportRequest(local_datasets=[str(path)], model_name=str(TINY), max_seq_length=512,
-                                         held_out=True).job_config())
+    spec = resolved(ReportSpec(local_datasets=[str(path)], model_name=str(TINY), max_seq_length=MAX_SEQ_LENGTH,
+                               held_out=True))
     base_s, tokenise_s, report_s, compute_s = [], [], [], []
-    report = {}
+    report: dict = {}
+    counted: object = None
     for round_ in range(1, args.rounds + 1):
-        base_s.append(baseline(path))
-        tokenise_s.append(baseline(path, _tokenise))
+        base_s.append(baseline(path)[0])
+        seconds, counted = baseline(path, _tokenise)
+        tokenise_s.append(seconds)
         started = time.monotonic()
-        report = run_report(config, tokenize=True, timeout_s=1800)
+        report = run_report(spec, timeout_s=1800)
         report_s.append(time.monotonic() - started)
         compute_s.append(report["seconds"])
         print(f"round {round_}: read {base_s[-1]:.2f} s, read and tokenise as TRL {tokenise_s[-1]:.2f} s, "
               f"report {report_s[-1]:.2f} s (of which computing {compute_s[-1]:.2f} s)")
-    dup = report["duplicates"]
-    assert report["rows"] == args.rows, report["rows"]
-    assert dup["exact"] >= planted["exact"] and dup["near"] >= planted["near"], (dup, planted)
+    dup, lengths, overlap = report["duplicates"], report["lengths"], report["eval_overlap"]
+    assert (report["rows"], report["usable"], report["refused_count"]) == (args.rows, args.rows, 0), report
+    assert (dup["exact"], dup["near"]) == (planted["exact"], planted["near"]), (dup, planted)
+    measured = {"rows": lengths["rows"], "cut_rows": lengths["cut_rows"], "cut_tokens": lengths["cut_tokens"]}
+    assert measured == counted and sum(lengths["histogram"]["counts"]) == args.rows, (measured, counted)
+    held, exact, near = expected_overlap(generated, spec.random_seed)
+    assert (overlap["eval_rows"], overlap["exact"], overlap["near"]) == (held, exact, near), (overlap, exact, near)
     read, made, tokenise = statistics.median(base_s), statistics.median(report_s), statistics.median(tokenise_s)
-    print(f"found {dup['exact']} exact, {dup['near']} near duplicates; lengths {report['lengths']['min']}–"
-          f"{report['lengths']['max']} tokens, keep_99 {report['lengths']['keep_99']}; eval overlap "
-          f"{report['eval_overlap']['exact']} exact, {report['eval_overlap']['near']} near")
+    print(f"found exactly the {dup['exact']} exact and {dup['near']} near duplicates planted; lengths "
+          f"{lengths['min']}–{lengths['max']} tokens, keep_99 {lengths['keep_99']}, max_seq_length {MAX_SEQ_LENGTH} "
+          f"cuts {lengths['cut_rows']} rows ({lengths['cut_tokens']} tokens), as counted row by row; eval overlap of "
+          f"the {held} held-out rows: {overlap['exact']} exact, {overlap['near']} near, as the generator's record "
+          "says")
     print(f"median: read {read:.2f} s, read and tokenise as TRL {tokenise:.2f} s, report {made:.2f} s; "
           f"report / read {made / read:.2f}, report / tokenise {made / tokenise:.2f}")
     print(json.dumps({"bench": "dataset_report", "rows": args.rows, "read_s": round(read, 2),
                       "tokenise_s": round(tokenise, 2), "report_s": round(made, 2),
                       "report_compute_s": round(statistics.median(compute_s), 2), "ratio": round(made / read, 2),
                       "ratio_to_tokenise": round(made / tokenise, 2), "exact": dup["exact"], "near": dup["near"],
+                      "cut_rows": lengths["cut_rows"], "overlap": [overlap["exact"], overlap["near"]],
                       "planted": planted}))
 
 

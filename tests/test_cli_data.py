@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -11,17 +12,20 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from rich.console import Console
 
 from tunestudio.api import create_app
+from tunestudio.data_report import cli
 from tunestudio.settings import Settings
 
+from .helpers.hub_cache import hub_planted
 from .helpers.planted import MAX_SEQ_LENGTH, Planted, write_planted
 
 CLI = [sys.executable, "-m", "tunestudio.cli", "data", "inspect"]
 
 
-def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TUNESTUDIO_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+def run(tmp_path: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TUNESTUDIO_HOME": str(tmp_path / "home"), "COLUMNS": "200", **env_vars}
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=240)
 
 
@@ -72,3 +76,38 @@ def test_bad_arguments_exit_2_and_an_unreadable_dataset_exits_1(tmp_path: Path) 
     odd.write_text('{"question": "q", "answer": "a"}\n')
     unreadable = run(tmp_path, str(odd))
     assert unreadable.returncode == 1 and "not a format tunestudio knows" in unreadable.stderr
+
+
+def test_arguments_a_job_would_refuse_exit_2_naming_the_field(planted: Planted, tmp_path: Path) -> None:
+    """--model "" is not "no model" (nor a model called anything); --eval-fraction needs --held-out, as
+    eval_fraction needs eval_steps > 0 in a job."""
+    empty = run(tmp_path, str(planted.train), "--model", "")
+    assert empty.returncode == 2 and "model_name" in empty.stderr, empty.stderr
+    fraction = run(tmp_path, str(planted.train), "--eval-fraction", "0.2")
+    assert fraction.returncode == 2 and "eval_fraction" in fraction.stderr and "held_out" in fraction.stderr
+    both = run(tmp_path, str(planted.train), "--held-out", "--eval", str(planted.eval), "--eval-fraction", "0.2")
+    assert both.returncode == 2 and "unset eval_split" in both.stderr, both.stderr
+    nothing = run(tmp_path)
+    assert nothing.returncode == 2 and "give local_datasets or hf_dataset" in nothing.stderr, nothing.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_hub_dataset_and_its_eval_split(planted: Planted, tmp_path: Path) -> None:
+    hub_planted(planted, tmp_path / "cache")
+    proc = run(tmp_path, "--hf-dataset", "someorg/planted", "--eval", "test", "--json",
+               HF_DATASETS_CACHE=str(tmp_path / "cache"), HF_ENDPOINT="http://127.0.0.1:9")
+    assert proc.returncode == 0, proc.stderr
+    overlap = json.loads(proc.stdout)["eval_overlap"]
+    assert (overlap["source"], overlap["exact"], overlap["near"]) == ("eval_split 'test'", len(planted.eval_exact),
+                                                                      len(planted.eval_near))
+
+
+def test_the_histogram_marks_only_the_bins_max_seq_length_cuts_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row of exactly max_seq_length tokens fits: its bin is not marked (the page marks the same bins)."""
+    console = Console(record=True, force_terminal=True, color_system="standard", highlight=False, width=120,
+                      file=io.StringIO())
+    monkeypatch.setattr(cli, "console", console)
+    cli._histogram({"max_seq_length": 256, "histogram": {"edges": [254, 255, 256, 257, 258, 259],
+                                                         "counts": [1, 2, 3, 4, 5]}})
+    marked = [line.split()[0] for line in console.export_text(styles=True).splitlines() if "\x1b[31m" in line]
+    assert marked == ["257–257", "258–258"]

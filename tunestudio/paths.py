@@ -12,6 +12,9 @@ elsewhere):
   (the HTTP API): every path a job reads or writes lies inside its allowed
   roots. It runs *before* `resolve`, on paths alone, so a refusal never tells
   whether an outside path exists.
+- `resolve_inputs(spec)`, `confine_inputs(spec, roots)`: the same for what a
+  job reads of its data and model, which a dataset report (`ReportSpec`)
+  reads too; `resolve` and `confine` begin with them.
 - `protect_data_dir(cfg, data_dir, others)`: no job writes over the data
   directory's own folders or another job's outputs (every caller).
 """
@@ -22,12 +25,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunestudio.config import JobConfig, reward_source
+from tunestudio.config import JobConfig, ReportSpec, reward_source
 
 __all__ = [
     "PathRefused",
     "Roots",
     "confine",
+    "confine_inputs",
     "confine_output",
     "expand",
     "export_checkpoint",
@@ -37,6 +41,7 @@ __all__ = [
     "protect_export_inputs",
     "protect_inputs",
     "resolve",
+    "resolve_inputs",
     "tensorboard_path",
 ]
 
@@ -94,7 +99,7 @@ def _inside(path: Path, roots: Iterable[Path], strictly: bool = False) -> bool:
     return any(path.is_relative_to(root) and not (strictly and path == root) for root in roots)
 
 
-def _eval_path(cfg: JobConfig) -> str | None:
+def _eval_path(cfg: JobConfig | ReportSpec) -> str | None:
     """eval_split when it names a file or folder ("data/val.jsonl") rather than a split ("test")."""
     raw = cfg.eval_split
     if raw and ("/" in raw or Path(raw).suffix):
@@ -110,12 +115,12 @@ def _on_disk(raw: str, test: str) -> bool:
         return False
 
 
-def _local_model(cfg: JobConfig) -> str | None:
-    raw = cfg.model_name
-    return raw if looks_like_path(raw) or _on_disk(raw, "is_dir") else None
+def _local_model(cfg: JobConfig | ReportSpec) -> str | None:
+    raw = cfg.model_name  # a report without a model has none
+    return raw if raw is not None and (looks_like_path(raw) or _on_disk(raw, "is_dir")) else None
 
 
-def _local_hub_dataset(cfg: JobConfig) -> str | None:
+def _local_hub_dataset(cfg: JobConfig | ReportSpec) -> str | None:
     raw = cfg.hf_dataset
     return raw if raw and (looks_like_path(raw) or _on_disk(raw, "exists")) else None
 
@@ -149,6 +154,29 @@ def confine_datasets(raws: Iterable[str], roots: Roots) -> None:
 
 def resolve(cfg: JobConfig) -> JobConfig:
     """The config with every local path absolute; raises PathRefused for one that must exist and does not."""
+    update = resolve_inputs(cfg)
+    for name in ("output_dir", "resume_from_checkpoint"):
+        raw = getattr(cfg, name)
+        if raw and raw != "latest":
+            update[name] = str(_abs(raw))
+    rewards = []
+    for entry in cfg.reward_functions:  # GRPO: a user reward function's file (its code runs in the worker)
+        source = reward_source(entry)
+        if source is not None:
+            path = _abs(source)
+            if not _on_disk(str(path), "is_file"):
+                raise PathRefused("reward_functions", f"reward function file {source!r} does not exist",
+                                  code="not_found")
+            entry = f"{path}:{entry.rpartition(':')[2]}"
+        rewards.append(entry)
+    update["reward_functions"] = rewards
+    return cfg.model_copy(update=update)
+
+
+def resolve_inputs(cfg: JobConfig | ReportSpec) -> dict[str, object]:
+    """What a job reads of its data and model made absolute, as the fields to update: local datasets, a local
+    model folder, a local hub-dataset folder, an eval file, a held-out record. PathRefused for one that must
+    exist and does not."""
     update: dict[str, object] = {"local_datasets": resolve_datasets(cfg.local_datasets)}
     if (model := _local_model(cfg)) is not None:
         path = _abs(model)
@@ -166,10 +194,6 @@ def resolve(cfg: JobConfig) -> JobConfig:
         if not _on_disk(str(path), "exists"):
             raise PathRefused("eval_split", f"eval file {eval_file!r} does not exist", code="not_found")
         update["eval_split"] = str(path)
-    for name in ("output_dir", "resume_from_checkpoint"):
-        raw = getattr(cfg, name)
-        if raw and raw != "latest":
-            update[name] = str(_abs(raw))
     if cfg.held_out_rows:  # an earlier job's record of the rows it held out (its resume's, its clone's)
         path = _abs(cfg.held_out_rows)
         if not _on_disk(str(path), "is_file"):
@@ -177,46 +201,43 @@ def resolve(cfg: JobConfig) -> JobConfig:
                                                "wrote it was deleted with its files?); unset held_out_rows for a "
                                                "new split", code="not_found")
         update["held_out_rows"] = str(path)
-    rewards = []
-    for entry in cfg.reward_functions:  # GRPO: a user reward function's file (its code runs in the worker)
-        source = reward_source(entry)
-        if source is not None:
-            path = _abs(source)
-            if not _on_disk(str(path), "is_file"):
-                raise PathRefused("reward_functions", f"reward function file {source!r} does not exist",
-                                  code="not_found")
-            entry = f"{path}:{entry.rpartition(':')[2]}"
-        rewards.append(entry)
-    update["reward_functions"] = rewards
-    return cfg.model_copy(update=update)
+    return update
+
+
+def _refuse(field: str, raw: str, where: Iterable[Path], what: str) -> PathRefused:
+    return PathRefused(field, f"{raw} is outside the allowed {what} ({', '.join(map(str, where))})")
+
+
+def confine_inputs(cfg: JobConfig | ReportSpec, roots: Roots) -> None:
+    """PathRefused unless what a job reads of its data and model lies inside its roots (paths only): local
+    datasets, an eval file and a local hub-dataset folder in the dataset folders, a local model folder in the
+    model folders, a held-out record in the data directory or the dataset folders."""
+    confine_datasets(cfg.local_datasets, roots)
+    readable = (*roots.dataset_roots, *roots.bundled)
+    for field, raw in (("eval_split", _eval_path(cfg)), ("hf_dataset", _local_hub_dataset(cfg))):
+        if raw is not None and not _inside(_abs(raw), readable):
+            raise _refuse(field, raw, roots.dataset_roots, "dataset folders")
+    if (model := _local_model(cfg)) is not None and not _inside(_abs(model), roots.model_roots):
+        raise _refuse("model_name", model, roots.model_roots, "model folders (TUNESTUDIO_MODEL_ROOTS)")
+    records = (roots.data_dir, *roots.dataset_roots)
+    if cfg.held_out_rows and not _inside(_abs(cfg.held_out_rows), records):
+        raise _refuse("held_out_rows", cfg.held_out_rows, records, "folders")
 
 
 def confine(cfg: JobConfig, roots: Roots) -> None:
     """Raise PathRefused unless every path the job touches lies inside its roots (paths only, no lookups)."""
     allowed = (roots.data_dir, *roots.dataset_roots)
-
-    def refuse(field: str, raw: str, where: Iterable[Path], what: str) -> PathRefused:
-        return PathRefused(field, f"{raw} is outside the allowed {what} ({', '.join(map(str, where))})")
-
-    readable = (*roots.dataset_roots, *roots.bundled)
-    confine_datasets(cfg.local_datasets, roots)
+    confine_inputs(cfg, roots)
     for raw in filter(None, map(reward_source, cfg.reward_functions)):  # user code: only from the reward folders
         if not _inside(_abs(raw), roots.reward_roots):
-            raise refuse("reward_functions", raw, roots.reward_roots, "reward function folders "
-                                                                      "(TUNESTUDIO_REWARD_ROOTS)")
-    for field, raw in (("eval_split", _eval_path(cfg)), ("hf_dataset", _local_hub_dataset(cfg))):
-        if raw is not None and not _inside(_abs(raw), readable):
-            raise refuse(field, raw, roots.dataset_roots, "dataset folders")
-    if (model := _local_model(cfg)) is not None and not _inside(_abs(model), roots.model_roots):
-        raise refuse("model_name", model, roots.model_roots, "model folders (TUNESTUDIO_MODEL_ROOTS)")
+            raise _refuse("reward_functions", raw, roots.reward_roots, "reward function folders "
+                                                                       "(TUNESTUDIO_REWARD_ROOTS)")
     if cfg.output_dir and not _inside(_abs(cfg.output_dir), allowed, strictly=True):
         raise PathRefused("output_dir", f"{cfg.output_dir} must be a folder strictly inside one of "
                                         f"{', '.join(map(str, allowed))}")
     checkpoint = cfg.resume_from_checkpoint
     if checkpoint and checkpoint != "latest" and not _inside(_abs(checkpoint), allowed):
-        raise refuse("resume_from_checkpoint", checkpoint, allowed, "folders")
-    if cfg.held_out_rows and not _inside(_abs(cfg.held_out_rows), allowed):
-        raise refuse("held_out_rows", cfg.held_out_rows, allowed, "folders")
+        raise _refuse("resume_from_checkpoint", checkpoint, allowed, "folders")
     if cfg.enable_tensorboard or Path(cfg.tensorboard_dir).is_absolute():
         board = tensorboard_path(cfg).resolve(strict=False)
         if cfg.output_dir is None and not expand(cfg.tensorboard_dir).is_absolute():

@@ -1,5 +1,6 @@
-"""The dataset report (worker/data/report.py), in-process, on a dataset with planted faults; and dedupe as a job
-applies it (worker/data prepare, and a real training run)."""
+"""The dataset report (worker/data/report.py), in-process, on a dataset with planted faults (local files, a split
+named among them, a hub dataset in the local cache); and dedupe as a job applies it (worker/data prepare, and a
+real training run)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from tunestudio.config import JobConfig
-from tunestudio.worker import data
+from tunestudio.config import JobConfig, ReportSpec
+from tunestudio.worker import data, hub
 from tunestudio.worker.data.report import build
 
+from ..helpers.hub_cache import hub_planted
 from ..helpers.jobs import DATA, job_config, run_job
 from ..helpers.planted import MAX_SEQ_LENGTH, Planted, write_planted
 
@@ -29,8 +31,15 @@ def planted(tmp_path: Path) -> Planted:
     return write_planted(tmp_path)
 
 
-def config(*files: Path, **overrides: Any) -> JobConfig:
-    return JobConfig.model_validate({"model_name": "unused", "local_datasets": [str(f) for f in files],
+def config(*files: Path, **overrides: Any) -> ReportSpec:
+    """What the report is asked (the CLI's and the API's ReportSpec)."""
+    return ReportSpec.model_validate({"local_datasets": [str(f) for f in files], "max_seq_length": MAX_SEQ_LENGTH,
+                                      **overrides})
+
+
+def job(model: Path, *files: Path, **overrides: Any) -> JobConfig:
+    """The job the report stands for, for `prepare`."""
+    return JobConfig.model_validate({"model_name": str(model), "local_datasets": [str(f) for f in files],
                                      "max_seq_length": MAX_SEQ_LENGTH, **overrides})
 
 
@@ -110,11 +119,10 @@ def test_without_a_tokenizer_there_are_no_lengths_and_a_note_says_why(planted: P
 
 
 def test_the_held_out_rows_are_the_jobs_and_dedupe_exact_leaves_none_repeating_a_training_row(
-        tokenizer: Any) -> None:
+        tokenizer: Any, tiny_model: Path) -> None:
     """The bundled dataset repeats its rows: every row a job holds out is also a training row, unless deduped."""
-    cfg = config(DATA / "alpaca.jsonl", eval_steps=10)
-    overlap = build(cfg, tokenizer)["eval_overlap"]
-    prepared = data.prepare(cfg, tokenizer)
+    overlap = build(config(DATA / "alpaca.jsonl", held_out=True), tokenizer)["eval_overlap"]
+    prepared = data.prepare(job(tiny_model, DATA / "alpaca.jsonl", eval_steps=10), tokenizer)
     assert overlap["eval_rows"] == len(prepared.eval) == 20
     assert overlap["exact"] == 20 and len(overlap["rows"]) == 20
     raw = (DATA / "alpaca.jsonl").read_text().splitlines()
@@ -124,21 +132,85 @@ def test_the_held_out_rows_are_the_jobs_and_dedupe_exact_leaves_none_repeating_a
     as_job = sorted((e["prompt"][0]["content"], e["completion"][0]["content"]) for e in prepared.eval)
     assert as_job == sorted((f"{r['instruction']}\n\n{r['input']}", r["output"]) for r in held)
 
-    deduped = build(config(DATA / "alpaca.jsonl", eval_steps=10), tokenizer, dedupe="exact")
+    deduped = build(config(DATA / "alpaca.jsonl", held_out=True, dedupe="exact"), tokenizer)
     assert deduped["duplicates"]["removed"] == deduped["duplicates"]["exact"] == 329
     assert (deduped["eval_overlap"]["eval_rows"], deduped["eval_overlap"]["exact"]) == (16, 0)  # 5% of 71, ≥ 16
 
 
+def test_an_empty_turn_is_counted_for_its_role(tmp_path: Path) -> None:
+    """Turns training reads with no text (empty or blank content), per role; the rows stay usable."""
+    turns = [
+        [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+        [{"role": "user", "content": "  \n"}, {"role": "assistant", "content": "fine"}],
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}],
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q2"},
+         {"role": "assistant", "content": "a2"}, {"role": "user", "content": "q3"},
+         {"role": "assistant", "content": "a3"}],
+    ]
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps({"messages": t}) + "\n" for t in turns), encoding="utf-8")
+    report = build(config(path))
+    assert (report["format"], report["usable"], report["refused_count"]) == ("messages", 4, 0)
+    assert report["roles"] == {"assistant": {"turns": 5, "empty": 1}, "system": {"turns": 2, "empty": 1},
+                               "user": {"turns": 5, "empty": 1}}
+    assert report["columns"] == {"messages": {"rows": 4, "empty": 0}}
+
+
+def _named(overlap: dict[str, Any]) -> list[tuple[str, int, int]]:
+    return [(r["kind"], r["eval"]["line"], r["train"]["line"]) for r in overlap["rows"]]
+
+
+def test_an_eval_split_named_among_the_local_files_is_compared_with_the_training_rows(planted: Planted,
+                                                                                      tmp_path: Path) -> None:
+    """eval_split "test" is the folder's test.jsonl (a split name, not a path): its rows, not training rows."""
+    folder = tmp_path / "splits"
+    folder.mkdir()
+    (folder / "train.jsonl").write_bytes(planted.train.read_bytes())
+    (folder / "test.jsonl").write_bytes(planted.eval.read_bytes())
+    report = build(config(folder, eval_split="test"))
+    assert report["rows"] == planted.usable + len(planted.refused)  # test.jsonl is not read as training rows
+    overlap = report["eval_overlap"]
+    assert (overlap["source"], overlap["eval_rows"], overlap["exact"], overlap["near"]) == (
+        "eval_split 'test'", 6, len(planted.eval_exact), len(planted.eval_near))
+    assert _named(overlap) == ([("exact", e, t) for e, t in planted.eval_exact]
+                               + [("near", e, t) for e, t in planted.eval_near])
+    assert {r["eval"]["file"] for r in overlap["rows"]} == {str(folder / "test.jsonl")}
+    assert {r["train"]["file"] for r in overlap["rows"]} == {str(folder / "train.jsonl")}
+
+
+def test_a_hub_datasets_eval_split_is_compared_with_its_training_rows(planted: Planted, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """hf_dataset with eval_split "test", read as a job reads it (the cache alone: no hub): the planted leaked rows
+    are named by split and position."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    hub.hub_reachable.cache_clear()
+    hub_planted(planted, tmp_path / "cache")
+    report = build(ReportSpec(hf_dataset="someorg/planted", eval_split="test", max_seq_length=MAX_SEQ_LENGTH))
+    hub.hub_reachable.cache_clear()
+    assert report["description"] == "someorg/planted (split train)"
+    assert report["rows"] == planted.usable + len(planted.refused) - 1  # the malformed line is not in it
+    overlap = report["eval_overlap"]
+    assert (overlap["source"], overlap["eval_rows"], overlap["exact"], overlap["near"]) == (
+        "eval_split 'test'", 6, len(planted.eval_exact), len(planted.eval_near))
+    assert _named(overlap) == ([("exact", e, t) for e, t in planted.eval_exact]
+                               + [("near", e, t) for e, t in planted.eval_near])
+    assert {(r["eval"]["file"], r["train"]["file"]) for r in overlap["rows"]} == {
+        ("someorg/planted[test]", "someorg/planted[train]")}
+
+
 @pytest.mark.parametrize("mode", ["exact", "near"])
 def test_prepare_with_dedupe_removes_exactly_the_planted_duplicates(mode: str, planted: Planted,
-                                                                    tokenizer: Any) -> None:
-    prepared = data.prepare(config(planted.train, dedupe=mode), tokenizer)
+                                                                    tokenizer: Any, tiny_model: Path) -> None:
+    prepared = data.prepare(job(tiny_model, planted.train, dedupe=mode), tokenizer)
     removed = len(planted.exact) + (len(planted.near) if mode == "near" else 0)
     assert prepared.deduplicated == removed and len(prepared.train) == planted.usable - removed
     assert f"dedupe {mode}: removed {removed} of {planted.usable} rows" in " ".join(prepared.notes)
     contents = [json.dumps(e, sort_keys=True) for e in prepared.train]
     assert len(set(contents)) == len(contents)  # no two rows alike, and one of each kept
-    off = data.prepare(config(planted.train), tokenizer)
+    off = data.prepare(job(tiny_model, planted.train), tokenizer)
     assert off.deduplicated == 0 and len(off.train) == planted.usable
 
 

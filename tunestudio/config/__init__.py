@@ -8,6 +8,8 @@
 - `parts.py`: the per-concern parts (model, data, optimisation, adapters, media, logging, outputs, method,
   early stopping).
 - `job.py`: `JobConfig`, composed of the parts, and `DataSpec`, the data part a dataset preview checks.
+- `report.py`: `ReportSpec`, what the dataset report reads of a job (a DataSpec with the model, the slice,
+  dedupe and the held-out split).
 - `files.py`: loading a job file; validation errors as [{field, message}] and as one line (`summary`).
 """
 
@@ -25,6 +27,7 @@ from tunestudio.config.methods import (
     reward_name,
     reward_source,
 )
+from tunestudio.config.report import ReportSpec
 from tunestudio.config.vocabulary import (
     MAX_ROWS,
     MAX_STEPS,
@@ -38,6 +41,6 @@ from tunestudio.config.vocabulary import (
 __all__ = [
     "ANSWER_REWARDS", "BUILTIN_REWARDS", "MAX_ROWS", "MAX_STEPS", "METHODS", "METHOD_FORMATS", "METHOD_MAIN_METRIC",
     "METHOD_OPTIONS", "METHOD_SPECS", "SECRET_FIELDS", "ConfigError", "DataSpec", "FormatType", "JobConfig",
-    "MappingTarget", "Method", "MethodSpec", "TrainingType", "field_errors", "format_validation_error", "load_config",
-    "reward_name", "reward_source", "summary",
+    "MappingTarget", "Method", "MethodSpec", "ReportSpec", "TrainingType", "field_errors", "format_validation_error",
+    "load_config", "reward_name", "reward_source", "summary",
 ]

@@ -40,7 +40,8 @@ from tunestudio.config.vocabulary import (
     TrainingType,
 )
 
-__all__ = ["DataSpec", "EarlyStopping", "JobConfig", "check_format", "check_mapping", "unmeasured"]
+__all__ = ["DataSpec", "EarlyStopping", "JobConfig", "check_format", "check_mapping", "check_options", "check_rows",
+           "unmeasured"]
 
 ROLES = {"system", "user", "assistant"}
 
@@ -103,6 +104,35 @@ def check_mapping(method: str, mapping: dict[str, str] | None) -> None:
             + ("; two columns map to one field" if len(set(targets)) != len(targets) else ""))
 
 
+def check_options(cfg: BaseModel, method: str) -> None:
+    """The options of other methods that cfg has (METHOD_OPTIONS) are left at their defaults."""
+    fields = type(cfg).model_fields
+    for name, methods in METHOD_OPTIONS.items():
+        if name in fields and method not in methods and getattr(cfg, name) != fields[name].get_default(
+                call_default_factory=True):
+            raise ValueError(f"{name}: applies to method{'s' if len(methods) > 1 else ''} {', '.join(methods)}, "
+                             f"not to method {method!r}")
+
+
+def check_rows(cfg: Any, holds_out: bool, to_hold_out: str) -> None:
+    """Which rows are read and held out, as a job checks them (a JobConfig, and a ReportSpec that reads as one):
+    local_datasets or hf_dataset, a slice that ends after it starts, and eval_fraction / held_out_rows only for
+    rows held out of the data (`holds_out`, no eval_split); `to_hold_out` says how to hold rows out."""
+    if not cfg.local_datasets and not cfg.hf_dataset:
+        raise ValueError("local_datasets: give local_datasets or hf_dataset; neither is set")
+    if cfg.local_datasets and cfg.hf_dataset:
+        raise ValueError("hf_dataset: give local_datasets or hf_dataset, not both")
+    start, end = cfg.dataset_slice_start, cfg.dataset_slice_end
+    if start is not None and end is not None and end < start:
+        raise ValueError(f"dataset_slice_end: {end} is before dataset_slice_start {start} (both are inclusive)")
+    for name in ("eval_fraction", "held_out_rows"):
+        if getattr(cfg, name) is not None and (cfg.eval_split or not holds_out):
+            raise ValueError(f"{name}: applies to the rows a job holds out of its data for evaluation: "
+                             + ("unset eval_split" if cfg.eval_split else to_hold_out))
+    if cfg.eval_fraction is not None and cfg.held_out_rows is not None:
+        raise ValueError("eval_fraction: held_out_rows decides which rows are held out; unset one of them")
+
+
 class DataSpec(BaseModel):
     """What a dataset preview reads of a job: its files, split, method and format (and GRPO's reward names, for
     the answer some compare with), checked as a job checks them: no model, no schedule, no fake values."""
@@ -120,7 +150,12 @@ class DataSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _spellings(cls, data: object) -> object:
-        return normalise(data)
+        # normalise also fills the method's defaults (pretrain: packing); those of fields a spec has not are no
+        # key of the user's, so they are left out (a key the user gave is still refused)
+        normalised = normalise(data)
+        if isinstance(data, dict) and isinstance(normalised, dict):
+            return {k: v for k, v in normalised.items() if k in data or k in cls.model_fields}
+        return normalised
 
     @field_validator("local_datasets")
     @classmethod
@@ -152,11 +187,7 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
     def _method_rules(self) -> JobConfig:
         """Options of other methods, the method's formats, mappings and its own checks; no I/O."""
         spec = METHOD_SPECS[self.method]
-        for name, methods in METHOD_OPTIONS.items():
-            default = type(self).model_fields[name].get_default(call_default_factory=True)
-            if self.method not in methods and getattr(self, name) != default:
-                raise ValueError(f"{name}: applies to method{'s' if len(methods) > 1 else ''} {', '.join(methods)}, "
-                                 f"not to method {self.method!r}")
+        check_options(self, self.method)
         check_format(self.method, self.format_type)
         check_mapping(self.method, self.custom_format_mapping)
         if spec.check is not None:
@@ -195,19 +226,7 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
         elif self.load_in_4bit:
             raise ValueError("load_in_4bit: 4-bit weights need training_type 'qlora' (got 'lora')")
 
-        if not self.local_datasets and not self.hf_dataset:
-            raise ValueError("local_datasets: give local_datasets or hf_dataset; neither is set")
-        if self.local_datasets and self.hf_dataset:
-            raise ValueError("hf_dataset: give local_datasets or hf_dataset, not both")
-        if (
-            self.dataset_slice_start is not None
-            and self.dataset_slice_end is not None
-            and self.dataset_slice_end < self.dataset_slice_start
-        ):
-            raise ValueError(
-                f"dataset_slice_end: {self.dataset_slice_end} is before dataset_slice_start "
-                f"{self.dataset_slice_start} (both are inclusive)"
-            )
+        check_rows(self, holds_out=self.eval_steps > 0, to_hold_out="set eval_steps above 0")
         if self.warmup_steps is not None and self.warmup_ratio is not None:
             raise ValueError("warmup_ratio: set warmup_steps or warmup_ratio, not both")
         if self.use_loftq and self.training_type is not TrainingType.lora:
@@ -233,12 +252,6 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
                 raise ValueError(
                     "custom_format_mapping: map at least one column to 'user' and one to 'assistant'"
                 )
-        for name in ("eval_fraction", "held_out_rows"):
-            if getattr(self, name) is not None and (self.eval_split or self.eval_steps <= 0):
-                raise ValueError(f"{name}: applies to the rows a job holds out of its data for evaluation: "
-                                 + ("unset eval_split" if self.eval_split else "set eval_steps above 0"))
-        if self.eval_fraction is not None and self.held_out_rows is not None:
-            raise ValueError("eval_fraction: held_out_rows decides which rows are held out; unset one of them")
         if self.resume_from_checkpoint == "latest" and not self.output_dir:
             raise ValueError('resume_from_checkpoint: "latest" needs output_dir')
         return self

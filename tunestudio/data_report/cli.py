@@ -1,5 +1,5 @@
-"""`tunestudio data inspect FILE…`: the dataset report in the terminal, or as one JSON object (--json, the
-same object `POST /api/datasets/report` answers).
+"""`tunestudio data inspect FILE…` (or `--hf-dataset ID`): the dataset report in the terminal, or as one JSON
+object (--json, the same object `POST /api/datasets/report` answers).
 
 Exit codes: 0 with a report; 1 when the report could not be made (the dataset cannot be read, it took too
 long or too much memory); 2 for arguments a job would refuse.
@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tunestudio.config import format_validation_error
-from tunestudio.data_report.runner import ReportError, ReportRequest, run_report
-from tunestudio.paths import PathRefused, resolve
+from tunestudio.config import ReportSpec, format_validation_error
+from tunestudio.data_report.runner import ReportError, resolved, run_report
+from tunestudio.paths import PathRefused
 
 data_app = typer.Typer(no_args_is_help=True, help="Look at a dataset before training on it.")
 console = Console()
@@ -31,7 +31,12 @@ BAR = 40  # characters of the longest histogram bar
 
 @data_app.command("inspect")
 def inspect(
-    files: Annotated[list[Path], typer.Argument(help="Dataset files or folders (.jsonl .json .csv .parquet).")],
+    files: Annotated[list[Path] | None, typer.Argument(help="Dataset files or folders (.jsonl .json .csv "
+                                                            ".parquet).")] = None,
+    hf_dataset: Annotated[str | None, typer.Option(help="Instead of FILES: a `datasets` dataset, as a job's "
+                                                        "hf_dataset (a hub id, read from the cache or the hub, or a "
+                                                        "folder).")] = None,
+    subset: Annotated[str | None, typer.Option(help="The hf_dataset's subset (configuration).")] = None,
     model: Annotated[str | None, typer.Option(help="Model whose tokenizer measures the rows (folder or hub id).")]
     = None,
     max_seq_length: Annotated[int | None, typer.Option(help="As the job's (default: JobConfig's).")] = None,
@@ -39,8 +44,9 @@ def inspect(
                                                                      "prompt_completion, text, ...")] = None,
     method: Annotated[str | None, typer.Option(help="Training method (sft, dpo, orpo, kto, grpo, pretrain).")]
     = None,
-    eval_split: Annotated[str | None, typer.Option("--eval", help="An eval file, or a split name among FILES: "
-                                                                  "its overlap with the training rows.")] = None,
+    eval_split: Annotated[str | None, typer.Option("--eval", help="An eval file, or a split name (among FILES, "
+                                                                  "or of --hf-dataset): its overlap with the "
+                                                                  "training rows.")] = None,
     held_out: Annotated[bool, typer.Option(help="The rows a job with eval_steps > 0 holds out: their overlap with "
                                                 "the training rows.")] = False,
     seed: Annotated[int | None, typer.Option(help="random_seed of the job (the held-out split).")] = None,
@@ -53,13 +59,12 @@ def inspect(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
 ) -> None:
     """Rows, refused rows, duplicates, token lengths, eval overlap, columns and roles: the data as a job reads it."""
-    try:
-        request = ReportRequest.model_validate({
-            "local_datasets": [str(f) for f in files], "model_name": model, "max_seq_length": max_seq_length,
-            "format_type": format_type, "method": method, "eval_split": eval_split, "held_out": held_out,
-            "random_seed": seed, "eval_fraction": eval_fraction,
-            "held_out_rows": held_out_rows, "dedupe": dedupe})
-        config = resolve(request.job_config())
+    given = {"local_datasets": [str(f) for f in files or []], "hf_dataset": hf_dataset, "subset": subset,
+             "model_name": model, "max_seq_length": max_seq_length, "format_type": format_type, "method": method,
+             "eval_split": eval_split, "held_out": held_out, "random_seed": seed, "eval_fraction": eval_fraction,
+             "held_out_rows": held_out_rows, "dedupe": dedupe}
+    try:  # an option left out takes the job's default
+        spec = resolved(ReportSpec.model_validate({k: v for k, v in given.items() if v is not None}))
     except ValidationError as exc:
         for error in format_validation_error(exc):
             err.print(f"[red]{escape(error['field'] or 'arguments')}: {escape(error['message'])}[/red]")
@@ -68,7 +73,7 @@ def inspect(
         err.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(2) from None
     try:
-        report = run_report(config, tokenize=model is not None, dedupe=request.dedupe)
+        report = run_report(spec)
     except ReportError as exc:
         err.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(1) from None
@@ -136,6 +141,6 @@ def _histogram(lengths: dict[str, Any]) -> None:
     edges, counts = lengths["histogram"]["edges"], lengths["histogram"]["counts"]
     top = max(counts, default=0) or 1
     for low, high, count in zip(edges, edges[1:], counts, strict=False):
-        cut = "[red]" if low >= lengths["max_seq_length"] else ""
+        cut = "[red]" if low > lengths["max_seq_length"] else ""  # every length in the bin is cut (report.py)
         console.print(f"  {low:>7,}–{high - 1:<7,} {cut}{'█' * round(BAR * count / top)}{'[/red]' if cut else ''}"
                       f" {count:,}")

@@ -12,8 +12,9 @@ chosen or rejected; prompt with completion; the prompt alone). A row is measured
 max_seq_length tokens (at least MEASURE_MIN): a longer one is cut as text first and counted in
 `clipped_rows`, so its length and lost tokens are lower bounds.
 
-Runs in a child process (`tunestudio/data_report.py` starts it and bounds its time and memory); `build` is
-its whole work and returns one JSON-ready dict, the report.
+It reads what a `ReportSpec` says (the job's data fields; no model: no token lengths). Runs in a child process
+(`tunestudio/data_report/runner.py` starts it and bounds its time and memory); `build` is its whole work and
+returns one JSON-ready dict, the report.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from tunestudio.config import JobConfig
+from tunestudio.config import ReportSpec
 from tunestudio.worker.data import dedupe as dedupe_mod
 from tunestudio.worker.data import eval_size, hold_out, slice_rows
 from tunestudio.worker.data import held_out as held_out_mod
@@ -64,10 +65,10 @@ class Seen:
         return {"file": self.row.source, "line": self.row.number}
 
 
-def build(cfg: JobConfig, tokenizer: Any = None, dedupe: dedupe_mod.Mode = "off") -> dict[str, Any]:
+def build(cfg: ReportSpec, tokenizer: Any = None) -> dict[str, Any]:
     """The report on cfg's dataset; with a tokenizer, token lengths and the rows whose prompt fills
-    max_seq_length (refused, as training refuses them). `dedupe` is the job's mode: it decides which rows are
-    left for the held-out split. Raises UserError when the dataset cannot be read at all."""
+    max_seq_length (refused, as training refuses them). `cfg.dedupe` is the job's mode: it decides which rows
+    are left for the held-out split. Raises UserError when the dataset cannot be read at all."""
     started = time.monotonic()
     rows = read_rows(cfg)
     train_rows = slice_rows(rows.train, cfg.dataset_slice_start, cfg.dataset_slice_end, f"dataset {rows.description}")
@@ -91,7 +92,7 @@ def build(cfg: JobConfig, tokenizer: Any = None, dedupe: dedupe_mod.Mode = "off"
     texts = [dedupe_mod.text_of(s.example or {}) for s in usable]
     signed = dedupe_mod.signatures(texts)
     found = dedupe_mod.find([s.example or {} for s in usable], near=True, signed=signed)
-    gone = found.removed(dedupe)
+    gone = found.removed(cfg.dedupe)
     kept = [i for i in range(len(usable)) if i not in gone]
 
     refused = [s for s in train + (evals or []) if s.reason is not None]
@@ -103,7 +104,7 @@ def build(cfg: JobConfig, tokenizer: Any = None, dedupe: dedupe_mod.Mode = "off"
         "detected": detected,
         "refused_count": len(refused),
         "refused": [{**s.where(), "reason": s.reason} for s in refused[:LISTED_REFUSED]],
-        "duplicates": _duplicates(usable, texts, found, dedupe),
+        "duplicates": _duplicates(usable, texts, found, cfg.dedupe),
         "lengths": _lengths(usable, cfg.max_seq_length, measure) if tokenizer is not None else None,
         "eval_overlap": _overlap(cfg, usable, kept, eval_usable, evals, signed, found),
         "columns": _columns(train_rows),
@@ -114,38 +115,36 @@ def build(cfg: JobConfig, tokenizer: Any = None, dedupe: dedupe_mod.Mode = "off"
     }
 
 
-def load_tokenizer(cfg: JobConfig) -> Any:
-    """cfg.model_name's tokenizer, found as `worker/model.py` finds it (a local folder; else the hub's cache,
-    then the hub if it answers), without the modelling libraries that module imports (peft, bitsandbytes):
-    the report starts in a few seconds, not fifteen."""
+def load_tokenizer(name: str) -> Any:
+    """The model's tokenizer, found as `worker/model.py` finds it (a local folder; else the hub's cache, then
+    the hub if it answers), without the modelling libraries that module imports (peft, bitsandbytes): the
+    report starts in a few seconds, not fifteen. No token is passed: the environment's hub login applies."""
     from transformers import AutoTokenizer
 
     from tunestudio.paths import expand
     from tunestudio.worker import hub
     from tunestudio.worker.errors import UserError
 
-    name = cfg.model_name
-    token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
     if expand(name).is_dir():
         try:
-            return AutoTokenizer.from_pretrained(str(expand(name)), token=token)
+            return AutoTokenizer.from_pretrained(str(expand(name)))
         except (OSError, ValueError) as exc:
             raise UserError(f"model {name!r}: cannot load the tokenizer from this folder: {exc}") from exc
     if hub.looks_like_local_path(name):
         raise UserError(f"model {name!r} does not exist: there is no such folder")
     try:
-        return AutoTokenizer.from_pretrained(name, local_files_only=True, token=token)
+        return AutoTokenizer.from_pretrained(name, local_files_only=True)
     except OSError:
         pass  # not in the cache: ask the hub
     hub.require_hub("model", name)
     try:
-        return AutoTokenizer.from_pretrained(name, token=token)
+        return AutoTokenizer.from_pretrained(name)
     except OSError as exc:
         raise UserError(f"model {name!r}: cannot load the tokenizer from the hub: {exc}") from exc
 
 
 # --- rows as training sees them -----------------------------------------------------
-def _fix(cfg: JobConfig, rows: list[Row], convert: Converter, tokenizer: Any, notes: list[str]) -> Any:
+def _fix(cfg: ReportSpec, rows: list[Row], convert: Converter, tokenizer: Any, notes: list[str]) -> Any:
     """What `prepare` does to conversations before training: the default chat template, and the last turn as
     the completion when the template cannot mask assistant turns."""
     sample = next((e for r in rows if r.data is not None and (e := _try(convert, r.data)) is not None), None)
@@ -269,7 +268,9 @@ def _lengths(usable: list[Seen], max_seq_length: int, measure: int) -> dict[str,
         "mean": round(sum(lengths) / len(lengths), 1),
         "max": ordered[-1],
         "max_seq_length": max_seq_length,
-        # bin i holds the lengths edges[i] <= n < edges[i + 1]
+        # bin i holds the lengths edges[i] <= n < edges[i + 1]. A row is cut when n > max_seq_length (one of
+        # exactly max_seq_length tokens fits), so bin i holds only lengths that are cut exactly when
+        # edges[i] > max_seq_length: the faces mark those bins (data_report/cli.py, report.js)
         "histogram": {"edges": [low + i * width for i in range(bins + 1)], "counts": counts},
         "cut_rows": len(over),
         "cut_tokens": sum(over),
@@ -309,7 +310,7 @@ def _duplicates(usable: list[Seen], texts: list[str], found: dedupe_mod.Duplicat
     }
 
 
-def _overlap(cfg: JobConfig, usable: list[Seen], kept: list[int], eval_usable: list[Seen] | None,
+def _overlap(cfg: ReportSpec, usable: list[Seen], kept: list[int], eval_usable: list[Seen] | None,
              evals: list[Seen] | None, signed: list[Any], found: dedupe_mod.Duplicates) -> dict[str, Any]:
     """The eval rows that are also training rows: exactly, or near (same threshold as duplicates)."""
     if eval_usable is not None:
@@ -317,7 +318,7 @@ def _overlap(cfg: JobConfig, usable: list[Seen], kept: list[int], eval_usable: l
         train_side, eval_side = kept, None
         eval_signed = dedupe_mod.signatures(dedupe_mod.text_of(s.example or {}) for s in eval_usable)
         eval_seen = eval_usable
-    elif cfg.eval_steps > 0 and cfg.held_out_rows:  # the rows an earlier job held out, as its clone holds them out
+    elif cfg.held_out and cfg.held_out_rows:  # the rows an earlier job held out, as its clone holds them out
         try:
             split = held_out_mod.reuse(held_out_mod.read(cfg.held_out_rows), [usable[i].row for i in kept],
                                        cfg.held_out_rows)
@@ -328,14 +329,14 @@ def _overlap(cfg: JobConfig, usable: list[Seen], kept: list[int], eval_usable: l
         train_side, eval_side = [kept[i] for i in split.train], [kept[i] for i in split.held]
         eval_signed = [signed[i] for i in eval_side]
         eval_seen = [usable[i] for i in eval_side]
-    elif cfg.eval_steps > 0 and (n_eval := eval_size(len(kept), cfg.eval_fraction)):
+    elif cfg.held_out and (n_eval := eval_size(len(kept), cfg.eval_fraction)):
         source = f"held-out split: {n_eval} of {len(kept)} rows, seed {cfg.random_seed} (as the job holds them out)"
         train_side, eval_side = hold_out(kept, n_eval, cfg.random_seed)
         eval_signed = [signed[i] for i in eval_side]
         eval_seen = [usable[i] for i in eval_side]
     else:
         return {"source": None, "eval_rows": 0, "exact": 0, "near": 0, "rows": [],
-                "note": "no eval rows: name an eval split, or hold rows out (a job with eval_steps > 0)"}
+                "note": "no eval rows: name an eval split, or hold rows out (held_out: a job with eval_steps > 0)"}
     # An exact copy stands for its first row in the index: a train row's first copy may be an eval row.
     keys: dict[str, int] = {}
     standing: dict[int, int] = {}  # a row in the index → a training row with its content

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunestudio.config import JobConfig
+from tunestudio.config import JobConfig, ReportSpec
 from tunestudio.paths import expand
 from tunestudio.worker import hub
 from tunestudio.worker.errors import UserError
@@ -308,7 +308,7 @@ def _each_file_once(files: list[Path]) -> None:
         seen[real] = path
 
 
-def read_local(cfg: JobConfig) -> Rows:
+def read_local(cfg: JobConfig | ReportSpec) -> Rows:
     train_files, eval_files = _local_files(cfg.local_datasets, cfg.train_split, cfg.eval_split)
     _each_file_once(train_files)
     train = [row for f in train_files for row in read_file(f)]
@@ -404,7 +404,7 @@ def _saved_by_datasets(path: Path) -> bool:
     return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
 
 
-def _from_disk(cfg: JobConfig, path: Path, split: str) -> Any:
+def _from_disk(cfg: JobConfig | ReportSpec, path: Path, split: str) -> Any:
     from datasets import DatasetDict, load_from_disk
 
     loaded = load_from_disk(str(path))
@@ -418,7 +418,7 @@ def _from_disk(cfg: JobConfig, path: Path, split: str) -> Any:
     return loaded
 
 
-def _load(cfg: JobConfig, split: str) -> Any:
+def _load(cfg: JobConfig | ReportSpec, split: str) -> Any:
     """One split through `datasets.load_dataset`: the local cache first, then the hub if it answers."""
     import datasets
 
@@ -451,7 +451,7 @@ def _dataset_rows(source: str, dataset: Any) -> Iterator[Row]:
         yield Row(source, number, dict(item))
 
 
-def read_hub(cfg: JobConfig) -> Rows:
+def read_hub(cfg: JobConfig | ReportSpec) -> Rows:
     name = cfg.hf_dataset or ""
     path = expand(name)
     load = (lambda split: _from_disk(cfg, path, split)) if path.is_dir() and _saved_by_datasets(path) else (
@@ -464,5 +464,5 @@ def read_hub(cfg: JobConfig) -> Rows:
     return Rows(train, evals, f"{name} (split {cfg.train_split}{subset})")
 
 
-def read_rows(cfg: JobConfig) -> Rows:
+def read_rows(cfg: JobConfig | ReportSpec) -> Rows:
     return read_hub(cfg) if cfg.hf_dataset else read_local(cfg)

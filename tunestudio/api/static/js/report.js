@@ -144,7 +144,8 @@ function table(id, head, rows, total = rows.length) {
     total > rows.length ? el("p", {class: "muted small"}, `… and ${count(total - rows.length)} more`) : null);
 }
 
-/** Rows per length bin as bars; the bins past max_seq_length (every row in them is cut) in a second colour. */
+/** Rows per length bin as bars; the bins past max_seq_length in a second colour: a bin [start, next start) holds
+ * only cut rows exactly when start > max_seq_length (a row of max_seq_length tokens fits; as the CLI marks them). */
 function histogram(box, lengths) {
   const {edges, counts} = lengths.histogram;
   const cut = lengths.max_seq_length;
