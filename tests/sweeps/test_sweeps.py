@@ -14,7 +14,7 @@ from tunestudio.jobs.manager import Job, JobManager
 from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
 from tunestudio.sweeps import SweepConfig, Sweeps
-from tunestudio.sweeps.runner import final_value
+from tunestudio.sweeps.runner import Study, final_value
 
 from ..helpers import fake_workers
 from ..helpers.jobs import DATA
@@ -175,10 +175,14 @@ def test_a_trial_the_pruner_gives_up_on_stops_early_with_a_save(tmp_path: Path) 
         view = wait_status(sweeps, sweep_id, {"completed"})
         pruned = [t for t in view["trials"] if t["status"] == "pruned"]
         assert pruned, view["trials"]
+        study = Study(tmp_path / "home" / "sweeps" / f"{sweep_id}.db")
         for trial in pruned:
             job = manager.get(trial["job_id"])
             assert job.status is JobStatus.stopped and job.checkpoint is not None  # stopped with a save
             assert job.progress is None or job.progress.get("step", 0) < 40
+            # judged from its second evaluation on (MEDIAN_WARMUP_EVALUATIONS), never at its first
+            assert len(study.study.trials[trial["number"]].intermediate_values) >= 2
+        study.close()
         assert view["trials"][0]["status"] == "completed"  # the pruned rank below the completed
 
 

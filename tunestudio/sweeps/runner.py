@@ -51,6 +51,12 @@ def _sampler(config: SweepConfig) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=min(10, max(2, config.budget // 3)))
 
 
+# The median pruner judges a trial from its second evaluation on (not by n_warmup_steps: that counts training
+# steps, and eval_steps may be a fraction of a total the parent does not know): a first evaluation, a few steps
+# in, says little of where a trial ends (the sweep bench saw the eventual winner pruned there).
+MEDIAN_WARMUP_EVALUATIONS = 2
+
+
 def _pruner(config: SweepConfig) -> optuna.pruners.BasePruner:
     if config.pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
@@ -296,7 +302,8 @@ class SweepRunner(threading.Thread):
             if value is not None and record["step"] not in steps:
                 trial.report(value, record["step"])
                 steps[record["step"]] = value
-        if len(steps) > len(seen) and job.status.value != "stopping" and trial.should_prune():
+        warm = self.config.pruner != "median" or len(steps) >= MEDIAN_WARMUP_EVALUATIONS
+        if len(steps) > len(seen) and warm and job.status.value != "stopping" and trial.should_prune():
             log.info("sweep %s: trial %d pruned at step %d", self.study.id, frozen.number, max(steps))
             with contextlib.suppress(JobConflict, JobNotFound):
                 self.manager.stop(job.id, save=True)
