@@ -14,7 +14,7 @@ from tunestudio.jobs.manager import Job, JobManager
 from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
 from tunestudio.sweeps import SweepConfig, Sweeps
-from tunestudio.sweeps.runner import Study, final_value
+from tunestudio.sweeps.runner import Study, SweepRunner, final_value
 
 from ..helpers import fake_workers
 from ..helpers.jobs import DATA
@@ -204,3 +204,37 @@ def test_a_sweep_continues_after_a_restart(tmp_path: Path) -> None:
         for trial in view["trials"]:
             assert manager.get(trial["job_id"]).status is JobStatus.completed
         assert view["best"]["params"] == {"learning_rate": 1e-3, "lora_r": 16}
+
+
+def test_tpe_with_the_halving_pruner_over_an_integer_step_range_runs_valid_trials(tmp_path: Path) -> None:
+    config = sweep(space={"learning_rate": {"low": 1e-4, "high": 1e-2, "log": True},
+                          "lora_r": {"low": 4, "high": 16, "step": 4}},
+                   sampler="tpe", pruner="halving", n_trials=5, parallel=None, seed=5)
+    assert config.dimensions()["lora_r"].model_dump() == {"low": 4, "high": 16, "step": 4}
+    with JobManager(settings(tmp_path), worker_target=fake_workers.sweep_trial) as manager, \
+            Sweeps(manager, poll_seconds=0.05) as sweeps:
+        sweep_id = sweeps.create(config)["id"]
+        view = wait_status(sweeps, sweep_id, {"completed"})
+        trials = view["trials"]
+        assert len(trials) == 5 and {t["status"] for t in trials} <= {"completed", "pruned"}, trials
+        assert any(t["status"] == "completed" for t in trials)
+        for trial in trials:
+            params = trial["params"]
+            assert type(params["lora_r"]) is int and params["lora_r"] in (4, 8, 12, 16)
+            assert 1e-4 <= params["learning_rate"] <= 1e-2
+            job = manager.get(trial["job_id"])  # the job is the base with the trial's values
+            assert (job.config.lora_r, job.config.learning_rate) == (params["lora_r"], params["learning_rate"])
+            assert job.status is (JobStatus.completed if trial["status"] == "completed" else JobStatus.stopped)
+        assert view["best"]["value"] == min(t["value"] for t in trials if t["status"] == "completed")
+
+
+def test_parallel_defaults_to_the_queues_slots(tmp_path: Path) -> None:
+    with JobManager(settings(tmp_path, max_concurrent_jobs=3), worker_target=fake_workers.sweep_trial) as manager:
+        folder = tmp_path / "home" / "sweeps"
+        folder.mkdir(parents=True)
+        unset = Study(folder / "sw-000000000001.db", sweep(parallel=None))
+        given = Study(folder / "sw-000000000002.db", sweep(parallel=1))
+        assert SweepRunner(manager, unset).parallel == 3  # never started: only its share of the queue is read
+        assert SweepRunner(manager, given).parallel == 1
+        unset.close()
+        given.close()
