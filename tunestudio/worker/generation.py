@@ -52,7 +52,7 @@ from tunestudio.inference_protocol import (
     Started,
 )
 from tunestudio.worker.errors import UserFacing
-from tunestudio.worker.serving import GreedyHead, Served, serving_dtype
+from tunestudio.worker.serving import GreedyHead, Served, int8_chat, serving_dtype
 
 log = logging.getLogger(__name__)
 MAX_MODELS = 2
@@ -129,44 +129,49 @@ class Models:
             if not load_in_4bit:
                 model.to(self.device)
             model.eval()
-            entry = _Entry(model, served=None if load_in_4bit else Served(model, serving_dtype(model, self.device)))
+            entry = _Entry(model, served=None if load_in_4bit else Served(
+                model, serving_dtype(model, self.device), int8=int8_chat(model, self.device)))
             self.replies.put(Loaded(name, self.device, time.monotonic() - started))
         self._models[key] = entry  # most recently used last
         return entry
 
-    def for_spec(self, spec: ModelSpec) -> tuple[Any, Any, bool]:
-        """(model, tokenizer, adapter off) for a spec, loading what is missing."""
+    def for_spec(self, spec: ModelSpec, chat: bool = False) -> tuple[Any, Any, bool]:
+        """(model, tokenizer, adapter off) for a spec, loading what is missing. `chat`: the model a chat answer
+        generates with (the int8 copy where there is one); otherwise the exact one (log-probabilities)."""
         tokenizer = self.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "")
         if spec.kind == "full":
             if spec.base:
-                return self._serve(self._load(spec.base_model, spec.load_in_4bit), None), tokenizer, False
-            return self._serve(self._load(spec.weights, spec.load_in_4bit, spec.fingerprint), None), tokenizer, False
+                return self._serve(self._load(spec.base_model, spec.load_in_4bit), None, chat), tokenizer, False
+            entry = self._load(spec.weights, spec.load_in_4bit, spec.fingerprint)
+            return self._serve(entry, None, chat), tokenizer, False
         entry = self._load(spec.base_model, spec.load_in_4bit)
         if spec.base:
             from peft import PeftModel
 
             if entry.served is not None:
-                return self._serve(entry, None), tokenizer, False
+                return self._serve(entry, None, chat), tokenizer, False
             return entry.model, tokenizer, isinstance(entry.model, PeftModel)
         name = _adapter_name(spec.job_id)
         if entry.adapters.get(name) != (spec.weights, spec.fingerprint):
             self._add_adapter(entry, name, spec.weights, spec.fingerprint)
         entry.adapters.move_to_end(name)
         if entry.served is not None and entry.served.can_merge(entry.model, name):
-            return self._serve(entry, name), tokenizer, False
+            return self._serve(entry, name, chat), tokenizer, False
         if entry.model.active_adapter != name:  # set_adapter walks every module: only when it changes
             entry.model.set_adapter(name)
         return entry.model, tokenizer, False
 
-    def _serve(self, entry: _Entry, adapter: str | None) -> Any:
-        """The model to generate with: the entry's served copy with `adapter` merged (None: the base), or the
-        entry's own model when it has no served copy (4-bit weights)."""
+    def _serve(self, entry: _Entry, adapter: str | None, chat: bool = False) -> Any:
+        """The model to generate with: the entry's served copy with `adapter` merged (None: the base; `chat`: its
+        int8 copy where it has one), or the entry's own model when it has no served copy (4-bit weights)."""
         if entry.served is None:
             return entry.model
         started = time.monotonic()
         if entry.served.merge(entry.model, adapter):
             log.info("serving %s in %s (merged in %.2f s)", adapter or "the base model", entry.served.dtype,
                      time.monotonic() - started)
+        if chat and entry.served.int8 is not None:
+            return entry.served.int8
         return entry.served.model
 
     def _add_adapter(self, entry: _Entry, name: str, folder: str, fingerprint: str) -> None:
@@ -333,7 +338,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
 def answer(models: Models, request: Generate, replies: Any, halt: threading.Event) -> None:
     """Answer one request: Started, Deltas, Done (or UserFacing raised before Started)."""
     params = GenerateParams.model_validate(request.params)
-    model, tokenizer, base_off = models.for_spec(request.spec)
+    model, tokenizer, base_off = models.for_spec(request.spec, chat=True)
     if torch.get_num_threads() != request.threads:
         torch.set_num_threads(request.threads)
     ids = prompt_ids(tokenizer, request.messages)

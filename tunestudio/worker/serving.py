@@ -8,14 +8,19 @@ weight to `W + ΔW` (peft's own `get_delta_weight`), computed from the untouched
 adapter changes, so switching between jobs and `:base` never drifts. Modules the adapter does not touch
 share the loaded model's tensors when the precision is the same (no second copy in memory).
 
-Precision: on a CPU the copy is fp32 by default (`auto`); `TUNESTUDIO_CHAT_PRECISION=bf16` serves a bf16
-copy, and `measure` times a layer's matrix-vector products both ways at load and takes bf16 only when it
-wins twice by 15 % (models of `BF16_MIN_PARAMS` and more; below, a token is Python, not arithmetic). On a
-GPU the model is already loaded in bf16/fp16: the copy is too.
-A bf16 copy's greedy answers may differ from fp32's where two tokens' scores are closer than bf16 resolves
-(measured in bench/RESULTS.md, issue 29). On this machine small bf16 matrix-vector products measured ~50x
-slower than fp32 (torch 2.13's CPU kernels), so the body stays fp32 and only a large output layer gets a bf16
-copy, for greedy answers only, with its best candidates rescored in fp32 (`GreedyHead`).
+Precision: chat on a CPU answers from an int8 copy of the served weights by default (`auto`, issue 29), beside
+the fp32 one: decoding one token reads every weight once, so its time is the weights' bytes (a 256M model: 1 GB
+in fp32, 256 MB in int8, what llama.cpp's q8_0 reads). The int8 copy is torch's dynamic quantization (weights per
+output channel, activations per token, fbgemm's kernels), made for models of `INT8_MIN_PARAMS` and more when a
+layer's int8 products measure faster than fp32's at load; its output layer's best `TOP_K` candidates are
+rescored exactly in fp32 (`Int8Head`). Its answers may differ from fp32's where two tokens' scores lie closer
+than int8 resolves (measured in bench/RESULTS.md, issue 29). Log-probabilities (`/v1/completions`) always read
+the fp32 copy, exactly. `TUNESTUDIO_CHAT_PRECISION=fp32` serves fp32 answers (the path before issue 29), `int8`
+forces the int8 copy at any size, `bf16` serves a bf16 copy, and `measure` times a layer's bf16 products and
+takes bf16 only when it wins twice by 15 %. On a GPU the model is already loaded in bf16/fp16: the copy is too.
+Without the int8 copy, on this machine small bf16 matrix-vector products measured far slower than fp32
+(torch 2.13's CPU kernels), so the body stays fp32 and only a large output layer gets a bf16 copy, for greedy
+answers only, with its best candidates rescored in fp32 (`GreedyHead`).
 
 Served only when exactness is kept: plain LoRA on linear layers (no DoRA, no LoRA bias, no modules saved
 whole, no trained token rows); anything else answers through the peft model as before.
@@ -28,6 +33,7 @@ import copy
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +41,9 @@ import torch
 
 log = logging.getLogger(__name__)
 BF16_MIN_PARAMS = 50_000_000
+INT8_MIN_PARAMS = 50_000_000  # below, a token is Python, not bytes: int8 would change answers for nothing
+INT8_MARGIN = 0.85  # the int8 copy serves when a layer's int8 products take under 85 % of fp32's
+INT8_ADAPTERS = 2  # adapters whose quantized layers stay made (a job and another, or :base, answered in turn)
 HEAD_MIN_PARAMS = 20_000_000  # an output layer this large is what a token's time is made of (a 32k+ vocabulary)
 BF16_MARGIN = 0.85  # bf16 serves when its matrix-vector products take under 85 % of fp32's
 PRECISION_ENV = "TUNESTUDIO_CHAT_PRECISION"
@@ -83,6 +92,57 @@ def _matvec_seconds(model: Any, repeats: int = 5) -> tuple[float, float]:
                 best = min(best, time.perf_counter() - started)
             timings.append(best)
     return timings[0], timings[1]
+
+
+def int8_chat(model: Any, device: str) -> bool:
+    """Whether chat answers from an int8 copy (see the module's notes): on a CPU, for an fp32 model, by default
+    when it is large enough and a layer's int8 products measure faster; always with TUNESTUDIO_CHAT_PRECISION=int8."""
+    choice = os.environ.get(PRECISION_ENV, "auto").strip().lower()
+    if (device != "cpu" or next(model.parameters()).dtype != torch.float32 or choice not in ("auto", "int8")
+            or "fbgemm" not in torch.backends.quantized.supported_engines):
+        return False
+    if choice == "int8":
+        return True
+    if sum(p.numel() for p in model.parameters()) < INT8_MIN_PARAMS:
+        return False
+    fp32_s, int8_s = _int8_matvec_seconds(model)
+    chosen = int8_s < INT8_MARGIN * fp32_s
+    log.info("chat weights: %s (a layer's matrix-vector products: fp32 %.2f ms, int8 %.2f ms)",
+             "int8" if chosen else "fp32", fp32_s * 1000, int8_s * 1000)
+    return chosen
+
+
+def _int8_matvec_seconds(model: Any, repeats: int = 5) -> tuple[float, float]:
+    """One token's products with up to 8 of the body's linears (a layer's), fp32 vs int8 (best of)."""
+    head = model.get_output_embeddings()
+    body = [m for m in model.modules() if type(m) is torch.nn.Linear and m is not head][:8]
+    if not body:
+        return 0.0, float("inf")
+    timings = []
+    with torch.inference_mode():
+        for layers in (body, [_quantized(m.weight, m.bias) for m in body]):
+            inputs = [torch.randn(1, m.weight.shape[1]) for m in body]
+            best = float("inf")
+            for _ in range(repeats):
+                started = time.perf_counter()
+                for x, layer in zip(inputs, layers, strict=True):
+                    layer(x)
+                best = min(best, time.perf_counter() - started)
+            timings.append(best)
+    return timings[0], timings[1]
+
+
+def _quantized(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Module:
+    """A dynamically quantized linear layer (int8 weights per output channel) with these fp32 weights."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    plain = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    plain.weight = torch.nn.Parameter(weight.detach().float(), requires_grad=False)
+    if bias is not None:
+        plain.bias = torch.nn.Parameter(bias.detach().float(), requires_grad=False)
+    plain.qconfig = per_channel_dynamic_qconfig
+    return DynamicLinear.from_float(plain)
 
 
 def _lora_layers(peft_model: Any, adapter: str) -> dict[str, Any] | None:
@@ -145,6 +205,25 @@ class GreedyHead(torch.nn.Module):
             self.fast = False
 
 
+class Int8Head(torch.nn.Module):
+    """The int8 copy's output layer: every token's score from int8 weights, the `TOP_K` best rescored exactly in
+    fp32, so the top of the distribution (a greedy answer's argmax, what top-p keeps) is the fp32 layer's for the
+    same hidden state, and only the tail is approximate."""
+
+    TOP_K = 64
+
+    def __init__(self, weight: torch.nn.Parameter) -> None:
+        super().__init__()
+        self.weight = weight
+        self.approximate = _quantized(weight)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        scores = self.approximate(hidden)
+        top = scores.topk(min(self.TOP_K, scores.shape[-1]), dim=-1).indices
+        exact = (self.weight[top] @ hidden.unsqueeze(-1)).squeeze(-1)
+        return scores.scatter_(-1, top, exact)
+
+
 def _greedy_head_pays(weight: torch.Tensor, repeats: int = 5) -> tuple[bool, float, float]:
     """Whether the bf16 head is clearly faster than the fp32 one here; (answer, fp32 s, bf16 s)."""
     timings = []
@@ -163,7 +242,7 @@ def _greedy_head_pays(weight: torch.Tensor, repeats: int = 5) -> tuple[bool, flo
 class Served:
     """A module tree like the loaded model's, in `dtype`, that generation runs on (see the module's notes)."""
 
-    def __init__(self, model: Any, dtype: torch.dtype) -> None:
+    def __init__(self, model: Any, dtype: torch.dtype, int8: bool = False) -> None:
         self.dtype = dtype
         # A second module tree whose tensors are the loaded model's (the memo makes deepcopy share them), then
         # each parameter replaced by its copy in `dtype` (tied ones stay tied; the same dtype: shared).
@@ -185,7 +264,7 @@ class Served:
                         module._buffers[name] = buffer.to(dtype)
             served.config.dtype = dtype
         head = served.get_output_embeddings()
-        if (dtype == torch.float32 and type(head) is torch.nn.Linear and head.bias is None
+        if (not int8 and dtype == torch.float32 and type(head) is torch.nn.Linear and head.bias is None
                 and str(head.weight.device) == "cpu" and head.weight.numel() >= HEAD_MIN_PARAMS
                 and os.environ.get(PRECISION_ENV, "auto").strip().lower() not in ("fp32", "float32")):
             pays, fp32_s, bf16_s = _greedy_head_pays(head.weight)
@@ -198,6 +277,48 @@ class Served:
         self._modules = dict(served.named_modules())
         self.adapter: str | None = None  # what the served weights hold now
         self._merged: dict[str, Any] = {}  # module path → the LoRA layer merged there
+        # chat's int8 copy: the same tree (its other tensors shared), each linear quantized from the served
+        # weights; the base's quantized layers by path, and those of the last INT8_ADAPTERS adapters merged
+        self.int8: Any = None
+        self._int8_base: dict[str, torch.nn.Module] = {}
+        self._int8_adapters: OrderedDict[str, dict[str, torch.nn.Module]] = OrderedDict()
+        if int8 and dtype == torch.float32:
+            self._make_int8(served)
+
+    def _make_int8(self, served: Any) -> None:
+        started = time.monotonic()
+        memo: dict[int, Any] = {id(t): t for t in [*served.parameters(), *served.buffers()]}
+        fast = copy.deepcopy(served, memo)
+        head = fast.get_output_embeddings()
+        for path, module in list(fast.named_modules()):
+            if type(module) is torch.nn.Linear:
+                self._int8_base[path] = (Int8Head(module.weight) if module is head and module.bias is None
+                                         else _quantized(module.weight, module.bias))
+                _replace(fast, path, self._int8_base[path])
+        fast.eval()
+        self.int8 = fast
+        log.info("chat's int8 copy made in %.2f s", time.monotonic() - started)
+
+    def _merge_int8(self, adapter: str | None, layers: dict[str, Any], previous: dict[str, Any]) -> None:
+        """The int8 copy follows the served weights: the base's layers where the adapter merged nothing, the
+        adapter's (quantized from the merged weights, or as made the last time it was asked for) where it did."""
+        for path in previous:
+            if path not in layers:
+                _replace(self.int8, path, self._int8_base[path])
+        if adapter is None:
+            return
+        made = self._int8_adapters.pop(adapter, None)
+        if made is None:
+            made = {}
+            for path in layers:
+                module = self._modules[path]
+                made[path] = (Int8Head(module.weight) if isinstance(self._int8_base.get(path), Int8Head)
+                              else _quantized(module.weight, module.bias))
+        self._int8_adapters[adapter] = made
+        while len(self._int8_adapters) > INT8_ADAPTERS:
+            self._int8_adapters.popitem(last=False)
+        for path, module in made.items():
+            _replace(self.int8, path, module)
 
     def can_merge(self, peft_model: Any, adapter: str) -> bool:
         return _lora_layers(peft_model, adapter) is not None
@@ -206,6 +327,7 @@ class Served:
         """The adapter's weights changed (reloaded): merge it again when it is next asked for."""
         if self.adapter == adapter:
             self.adapter = "\0stale"
+        self._int8_adapters.pop(adapter, None)
 
     def merge(self, peft_model: Any, adapter: str | None) -> bool:
         """Set the weights to the base's plus `adapter`'s (None: the base's alone); False when they already were."""
@@ -222,6 +344,8 @@ class Served:
                 base = layer.base_layer.weight
                 delta = layer.get_delta_weight(adapter)
                 self._set_weight(path, (base.float() + delta.float()).to(base.dtype))
+        if self.int8 is not None:
+            self._merge_int8(adapter, layers, self._merged)
         self._merged = layers
         self.adapter = adapter
         return True
@@ -231,3 +355,8 @@ class Served:
         module._parameters["weight"] = torch.nn.Parameter(weight.detach().to(self.dtype), requires_grad=False)
         if isinstance(module, GreedyHead):  # an adapter on the output layer: its bf16 scores follow
             module.approximate = weight.detach().to(torch.bfloat16)
+
+
+def _replace(root: torch.nn.Module, path: str, module: torch.nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, name, module)
