@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tunestudio.config import JobConfig
+from tunestudio.config.report import ReportSpec
 from tunestudio.worker import data
 from tunestudio.worker.data import held_out
 from tunestudio.worker.errors import UserError
@@ -20,6 +21,12 @@ ROWS = [json.dumps({"instruction": f"What comes after {n}?", "input": "", "outpu
 def config(dataset: Path, **overrides: object) -> JobConfig:
     return JobConfig.model_validate({"model_name": "org/none", "local_datasets": [str(dataset)], "eval_steps": 5,
                                      "random_seed": 11, **overrides})
+
+
+def spec(cfg: JobConfig) -> ReportSpec:
+    """What the dataset report of the job's files is asked (as the API and the CLI ask it)."""
+    fields = ("local_datasets", "eval_fraction", "held_out_rows", "random_seed", "eval_split")
+    return ReportSpec.model_validate({**{f: getattr(cfg, f) for f in fields}, "held_out": cfg.eval_steps > 0})
 
 
 def write(path: Path, lines: list[str]) -> Path:
@@ -140,7 +147,7 @@ def test_eval_fraction_holds_out_its_share_and_the_report_names_the_same_rows(tm
     cfg = config(dataset, eval_fraction=0.2)
     prepared = data.prepare(cfg)
     assert prepared.held_out is not None and len(prepared.held_out["rows"]) == 10 and len(prepared.train) == 40
-    overlap = report.build(cfg)["eval_overlap"]
+    overlap = report.build(spec(cfg))["eval_overlap"]
     assert overlap["eval_rows"] == 10 and overlap["source"].startswith("held-out split: 10 of 50 rows, seed 11")
     with pytest.raises(ValueError, match="eval_fraction: held_out_rows decides which rows are held out"):
         config(dataset, eval_fraction=0.2, held_out_rows="h.json")
@@ -159,13 +166,13 @@ def test_the_report_holds_out_a_records_rows_as_the_clone_does(tmp_path: Path) -
     write(dataset, [*ROWS, *copies])  # every held-out row now also a training row, at the end of the file
     cfg = config(dataset, held_out_rows=str(path), random_seed=1)
     assert contents(data.prepare(cfg)) == contents(first)
-    overlap = report.build(cfg)["eval_overlap"]
+    overlap = report.build(spec(cfg))["eval_overlap"]
     assert overlap["source"] == f"held-out rows of {path}: 20 of 420 rows (as the job holds them out)"
     assert overlap["eval_rows"] == overlap["exact"] == 20  # the very rows the clone holds out, each leaked
 
     gone = first.held_out["rows"][0]["line"]  # a held-out row edited: the report says what the job would
     write(dataset, [r.replace('"output": "', '"output": "x') if n == gone else r for n, r in enumerate(ROWS, 1)])
-    changed = report.build(cfg)["eval_overlap"]
+    changed = report.build(spec(cfg))["eval_overlap"]
     assert changed["source"] is None and changed["note"].startswith(
         f"held_out_rows: the data changed since {path} was written: 1 of its 20 held-out rows")
 
