@@ -8,9 +8,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from tunestudio.jobs.models import Job
 
 from .helpers.chat import ChatHome
+from .helpers.server import loopback_v1
 
 CLI = [sys.executable, "-m", "tunestudio.cli"]
 pytestmark = pytest.mark.timeout(900)  # the session's chat job trains first
@@ -42,13 +42,8 @@ class Judge(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def judge_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
-    thread.join(10)
+    with loopback_v1(Judge) as base:
+        yield base
 
 
 def judge(home: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -34,6 +35,21 @@ def running_server(settings: Settings, manager: JobManager | None = None) -> Ite
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+@contextmanager
+def loopback_v1(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A plain HTTP server of `handler` on a free loopback port (a scripted OpenAI-compatible endpoint); yields its
+    /v1 base URL, and closes its listening socket after (else a later test meets its ResourceWarning)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 @dataclass

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from tests.helpers.server import loopback_v1
 from tunestudio.judge import Endpoint, JudgeError, JudgeNotConfigured
 
 SEEN: list[dict] = []
@@ -44,13 +44,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()  # the listening socket, else a later test meets its ResourceWarning
-    thread.join(10)
+    with loopback_v1(Handler) as base:
+        yield base
 
 
 MESSAGES = [{"role": "user", "content": "which?"}]
