@@ -72,26 +72,37 @@ def serving_dtype(model: Any, device: str) -> torch.dtype:
     return chosen
 
 
-def _matvec_seconds(model: Any, repeats: int = 5) -> tuple[float, float]:
+def _matvec_seconds(model: Any) -> tuple[float, float]:
     """One token's products with the body's linears (up to 8 of them: a layer's), fp32 vs bf16 (best of). The
     output layer is left out: it is one large product, where bf16 does win here, and `GreedyHead` takes it."""
-    head = model.get_output_embeddings()
-    body = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head][:8]
+    body = [m.weight.detach() for m in _body_linears(model)]
     if not body:
         return 0.0, float("inf")
     timings = []
-    with torch.inference_mode():
-        for dtype in (torch.float32, torch.bfloat16):
-            weights = [w.detach().to(dtype) for w in body]
-            inputs = [torch.randn(1, w.shape[1], dtype=dtype) for w in weights]
-            best = float("inf")
-            for _ in range(repeats):
-                started = time.perf_counter()
-                for x, w in zip(inputs, weights, strict=True):
-                    torch.nn.functional.linear(x, w)
-                best = min(best, time.perf_counter() - started)
-            timings.append(best)
+    for dtype in (torch.float32, torch.bfloat16):
+        weights = [w.to(dtype) for w in body]
+        inputs = [torch.randn(1, w.shape[1], dtype=dtype) for w in weights]
+        timings.append(_best_seconds([lambda x=x, w=w: torch.nn.functional.linear(x, w)
+                                      for x, w in zip(inputs, weights, strict=True)]))
     return timings[0], timings[1]
+
+
+def _body_linears(model: Any, count: int = 8) -> list[torch.nn.Linear]:
+    """Up to `count` of the model's plain linear layers other than its output layer (a layer's worth)."""
+    head = model.get_output_embeddings()
+    return [m for m in model.modules() if type(m) is torch.nn.Linear and m is not head][:count]
+
+
+def _best_seconds(calls: list[Any], repeats: int = 5) -> float:
+    """The best of `repeats` timings of making every call once, in inference mode."""
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for call in calls:
+                call()
+            best = min(best, time.perf_counter() - started)
+    return best
 
 
 def int8_chat(model: Any, device: str) -> bool:
@@ -112,24 +123,16 @@ def int8_chat(model: Any, device: str) -> bool:
     return chosen
 
 
-def _int8_matvec_seconds(model: Any, repeats: int = 5) -> tuple[float, float]:
+def _int8_matvec_seconds(model: Any) -> tuple[float, float]:
     """One token's products with up to 8 of the body's linears (a layer's), fp32 vs int8 (best of)."""
-    head = model.get_output_embeddings()
-    body = [m for m in model.modules() if type(m) is torch.nn.Linear and m is not head][:8]
+    body = _body_linears(model)
     if not body:
         return 0.0, float("inf")
-    timings = []
-    with torch.inference_mode():
-        for layers in (body, [_quantized(m.weight, m.bias) for m in body]):
-            inputs = [torch.randn(1, m.weight.shape[1]) for m in body]
-            best = float("inf")
-            for _ in range(repeats):
-                started = time.perf_counter()
-                for x, layer in zip(inputs, layers, strict=True):
-                    layer(x)
-                best = min(best, time.perf_counter() - started)
-            timings.append(best)
-    return timings[0], timings[1]
+    inputs = [torch.randn(1, m.weight.shape[1]) for m in body]
+    fp32_s, int8_s = (_best_seconds([lambda x=x, layer=layer: layer(x)
+                                     for x, layer in zip(inputs, layers, strict=True)])
+                      for layers in (body, [_quantized(m.weight, m.bias) for m in body]))
+    return fp32_s, int8_s
 
 
 def _quantized(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Module:
@@ -224,19 +227,14 @@ class Int8Head(torch.nn.Module):
         return scores.scatter_(-1, top, exact)
 
 
-def _greedy_head_pays(weight: torch.Tensor, repeats: int = 5) -> tuple[bool, float, float]:
+def _greedy_head_pays(weight: torch.Tensor) -> tuple[bool, float, float]:
     """Whether the bf16 head is clearly faster than the fp32 one here; (answer, fp32 s, bf16 s)."""
     timings = []
-    with torch.inference_mode():
-        for w in (weight.detach(), weight.detach().to(torch.bfloat16)):
-            x = torch.randn(1, w.shape[1], dtype=w.dtype)
-            best = float("inf")
-            for _ in range(repeats):
-                started = time.perf_counter()
-                torch.nn.functional.linear(x, w)
-                best = min(best, time.perf_counter() - started)
-            timings.append(best)
-    return timings[1] < BF16_MARGIN * timings[0], timings[0], timings[1]
+    for w in (weight.detach(), weight.detach().to(torch.bfloat16)):
+        x = torch.randn(1, w.shape[1], dtype=w.dtype)
+        timings.append(_best_seconds([lambda x=x, w=w: torch.nn.functional.linear(x, w)]))
+    fp32_s, bf16_s = timings
+    return bf16_s < BF16_MARGIN * fp32_s, fp32_s, bf16_s
 
 
 class Served:
