@@ -88,3 +88,18 @@ def test_an_empty_or_missing_log_satisfies_no_first_position(job_log: tuple[Test
     empty_suffix = _get(client, url, "bytes=-10")
     assert (empty_suffix.status_code, empty_suffix.text) == (200, "")
     assert "content-range" not in empty_suffix.headers
+
+
+def test_a_link_in_the_logs_place_is_not_served(job_log: tuple[TestClient, str, Path], tmp_path: Path) -> None:
+    """Issue 38 finding 11: worker.log replaced by a link to a file outside the job's folder is refused (404, as
+    the file routes refuse a link), live, by range and as a download; the downloads list says there is no log."""
+    client, url, log = job_log
+    outside = tmp_path / "passwd"
+    outside.write_text("root:x:0:0:secret\n")
+    log.unlink(missing_ok=True)
+    log.symlink_to(outside)
+    for answer in (client.get(url), client.get(url, params={"download": "true"}), _get(client, url, "bytes=-10"),
+                   client.get(url, params={"tail": 5})):
+        assert answer.status_code == 404, (answer.status_code, answer.text)
+        assert answer.json()["detail"]["code"] == "not_found" and "secret" not in answer.text
+    assert client.get(url.removesuffix("/log") + "/downloads").json()["log"] is False

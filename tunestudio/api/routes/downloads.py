@@ -87,6 +87,19 @@ def _label(job: Job) -> str:
     return name[:100] or job.id
 
 
+def regular_file_in(path: Path, folder: Path) -> bool:
+    """Whether `path` may be served as a file of `folder`: a regular file, neither it nor the folder a link, whose
+    resolved path is inside the folder's (the rule of every route that sends a job's file: its output files, its
+    worker log)."""
+    try:
+        if folder.is_symlink() or path.is_symlink() or not path.is_file():
+            return False
+        path.resolve().relative_to(folder.resolve())
+    except (OSError, ValueError):  # gone meanwhile, or outside the folder
+        return False
+    return True
+
+
 def job_files(job: Job, folder: Path | None = None) -> dict[str, Path]:
     """name → path of every regular file the job wrote under `folder` (its output folder unless given; names
     relative to it, '/' between parts), sorted: only under the entries its ownership marker lists as its own."""
@@ -107,7 +120,7 @@ def job_files(job: Job, folder: Path | None = None) -> dict[str, Path]:
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (not at_top or d in mine))
         for name in sorted(names):
             path = Path(here) / name
-            if name.startswith(".") or (at_top and name not in mine) or path.is_symlink() or not path.is_file():
+            if name.startswith(".") or (at_top and name not in mine) or not regular_file_in(path, output):
                 continue
             found[path.relative_to(root).as_posix()] = path
             if len(found) >= MAX_FILES:
@@ -170,7 +183,7 @@ def downloads(job_id: str, manager: ManagerDep) -> DownloadsOut:
         job_id=job.id, weights=weights, weights_note=found if isinstance(found, str) else None,
         files=_listed(job_files(job)) if job.is_terminal else [], exports=_exports(manager, job),
         metrics=len(manager.metrics(job_id)) if job.kind == "train" else 0,
-        log=bool(job.log_path) and Path(job.log_path or "").is_file())
+        log=bool(job.log_path) and regular_file_in(Path(job.log_path or ""), manager.settings.jobs_dir() / job.id))
 
 
 class _Sink(io.RawIOBase):

@@ -15,7 +15,8 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import JSONResponse
 
 from tunestudio.api.deps import ManagerDep
-from tunestudio.api.errors import error_body
+from tunestudio.api.errors import ApiError, error_body
+from tunestudio.api.routes.downloads import regular_file_in
 from tunestudio.api.schemas import ERRORS, ErrorOut
 from tunestudio.jobs.store import INT64_MAX
 
@@ -74,7 +75,11 @@ def job_log(
     """
     job = manager.get(job_id)
     path = Path(job.log_path) if job.log_path else None
-    exists = path is not None and path.is_file()
+    exists = path is not None and regular_file_in(path, manager.settings.jobs_dir() / job.id)
+    if path is not None and not exists and (path.is_symlink() or path.exists()):
+        # A link (or anything but a file) in the log's place is not the job's log: refused as the file routes do.
+        raise ApiError(404, "not_found", f"job {job_id} has no worker log it wrote: {path.name} is not a regular "
+                                         "file of its folder")
     size = path.stat().st_size if exists and path else 0
     if download:
         body = path.read_bytes() if exists and path else b""
