@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from tunestudio.events import Progress
+from tunestudio.events import Progress, WarningEvent
 from tunestudio.jobs.supervisor import Supervisor
+from tunestudio.worker.reward_signal import FLAT_STEPS, ZERO_STD_KEY
 from tunestudio.worker.tiny import SOUNDS
 
-from ..helpers.jobs import Run, job_config, run_job
+from ..helpers.jobs import DATA, Run, job_config, run_job
 
 
 def write_jsonl(path: Path, items: list[dict[str, Any]]) -> Path:
@@ -160,6 +161,21 @@ def test_grpo_with_exact_match_reports_each_reward_calls_the_user_function_and_s
         for prompt, topic, answer in zip(call["prompts"], call["topic"], call["answer"], strict=True):
             animal = topic.removeprefix("sound-")
             assert prompt.endswith(f"\n\n{animal}\n") and answer == sounds[animal]
+
+
+def test_grpo_without_reward_spread_warns_once_while_it_runs(tiny_model: Path, tmp_path: Path) -> None:
+    # Issue 38, finding 9: the bundled prompts' answers ("orange orange orange", "nedrag", ...) are beyond the tiny
+    # model, so exact_match gives every completion of a group the same 0: no step has anything to learn from.
+    run = method_job(tiny_model, tmp_path / "out", DATA / "prompts.jsonl", method="grpo", max_steps=FLAT_STEPS,
+                     batch_size=4, num_generations=2, max_completion_length=4, reward_functions=["exact_match"])
+    found = records(run)
+    assert [r["extra"][ZERO_STD_KEY] for r in found] == [1.0] * FLAT_STEPS
+    warned = [e.message for e in run.of(WarningEvent) if "no signal" in e.message]
+    assert len(warned) == 1, run.messages()
+    assert f"steps 1 to {FLAT_STEPS}" in warned[0] and "num_generations, now 2" in warned[0]
+    at = next(i for i, e in enumerate(run.events) if isinstance(e, WarningEvent) and e.message == warned[0])
+    steps_before = [e.step for e in run.events[:at] if isinstance(e, Progress)]
+    assert steps_before[-1] == FLAT_STEPS and at < len(run.events) - 1  # while it runs, at the step that made it
 
 
 def test_every_method_saves_an_adapter_plain_peft_loads(

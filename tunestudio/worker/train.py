@@ -4,7 +4,9 @@ and the callback that reports progress and obeys stop commands at step boundarie
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -12,10 +14,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from trl import SFTConfig, SFTTrainer
 
 from tunestudio.checkpoints import is_complete, latest_checkpoint
-from tunestudio.config import JobConfig
+from tunestudio.config import JobConfig, reward_name
 from tunestudio.events import Progress, Stop
 from tunestudio.paths import expand
-from tunestudio.worker import batching, memory, methods, performance
+from tunestudio.worker import batching, memory, methods, performance, reward_signal
 from tunestudio.worker.best import EarlyStopper
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.checkpointing import save_checkpoints_atomically
@@ -107,11 +109,17 @@ def resolve_checkpoint(cfg: JobConfig) -> str | None:
     return str(path)
 
 
-class ReportingCallback(TrainerCallback):
-    """Turns the trainer's logs into Progress events, and stops when the parent asks."""
+# Reads the records logged so far; a message to warn with once, or None (reward_signal.no_signal_warning).
+Watch = Callable[[Sequence[dict[str, Any]]], str | None]
 
-    def __init__(self, channel: Channel) -> None:
+
+class ReportingCallback(TrainerCallback):
+    """Turns the trainer's logs into Progress events, warns once when `watch` finds a fault in the records
+    (GRPO without reward spread), and stops when the parent asks."""
+
+    def __init__(self, channel: Channel, watch: Watch | None = None) -> None:
         self.channel = channel
+        self.watch = watch
         self.records: list[dict[str, Any]] = []
         self.stop: Stop | None = None
         self._t0 = time.monotonic()
@@ -156,6 +164,9 @@ class ReportingCallback(TrainerCallback):
             extra=methods.extra_metrics(logs),
         )
         self.records.append(event.record())
+        if self.watch is not None and (message := self.watch(self.records)):
+            self.watch = None  # once: the fault is said, not repeated at every later step
+            self.channel.warn(message)
 
 
 def build_trainer(
@@ -219,7 +230,7 @@ def build_trainer(
         # need not search the graph for unused ones each step.
         ddp_find_unused_parameters=False,
     )
-    callback = ReportingCallback(channel)
+    callback = ReportingCallback(channel, _watch(cfg))
     # The early stopper sees an evaluation's figures first: the generation metrics it adds reach the Progress event.
     callbacks = [callback] if cfg.early_stopping is None else [EarlyStopper(cfg, channel, tokenizer, data.eval),
                                                                  callback]
@@ -246,6 +257,14 @@ def build_trainer(
         raise UserError(str(exc)) from None
     save_checkpoints_atomically(trainer)  # a worker killed while saving leaves the previous checkpoint usable
     return trainer, callback
+
+
+def _watch(cfg: JobConfig) -> Watch | None:
+    """What the job's records are watched for while it trains: a GRPO job that gets no reward spread."""
+    if cfg.method != "grpo":
+        return None
+    return partial(reward_signal.no_signal_warning, num_generations=cfg.num_generations,
+                   temperature=cfg.generation_temperature, rewards=[reward_name(e) for e in cfg.reward_functions])
 
 
 @torch.no_grad()
