@@ -1,5 +1,7 @@
 // The HTTP API, as the page uses it. Every error answer is {"detail": {code, message, ...}}.
 
+import {appendKids} from "./util.js";
+
 export class ApiError extends Error {
   constructor(status, detail) {
     super((detail && detail.message) || `HTTP ${status}`);
@@ -138,7 +140,7 @@ export function downloadLink(url, filename, content, attrs = {}, onError = () =>
   a.href = url;
   a.download = filename;
   for (const [k, v] of Object.entries(attrs)) a.setAttribute(k, v);
-  a.append(content);
+  appendKids(a, content);
   a.addEventListener("click", async (event) => {
     const token = localStorage.getItem("tunestudio.token");
     if (!token) return;  // the browser downloads it itself
@@ -150,7 +152,7 @@ export function downloadLink(url, filename, content, attrs = {}, onError = () =>
       const save = document.createElement("a");
       save.href = href;
       save.download = filename;
-      document.body.append(save);
+      appendKids(document.body, save);
       save.click();
       save.remove();
       setTimeout(() => URL.revokeObjectURL(href), 60000);
@@ -180,7 +182,7 @@ async function logPart(id, query) {
 /** A dataset file, sent as multipart/form-data (the one kind of body besides JSON the API takes). */
 async function uploadFile(file) {
   const form = new FormData();
-  form.append("file", file, file.name);
+  form.set("file", file, file.name);  // FormData: one file field
   const hdrs = headers(false);
   const res = await fetch("/api/uploads", {method: "POST", headers: hdrs, body: form});
   if (!res.ok) throw await failed(res);

@@ -11,7 +11,7 @@ import {mountHardware} from "./hardware.js";
 import {showJob} from "./job.js";
 import {JobList} from "./list.js";
 import {showSweeps} from "./sweep.js";
-import {el} from "./util.js";
+import {el, replaceKids} from "./util.js";
 
 const main = document.getElementById("main");
 let dispose = null;
@@ -34,7 +34,7 @@ async function route() {
   const [, view, arg] = hash.split("/");
   document.body.dataset.view = view;
   document.title = "tunestudio";  // a job's view says its state there
-  main.replaceChildren(el("p", {class: "muted"}, "Loading…"));
+  replaceKids(main, el("p", {class: "muted"}, "Loading…"));
   try {
     let cleanup;
     if (view === "jobs" && arg) {
@@ -66,7 +66,7 @@ async function route() {
       main.focus();
     }
   } catch (err) {
-    if (mine === renderCount) main.replaceChildren(el("div", {class: "error-box"}, `Cannot show this: ${err.message}`));
+    if (mine === renderCount) replaceKids(main, el("div", {class: "error-box"}, `Cannot show this: ${err.message}`));
   }
 }
 

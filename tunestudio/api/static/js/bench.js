@@ -4,7 +4,7 @@
 // of its own (kind "bench", source_job this job), run against this server's /v1/completions.
 
 import {api, errorText} from "./api.js";
-import {el, fmtNumber, statusBadge} from "./util.js";
+import {el, fmtNumber, replaceKids, statusBadge} from "./util.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -105,7 +105,7 @@ export function benchPanel(job) {
   let timer = null, gone = false;
   const refresh = async () => {
     const page = await api.benchmarks(job.id);
-    list.replaceChildren(...page.benchmarks.map((b) => el("div", {class: "bench-run", "data-job-id": b.id,
+    replaceKids(list, ...page.benchmarks.map((b) => el("div", {class: "bench-run", "data-job-id": b.id,
       "data-status": b.status},
     el("p", {}, el("a", {href: `#/jobs/${b.id}`}, [...b.tasks, ...(b.eval_file ? [b.eval_file] : [])].join(", ")),
       " ", statusBadge(b.status), " ", el("span", {class: "muted small"}, b.phase && !b.result ? b.message : "")),

@@ -1,4 +1,4 @@
-import {fmtNumber} from "./util.js";
+import {fmtNumber, replaceKids} from "./util.js";
 
 // Charts, drawn by uPlot (served from node_modules at /vendor/uplot). Colours come
 // from the theme's CSS variables, so a theme switch rebuilds every live chart.
@@ -113,7 +113,7 @@ export class Chart {
 
   build() {
     if (this.plot) this.plot.destroy();
-    this.container.replaceChildren();
+    replaceKids(this.container);
     this.plot = new uPlot(this.options(), this.data || [[]], this.container);
   }
 

@@ -7,7 +7,7 @@
 
 import {chatStream} from "./api.js";
 import {chatSettings} from "./chatsettings.js";
-import {el} from "./util.js";
+import {appendKids, el, insertAfter, replaceKids} from "./util.js";
 
 
 function setting(name, label, attrs) {
@@ -44,14 +44,14 @@ export function chatPanel(id) {
       side.box.dataset.model = side.model;
     }
     columns.classList.toggle("two", compare.checked);
-    columns.replaceChildren(...active().map((side) => el("section", {class: "chat-side"},
+    replaceKids(columns, ...active().map((side) => el("section", {class: "chat-side"},
       el("h3", {}, side.label, " ", el("code", {class: "muted small"}, side.model)), side.box)));
   };
 
   const bubble = (side, role, text) => {
     const node = el("div", {class: `chat-msg ${role}`}, el("b", {}, role === "user" ? "you" : side.label),
       el("span", {class: "chat-text"}, text));
-    side.box.append(node);
+    appendKids(side.box, node);
     side.box.scrollTop = side.box.scrollHeight;
     return node.querySelector(".chat-text");
   };
@@ -79,9 +79,9 @@ export function chatPanel(id) {
           out.textContent = text;
           side.box.scrollTop = side.box.scrollHeight;
         });
-      if (done === "length") out.after(el("span", {class: "muted small"}, " (cut at max tokens)"));
+      if (done === "length") insertAfter(out, el("span", {class: "muted small"}, " (cut at max tokens)"));
     } catch (err) {
-      if (err.name === "AbortError") out.after(el("span", {class: "muted small"}, " (stopped)"));
+      if (err.name === "AbortError") insertAfter(out, el("span", {class: "muted small"}, " (stopped)"));
       else {
         error.hidden = false;
         error.textContent = `${side.label}: ${err.message}`;
@@ -120,7 +120,7 @@ export function chatPanel(id) {
   });
   stop.addEventListener("click", () => controllers.forEach((c) => c.abort()));
   const forget = () => {
-    for (const side of [base, ...sides]) { side.history = []; side.box?.replaceChildren(); }
+    for (const side of [base, ...sides]) { side.history = []; if (side.box) replaceKids(side.box); }
     error.hidden = true;
   };
   clear.addEventListener("click", forget);

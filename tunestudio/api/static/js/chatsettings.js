@@ -4,7 +4,7 @@
 // tokenizer it answers with; nothing is generated).
 
 import {ApiError, call} from "./api.js";
-import {el} from "./util.js";
+import {appendKids, el, replaceKids} from "./util.js";
 
 const message = (err) => (err instanceof ApiError ? err.message : String(err));
 
@@ -34,8 +34,8 @@ export function chatSettings(id, {onModel}) {
     templateFile.textContent = file ? `from ${file}` : "";
   };
   call(`/api/jobs/${encodeURIComponent(id)}/chat`).then((settings) => {
-    weights.replaceChildren(...settings.models.map((m) => el("option", {value: m.id}, m.label)));
-    if (!settings.models.length) weights.append(el("option", {value: id}, "final weights"));
+    replaceKids(weights, ...settings.models.map((m) => el("option", {value: m.id}, m.label)));
+    if (!settings.models.length) appendKids(weights, el("option", {value: id}, "final weights"));
     showTemplate(settings.template, settings.template_file);
   }).catch((err) => { template.textContent = `the chat settings could not be read: ${message(err)}`; });
   weights.addEventListener("change", () => onModel(weights.value));

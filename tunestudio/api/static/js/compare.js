@@ -3,12 +3,12 @@
 import {api} from "./api.js";
 import {colour, overlayChart, overlayData} from "./charts.js";
 import {configDiff} from "./configdiff.js";
-import {basename, el, fmtNumber, statusBadge} from "./util.js";
+import {appendKids, basename, el, fmtNumber, replaceKids, statusBadge} from "./util.js";
 
 export async function showCompare(main, ids) {
   const box = el("div", {class: "chart", id: "overlay-chart"});
   const legend = el("ul", {class: "compare-legend"});
-  main.replaceChildren(el("article", {class: "compare"},
+  replaceKids(main, el("article", {class: "compare"},
     el("h1", {}, `Comparing ${ids.length} jobs`),
     el("p", {class: "muted"}, "Loss by step. Untick jobs in the list to drop them; click one to open it."),
     el("section", {class: "chart-card wide"}, box), legend));
@@ -17,7 +17,7 @@ export async function showCompare(main, ids) {
   // A job by the name the user gave it; its id (and model) when it has none.
   const labels = jobs.map((j) => (j.name ? j.name : `${j.id} · ${basename(j.config.model_name)}`));
   const chart = overlayChart(box, labels);
-  main.querySelector(".compare").append(el("section", {class: "chart-card wide"},
+  appendKids(main.querySelector(".compare"), el("section", {class: "chart-card wide"},
     el("h2", {}, "Config differences"), configDiff(jobs, labels)));
   let timer = null;
 
@@ -28,7 +28,7 @@ export async function showCompare(main, ids) {
       return {steps: train.map((r) => r.step), losses: train.map((r) => r.loss)};
     });
     chart.setData(overlayData(runs));
-    legend.replaceChildren(...jobs.map((j, i) => el("li", {},
+    replaceKids(legend, ...jobs.map((j, i) => el("li", {},
       el("span", {class: "swatch", style: `background:${colour(i)}`}),
       el("a", {href: `#/jobs/${j.id}`}, labels[i]), " ", statusBadge(j.status),
       runs[i].losses.length ? ` final loss ${fmtNumber(runs[i].losses.at(-1))}` : "")));

@@ -6,7 +6,7 @@
 // token on a server that has one.
 
 import {ApiError, call, downloadLink} from "./api.js";
-import {el, fmtBytes} from "./util.js";
+import {el, fmtBytes, replaceKids} from "./util.js";
 
 const base = (id) => `/api/jobs/${encodeURIComponent(id)}`;
 const fileUrl = (id, name) => `${base(id)}/files/${name.split("/").map(encodeURIComponent).join("/")}`;
@@ -22,7 +22,7 @@ export function downloadsPanel(job) {
   const link = (url, filename, text, attrs = {}) => downloadLink(url, filename, text, attrs, say);
   const say = (err) => {
     error.hidden = false;
-    error.replaceChildren(el("b", {}, "Error: "), err instanceof ApiError ? err.message : String(err));
+    replaceKids(error, el("b", {}, "Error: "), err instanceof ApiError ? err.message : String(err));
   };
   const fileTable = (owner, files, tableId) => el("table", {class: "artefacts", id: tableId},
     el("tbody", {}, files.map((f) => el("tr", {},
@@ -62,7 +62,7 @@ export function downloadsPanel(job) {
         exp.files.length ? fileTable(exp.id, exp.files, `download-export-${exp.id}`)
           : el("p", {class: "muted small"}, "No files (yet)."));
     }
-    body.replaceChildren(...parts);
+    replaceKids(body, ...parts);
   };
 
   const refresh = async () => {

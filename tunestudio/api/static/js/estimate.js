@@ -4,7 +4,7 @@
 
 import {api} from "./api.js";
 import {reportFigures} from "./report.js";
-import {el, fmtBytes, fmtDuration, fmtNumber} from "./util.js";
+import {el, fmtBytes, fmtDuration, fmtNumber, replaceKids} from "./util.js";
 
 const count = (n) => (n >= 1e9 ? `${fmtNumber(n / 1e9, 3)}B` : n >= 1e6 ? `${fmtNumber(n / 1e6, 3)}M`
   : n >= 1e3 ? `${fmtNumber(n / 1e3, 3)}k` : String(n));
@@ -15,7 +15,7 @@ export function mountEstimate(box, config) {
     const mine = ++token;
     let body;
     try { body = config(); } catch { return; }
-    if (!body.model_name) { box.replaceChildren(); return; }
+    if (!body.model_name) { replaceKids(box); return; }
     const facts = reportFigures(body);
     try {
       const e = await api.estimate(facts ? {...body, dataset: facts} : body);
@@ -23,7 +23,7 @@ export function mountEstimate(box, config) {
       const parts = [["model", e.weights_bytes], ["adapter", e.adapter_bytes], ["gradients", e.gradients_bytes],
         ["optimizer", e.optimizer_bytes], ["activations", e.activations_bytes]].filter(([, v]) => v > 0);
       box.dataset.fits = String(e.fits);
-      box.replaceChildren(
+      replaceKids(box,
         el("p", {class: "estimate-head"},
           el("b", {id: "estimate-params"}, count(e.parameters)), " parameters · ",
           el("b", {id: "estimate-trainable"}, count(e.trainable)), " trained · ",
@@ -42,7 +42,7 @@ export function mountEstimate(box, config) {
             : "Free memory unknown"),
         e.notes.length ? el("p", {class: "muted small"}, e.notes.join("; ")) : "");
     } catch (err) {
-      if (mine === token) box.replaceChildren(el("p", {class: "muted small", id: "estimate-fit"}, `No estimate: ${err.message}`));
+      if (mine === token) replaceKids(box, el("p", {class: "muted small", id: "estimate-fit"}, `No estimate: ${err.message}`));
     }
   };
   const schedule = () => { clearTimeout(timer); timer = setTimeout(run, 400); };

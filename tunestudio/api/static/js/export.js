@@ -2,7 +2,7 @@
 // and see where its files are. An export is a job of its own (kind "export", source_job this job).
 
 import {api, errorText} from "./api.js";
-import {el, statusBadge} from "./util.js";
+import {el, replaceKids, statusBadge} from "./util.js";
 
 const QUANTIZATIONS = {
   gguf: ["f16", "bf16", "q8_0", "f32", "q4_k_m"],
@@ -44,7 +44,7 @@ export function exportPanel(job, {navigate}) {
   const redraw = () => {
     const t = target.value;
     const quants = QUANTIZATIONS[t] || [];
-    quantization.replaceChildren(...quants.map((q) => el("option", {value: q}, q)));
+    replaceKids(quantization, ...quants.map((q) => el("option", {value: q}, q)));
     fields.quantization.hidden = !quants.length;
     fields.dtype.hidden = !(t === "merged" || (t === "hub" && content.value === "merged"));
     for (const name of ["repo", "token", "private", "content"]) fields[name].hidden = t !== "hub";
@@ -83,7 +83,7 @@ export function exportPanel(job, {navigate}) {
   const refresh = async () => {
     const page = await api.listJobs(200);
     const mine = page.items.filter((j) => j.kind === "export" && j.source_job === job.id);
-    list.replaceChildren(el("tbody", {}, mine.map((j) => {
+    replaceKids(list, el("tbody", {}, mine.map((j) => {
       const pct = j.progress && j.progress.total_steps ? Math.round((100 * j.progress.step) / j.progress.total_steps) : 0;
       const what = j.config.target + (j.config.quantization ? ` ${j.config.quantization}` : "")
         + (j.config.target === "merged" ? ` ${j.config.dtype}` : "") + (j.config.repo ? ` → ${j.config.repo}` : "");

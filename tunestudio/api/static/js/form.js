@@ -9,7 +9,7 @@ import {mountFormJobFile} from "./jobfile.js";
 import {mountModelPicker} from "./models.js";
 import {mountReport} from "./report.js";
 import {mountUpload} from "./upload.js";
-import {basename, el} from "./util.js";
+import {appendKids, basename, el, replaceKids} from "./util.js";
 
 // A config to start from (Clone to form, see config.js): left in sessionStorage, taken once.
 export const CLONE_KEY = "tunestudio.clone";
@@ -198,7 +198,7 @@ export async function showForm(main, {onCreated}) {
   const modelBox = fieldBox("model_name", "Model", model,
     defaults.model_ready ? "The embedded tiny model is filled in; any local folder or hub id works."
       : `The embedded tiny model is not built yet: ${defaults.model_hint}.`);
-  modelBox.append(el("datalist", {id: "model-options"},
+  appendKids(modelBox, el("datalist", {id: "model-options"},
     defaults.model_name ? el("option", {value: defaults.model_name}, "tiny model") : null));
 
   // --- dataset ------------------------------------------------------------------
@@ -278,7 +278,7 @@ export async function showForm(main, {onCreated}) {
     el("section", {}, el("h2", {}, "Weights to train"), method),
     el("section", {}, el("h2", {}, "Hyperparameters"), common, advanced),
     formError, el("div", {class: "actions"}, submit, estimateBox));
-  main.replaceChildren(form);
+  replaceKids(main, form);
 
   const showLora = () => {
     for (const name of LORA_ONLY) {
@@ -304,11 +304,11 @@ export async function showForm(main, {onCreated}) {
     const token = ++previewToken;
     const paths = local.value.split("\n").map((s) => s.trim()).filter(Boolean);
     if (sourceMode() !== "local" || !paths.length) {
-      preview.replaceChildren(el("p", {class: "muted"}, "The preview reads local files; a hub dataset is read when "
+      replaceKids(preview, el("p", {class: "muted"}, "The preview reads local files; a hub dataset is read when "
         + "the job starts."));
       return;
     }
-    preview.replaceChildren(el("p", {class: "muted"}, "Reading the first rows…"));
+    replaceKids(preview, el("p", {class: "muted"}, "Reading the first rows…"));
     const body = {local_datasets: paths, format_type: controls.format_type.get(), rows: 3, method: trainingValue()};
     if (trainingValue() === "grpo") body.reward_functions = controls.reward_functions.get();
     const mapping = controls.custom_format_mapping?.get();
@@ -317,10 +317,10 @@ export async function showForm(main, {onCreated}) {
       const answer = await api.preview(body);
       if (token !== previewToken) return;
       if (answer.error) {
-        preview.replaceChildren(el("p", {class: "error-text"}, answer.error));
+        replaceKids(preview, el("p", {class: "error-text"}, answer.error));
         return;
       }
-      preview.replaceChildren(
+      replaceKids(preview,
         el("p", {class: "preview-head"}, "Format: ", el("b", {id: "preview-format"}, answer.format),
           answer.detected ? " (detected)" : " (as chosen)", ` · ${answer.total_rows}${answer.partial ? "+" : ""} rows · ${answer.description}`),
         problemsNote(answer),
@@ -333,7 +333,7 @@ export async function showForm(main, {onCreated}) {
     } catch (err) {
       if (token !== previewToken) return;
       const message = err instanceof ApiError ? err.message : String(err);
-      preview.replaceChildren(el("p", {class: "error-text"}, message));
+      replaceKids(preview, el("p", {class: "error-text"}, message));
     }
   };
   const schedulePreview = () => { clearTimeout(previewTimer); previewTimer = setTimeout(runPreview, 500); };

@@ -2,7 +2,7 @@
 // (GET /api/system/hardware, polled while the page is visible).
 
 import {api} from "./api.js";
-import {el} from "./util.js";
+import {el, replaceKids} from "./util.js";
 
 const POLL_MS = 3000;
 const gb = (mb) => `${(mb / 1024).toFixed(1)} GB`;
@@ -23,9 +23,9 @@ export function mountHardware(box) {
             + (g.utilization_percent !== null ? ` · ${Math.round(g.utilization_percent)}%` : ""))),
         ];
         if (!hw.gpus.length) parts.push(el("span", {class: "hw muted"}, "no GPU"));
-        box.replaceChildren(...parts);
+        replaceKids(box, ...parts);
       } catch {
-        box.replaceChildren(el("span", {class: "hw muted"}, "hardware: –"));
+        replaceKids(box, el("span", {class: "hw muted"}, "hardware: –"));
       }
     }
     timer = setTimeout(poll, POLL_MS);

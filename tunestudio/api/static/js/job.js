@@ -22,8 +22,8 @@ import {resourcesPanel} from "./resources.js";
 import {loadParent, withParent} from "./parent.js";
 import {rowsPanel} from "./rows.js";
 import {
-  basename, confirmAction, datasetLabel, el, fmtBytes, fmtDuration, fmtNumber, fmtWhen, ranFor,
-  statusBadge,
+  appendKids, basename, confirmAction, datasetLabel, el, fmtBytes, fmtDuration, fmtNumber, fmtWhen, ranFor,
+  replaceKids, statusBadge,
 } from "./util.js";
 
 const MAX_POINTS = 100000;
@@ -96,7 +96,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   const downloads = downloadsPanel(job);  // the adapter or model, files, metrics CSV, log (downloads.js)
   const resources = resourcesPanel(job);  // CPU, memory and GPU of the job's processes over time (resources.js)
 
-  main.replaceChildren(el("article", {class: "job-view", "data-job-id": id},
+  replaceKids(main, el("article", {class: "job-view", "data-job-id": id},
     el("div", {class: "job-head"},
       el("div", {},
         el("h1", {}, el("span", {id: "job-title"}, job.name || "Job"), " ", el("code", {}, id), " ", live),
@@ -218,7 +218,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     if (!isExport) versus.update(last.step ? last : p);
   };
   const drawStatus = () => {
-    status.replaceChildren(statusBadge(job.status));
+    replaceKids(status, statusBadge(job.status));
     // A step inside the status (evaluating the base model, generating its answers...), with how far it is.
     phase.textContent = job.phase && job.phase !== job.status && !job.is_terminal
       ? `phase: ${job.phase.replaceAll("_", " ")}${phaseCount ? ` ${phaseCount.done} / ${phaseCount.total}` : ""}`
@@ -235,24 +235,24 @@ export async function showJob(main, id, {onChange, navigate}) {
     resources.update(job);
     live.hidden = !source;
     errorBox.hidden = !job.error;
-    errorBox.replaceChildren(el("b", {}, "Error: "), job.error || "");
+    replaceKids(errorBox, el("b", {}, "Error: "), job.error || "");
     drawResults();
     drawBest();
     // A finished training job with a result gets the Export panel (once).
     if (!panel && !isExport && job.has_result) {
       panel = exportPanel(job, {navigate});
-      exportBox.replaceChildren(panel);
+      replaceKids(exportBox, panel);
     }
     // ... and the Benchmarks panel; a finished benchmark shows its figures.
     if (!benchView && !isExport && job.has_result) {
       benchView = benchPanel(job);
-      benchBox.replaceChildren(benchView);
+      replaceKids(benchBox, benchView);
     }
     if (isBench && job.is_terminal && !benchShown) {
       benchShown = true;
       api.benchmarks(job.source_job).then((page) => {
         const mine = page.benchmarks.find((b) => b.id === job.id);
-        if (mine && mine.result) benchBox.replaceChildren(el("section", {class: "results", id: "bench-result"},
+        if (mine && mine.result) replaceKids(benchBox, el("section", {class: "results", id: "bench-result"},
           el("h2", {}, "Benchmark"), benchTable(mine.result)));
       }).catch(() => {});
     }
@@ -265,7 +265,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     const complete = job.status === "completed" || job.status === "stopped";
     results.classList.toggle("partial", !complete);
     const metrics = Object.entries(job.final_metrics || {});
-    results.replaceChildren(...[
+    replaceKids(results, ...[
       el("h2", {}, complete ? "Output" : "Left on disk"),
       el("p", {}, el("code", {id: "output-dir", class: "path"}, job.output_dir || "–")),
       job.checkpoint ? el("p", {class: "muted"}, "checkpoint: ", el("code", {class: "path"}, job.checkpoint)) : null,
@@ -278,22 +278,22 @@ export async function showJob(main, id, {onChange, navigate}) {
     drawJudged();
     if (!rowsView && job.evaluation && job.evaluation.rows_file) {
       rowsView = rowsPanel(id, job.evaluation);
-      rowsSlot.replaceChildren(rowsView.node);
+      replaceKids(rowsSlot, rowsView.node);
     }
     if (!chat && job.chattable) {
       chat = chatPanel(id);
-      chatSlot.replaceChildren(chat.node);
+      replaceKids(chatSlot, chat.node);
     }
     if (!judgeView && job.chattable) {
       judgeView = judgePanel(id);
-      judgeSlot.replaceChildren(judgeView.node);
+      replaceKids(judgeSlot, judgeView.node);
     }
   };
   const drawJudged = () => {
     const samples = job.samples || [], evaluation = job.evaluation;
     judged.hidden = !samples.length && !evaluation;
     if (judged.hidden) return;
-    judged.replaceChildren(...[
+    replaceKids(judged, ...[
       evaluation ? evaluationTable(evaluation) : null,
       samples.length ? el("section", {class: "samples", id: "samples"}, el("h2", {}, "Samples"),
         el("table", {class: "compare-table"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
@@ -304,7 +304,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     ].filter(Boolean));
   };
   const log = (kind, text) => {
-    logBox.append(el("div", {class: `log-line ${kind}`}, text));
+    appendKids(logBox, el("div", {class: `log-line ${kind}`}, text));
     if (logBox.childElementCount > 500) logBox.firstElementChild.remove();
   };
   /** One event that says something (log, warning, failed, completed): into Events, a warning also on top. */
@@ -312,7 +312,7 @@ export async function showJob(main, id, {onChange, navigate}) {
     log(kind, data.message || (kind === "completed" ? (isExport ? "export finished" : "training finished")
       : JSON.stringify(data)));
     if (kind === "warning") {
-      warningList.append(el("li", {}, data.message));
+      appendKids(warningList, el("li", {}, data.message));
       warningsBox.hidden = false;
     }
   };
@@ -405,7 +405,7 @@ export async function showJob(main, id, {onChange, navigate}) {
   };
   const alertError = (err) => {
     errorBox.hidden = false;
-    errorBox.replaceChildren(el("b", {}, "Error: "), err instanceof ApiError ? err.message : String(err));
+    replaceKids(errorBox, el("b", {}, "Error: "), err instanceof ApiError ? err.message : String(err));
   };
   stopBtn.addEventListener("click", () => act(stopBtn, async () => {
     if (!await confirmAction("Stop this job?", "Training stops at the next step and saves a checkpoint you can "

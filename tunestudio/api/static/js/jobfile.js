@@ -4,7 +4,7 @@
 // POST /api/jobfile/parse), so what is copied is exactly what the CLI reads; secrets never leave it.
 
 import {ApiError, call} from "./api.js";
-import {el} from "./util.js";
+import {appendKids, el, insertAfter, replaceKids} from "./util.js";
 
 const WHAT = {yaml: "job file", command: "CLI command"};
 
@@ -17,7 +17,7 @@ async function copyInto(out, text, kind) {
     rows: String(Math.min(16, text.split("\n").length + 1)), "aria-label": `the ${WHAT[kind]}`});
   box.value = text;
   const said = el("p", {class: "small copy-said", id: "copy-said", role: "status"});
-  out.replaceChildren(said, box);
+  replaceKids(out, said, box);
   out.hidden = false;
   out.dataset.kind = kind;
   let copied = false;
@@ -46,8 +46,8 @@ function copyButtons(prefix) {
 export function mountJobFile(actions, jobId) {
   const buttons = copyButtons("");
   const out = el("div", {class: "copy-out", id: "jobfile-out", hidden: true});
-  actions.append(buttons.yaml, buttons.command);
-  actions.after(out);
+  appendKids(actions, buttons.yaml, buttons.command);
+  insertAfter(actions, out);
   let file = null;
   for (const [kind, button] of Object.entries(buttons)) {
     button.addEventListener("click", async () => {
@@ -57,7 +57,7 @@ export function mountJobFile(actions, jobId) {
         await copyInto(out, file[kind], kind);
       } catch (err) {
         out.hidden = false;
-        out.replaceChildren(el("p", {class: "error-text", role: "alert"},
+        replaceKids(out, el("p", {class: "error-text", role: "alert"},
           err instanceof ApiError ? err.message : String(err)));
       } finally {
         button.disabled = false;
@@ -76,7 +76,7 @@ export function mountFormJobFile(form, {collect, fill, showErrors, clearErrors})
   const paste = el("button", {type: "button", class: "button", id: "paste-jobfile"}, "Paste a job file…");
   const out = el("div", {class: "copy-out", id: "form-jobfile-out", hidden: true});
   const bar = el("div", {class: "actions jobfile-bar", id: "jobfile-bar"}, buttons.yaml, buttons.command, paste);
-  form.querySelector("h1").after(bar, out);
+  insertAfter(form.querySelector("h1"), bar, out);
 
   for (const [kind, button] of Object.entries(buttons)) {
     button.addEventListener("click", async () => {
@@ -111,15 +111,15 @@ export function mountFormJobFile(form, {collect, fill, showErrors, clearErrors})
     el("label", {for: "jobfile-text"}, "The YAML (or JSON) that ", el("code", {}, "tunestudio train"),
       " reads; its fields replace the form's."),
     text, el("div", {role: "alert"}, problems), el("div", {class: "actions"}, cancel, read));
-  form.after(dialog);
+  insertAfter(form, dialog);
   paste.addEventListener("click", () => {
-    problems.replaceChildren();
+    replaceKids(problems);
     dialog.showModal();
     text.focus();
   });
   cancel.addEventListener("click", () => dialog.close());
   read.addEventListener("click", async () => {
-    problems.replaceChildren();
+    replaceKids(problems);
     read.disabled = true;
     try {
       const parsed = await call("/api/jobfile/parse", {method: "POST", body: {text: text.value}});
@@ -131,7 +131,7 @@ export function mountFormJobFile(form, {collect, fill, showErrors, clearErrors})
       const split = Object.entries(parsed.config).filter(([, v]) => Array.isArray(v)
         && v.some((item) => typeof item === "string" && item.includes("\n"))).map(([k]) => k);
       out.hidden = false;
-      out.replaceChildren(el("p", {class: "small copy-said", id: "jobfile-filled", role: "status"},
+      replaceKids(out, el("p", {class: "small copy-said", id: "jobfile-filled", role: "status"},
         "The form holds the pasted job file's settings.",
         left.length ? ` Its ${left.join(", ")} is not filled in (secrets never travel back): type it in.` : "",
         split.length ? ` ${split.join(", ")}: the form keeps one item a line, so an item with line breaks became `
@@ -139,7 +139,7 @@ export function mountFormJobFile(form, {collect, fill, showErrors, clearErrors})
     } catch (err) {
       const errors = err instanceof ApiError && err.fieldErrors.length ? err.fieldErrors
         : [{field: "", message: err instanceof ApiError ? err.message : String(err)}];
-      problems.replaceChildren(...errors.map(({field, message}) =>
+      replaceKids(problems, ...errors.map(({field, message}) =>
         el("li", {"data-field": field || ""}, field ? el("b", {}, field) : null, field ? `: ${message}` : message)));
     } finally {
       read.disabled = false;

@@ -3,7 +3,7 @@
 
 import {api, ApiError} from "./api.js";
 import {CLONE_KEY} from "./form.js";
-import {confirmAction, el} from "./util.js";
+import {confirmAction, el, insertAfter, replaceKids} from "./util.js";
 
 let defaultsCache = null;
 const fieldDefaults = async () => {
@@ -26,7 +26,7 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
   const config = el("table", {class: "config", id: "job-config"});
   name.value = job.name || "";
   notes.value = job.notes || "";
-  box.replaceChildren(
+  replaceKids(box,
     el("div", {class: "job-meta"}, el("div", {class: "grow"}, name, notes), el("div", {class: "actions"}, save, saved)),
     el("details", {class: "config-card", id: "config-card"},
       el("summary", {}, "Config"), el("div", {class: "actions"}, clone), config),
@@ -35,7 +35,7 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
 
   fieldDefaults().then((defaults) => {
     const rows = Object.entries(job.config).sort(([a], [b]) => a.localeCompare(b));
-    config.replaceChildren(el("tbody", {}, rows.map(([key, value]) => {
+    replaceKids(config, el("tbody", {}, rows.map(([key, value]) => {
       const isDefault = key in defaults && JSON.stringify(defaults[key]) === JSON.stringify(value);
       return el("tr", {class: isDefault ? "default" : "set", "data-key": key},
         el("th", {scope: "row"}, key), el("td", {}, el("code", {}, show(value))),
@@ -76,7 +76,7 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
     const text = dialog.querySelector("#confirm-text");
     const ok = confirmAction(`Delete job ${job.id}?`, "The job leaves the list, with its metrics and events. "
       + "This cannot be undone.", "Delete", "Keep it");
-    text.after(extra);
+    insertAfter(text, extra);
     const yes = await ok;
     extra.remove();
     if (!yes) return;

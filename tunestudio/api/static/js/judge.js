@@ -4,7 +4,7 @@
 // both answers, both verdicts (the job's answer first, then second) and their reasons.
 
 import {ApiError, call} from "./api.js";
-import {el, fmtWhen} from "./util.js";
+import {el, fmtWhen, replaceKids} from "./util.js";
 
 const path = (id) => `/api/jobs/${encodeURIComponent(id)}/judgements`;
 const pct = (x) => `${(100 * x).toFixed(1)}%`;
@@ -63,18 +63,18 @@ export function judgePanel(id) {
     try {
       const j = await call(`/api/judgements/${encodeURIComponent(jid)}`);
       if (!alive || current !== jid) return;
-      shown.replaceChildren(summaryLine(j), j.rows.length ? rowsTable(j) : el("p", {class: "muted"}, "No row yet…"));
+      replaceKids(shown, summaryLine(j), j.rows.length ? rowsTable(j) : el("p", {class: "muted"}, "No row yet…"));
       if (j.status === "running") timer = setTimeout(() => show(jid), POLL_MS);
       else refresh(false);
     } catch (err) {
-      if (alive && current === jid) shown.replaceChildren(el("p", {class: "error-text"}, String(err.message || err)));
+      if (alive && current === jid) replaceKids(shown, el("p", {class: "error-text"}, String(err.message || err)));
     }
   };
   const refresh = async (open) => {
     try {
       const all = await call(path(id));
       if (!alive) return;
-      list.replaceChildren(...(all.length ? [el("ul", {class: "plain"}, ...all.map((j) => el("li", {},
+      replaceKids(list, ...(all.length ? [el("ul", {class: "plain"}, ...all.map((j) => el("li", {},
         el("a", {href: "#", "data-judgement": j.id, onclick: (e) => { e.preventDefault(); show(j.id); }},
           `${fmtWhen(j.created_at)}: against ${j.against}`), ` · ${j.status} · score ${rate(j.summary.score)}`)))]
         : [el("p", {class: "muted small"}, "No judgement yet.")]));

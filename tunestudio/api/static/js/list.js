@@ -3,7 +3,9 @@
 
 import {api} from "./api.js";
 import {sparkline} from "./charts.js";
-import {basename, datasetLabel, el, fmtDuration, fmtNumber, fmtWhen, ranFor, statusBadge} from "./util.js";
+import {
+  appendKids, basename, datasetLabel, el, fmtDuration, fmtNumber, fmtWhen, ranFor, replaceKids, statusBadge,
+} from "./util.js";
 
 const POLL_MS = 2500;
 const SPARK_POINTS = 80;
@@ -19,7 +21,7 @@ export class JobList {
     this.statuses = [];         // the status filter ("live": the server's own set); empty: every job
     this.table = el("div", {class: "jobs", id: "job-rows"});
     this.empty = el("p", {class: "muted empty"}, "No jobs yet. Start one with the form.");
-    container.replaceChildren(this.empty, this.table);
+    replaceKids(container, this.empty, this.table);
   }
 
   start() { this.refresh(); }
@@ -89,12 +91,12 @@ export class JobList {
       el("div", {class: "spark-col"}, sparkBox, cells.loss));
     const r = {row, check, cells, spark: sparkline(sparkBox), sparkFor: null, finalLoss: null};
     this.rows.set(job.id, r);
-    this.table.append(row);
+    appendKids(this.table, row);
     return r;
   }
 
   update(r, job) {
-    r.cells.status.replaceChildren(statusBadge(job.status));
+    replaceKids(r.cells.status, statusBadge(job.status));
     if (job.kind === "export") {
       r.cells.model.textContent = job.name || `export → ${job.config.target}`;
       r.cells.model.title = job.output_dir || "";

@@ -2,7 +2,7 @@
 // and a download link. It reads the file on disk, so a job opened after a server restart shows it too.
 
 import {api, downloadLink} from "./api.js";
-import {el, fmtBytes} from "./util.js";
+import {el, fmtBytes, replaceKids} from "./util.js";
 
 const TAIL_BYTES = 64 * 1024;
 const POLL_MS = 1500;
@@ -13,7 +13,7 @@ export function mountLog(container, jobId, finished) {
   const head = el("p", {class: "muted small", id: "log-head"}, "Reading the log…");
   const download = downloadLink(api.logUrl(jobId), `${jobId}-worker.log`, "Download",
     {id: "log-download", class: "button ghost"}, (err) => { head.textContent = `Download failed: ${err.message}`; });
-  container.replaceChildren(el("div", {class: "log-bar"}, head, download), pre);
+  replaceKids(container, el("div", {class: "log-bar"}, head, download), pre);
   let offset = null, timer = null, stopped = false;
 
   const append = (text) => {

@@ -2,17 +2,17 @@
 // jobs used, hub ids in the local cache, and free text; a hub id says whether it is cached here.
 
 import {api} from "./api.js";
-import {el, fmtBytes, fmtNumber} from "./util.js";
+import {appendKids, el, fmtBytes, fmtNumber, replaceKids} from "./util.js";
 
 const HUB_ID = /^[\w.-]+\/[\w.-]+$/;
 
 export function mountModelPicker(box, input) {
   const options = box.querySelector("datalist") || el("datalist", {id: "model-options"});
-  if (!options.isConnected) box.append(options);
+  if (!options.isConnected) appendKids(box, options);
   const info = el("small", {class: "help", id: "model-info", "aria-live": "polite"});
   const table = el("ul", {class: "model-list", id: "model-list"});
   const details = el("details", {class: "models-card"}, el("summary", {}, "Models on this machine"), table);
-  box.append(info, details);
+  appendKids(box, info, details);
   let local = [], timer = null, token = 0;
 
   const describe = async () => {
@@ -42,8 +42,8 @@ export function mountModelPicker(box, input) {
     for (const m of found) values.set(m.path, `${m.name} · ${m.architecture || m.model_type || "?"} · ${fmtBytes(m.bytes)}`);
     for (const r of recent) if (!values.has(r)) values.set(r, "used recently");
     for (const c of cached) if (!values.has(c)) values.set(c, "hub cache");
-    options.replaceChildren(...[...values].map(([value, text]) => el("option", {value}, text)));
-    table.replaceChildren(...found.map((m) => el("li", {},
+    replaceKids(options, ...[...values].map(([value, text]) => el("option", {value}, text)));
+    replaceKids(table, ...found.map((m) => el("li", {},
       el("button", {type: "button", class: "link", title: m.path, onclick: () => {
         input.value = m.path;
         input.dispatchEvent(new Event("input", {bubbles: true}));

@@ -5,7 +5,7 @@
 
 import {ApiError, call} from "./api.js";
 import {Chart, colour} from "./charts.js";
-import {basename, el} from "./util.js";
+import {basename, el, insertAfter, replaceKids} from "./util.js";
 
 // The form's fields the report reads as a job does (unset: JobConfig's defaults, as for a job).
 const FIELDS = ["max_seq_length", "method", "format_type", "custom_format_mapping", "reward_functions", "train_split",
@@ -54,7 +54,7 @@ export function mountReport(anchor, currentConfig) {
   const hint = el("span", {class: "muted small"}, " duplicates, lengths with the model's tokenizer, eval overlap");
   const out = el("div", {class: "report", id: "report", "aria-live": "polite"});
   const panel = el("div", {class: "preview report-panel", id: "report-panel"}, el("p", {}, button, hint), out);
-  anchor.after(panel);
+  insertAfter(anchor, panel);
   let token = 0;
   let chart = null;
 
@@ -62,12 +62,12 @@ export function mountReport(anchor, currentConfig) {
     const mine = ++token;
     const body = reportRequest(currentConfig());
     if (!body) {
-      out.replaceChildren(el("p", {class: "muted"}, "The report reads local files; a hub dataset is read when the "
+      replaceKids(out, el("p", {class: "muted"}, "The report reads local files; a hub dataset is read when the "
         + "job starts."));
       return;
     }
     button.disabled = true;
-    out.replaceChildren(el("p", {class: "muted"}, "Reading and tokenising every row…"));
+    replaceKids(out, el("p", {class: "muted"}, "Reading and tokenising every row…"));
     try {
       const report = await call("/api/datasets/report", {method: "POST", body});
       if (mine !== token) return;
@@ -75,14 +75,14 @@ export function mountReport(anchor, currentConfig) {
       document.dispatchEvent(new CustomEvent("tunestudio:report"));  // the estimate counts the real rows now
       if (chart) chart.destroy();
       chart = null;
-      out.replaceChildren(...render(report));
+      replaceKids(out, ...render(report));
       const box = out.querySelector("#report-histogram");
       if (box && report.lengths && report.lengths.rows) {
         chart = histogram(box, report.lengths);
       }
     } catch (err) {
       if (mine !== token) return;
-      out.replaceChildren(el("p", {class: "error-text"}, err instanceof ApiError ? err.message : String(err)));
+      replaceKids(out, el("p", {class: "error-text"}, err instanceof ApiError ? err.message : String(err)));
     } finally {
       if (mine === token) button.disabled = false;
     }

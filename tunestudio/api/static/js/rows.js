@@ -2,7 +2,7 @@
 // metric, with the dataset's reference and what each model answered, a page at a time.
 
 import {ApiError, call} from "./api.js";
-import {basename, el, fmtNumber} from "./util.js";
+import {appendKids, basename, el, fmtNumber, replaceKids} from "./util.js";
 
 const PAGE = 20;
 const LABELS = {loss: "loss", exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L"};
@@ -44,12 +44,12 @@ export function rowsPanel(jobId, evaluation) {
     if (mine !== token) return;  // the user chose another order meanwhile
     const metric = by.value === "loss" ? null : by.value;
     if (reset) {
-      head.replaceChildren(el("th", {}, "row"), el("th", {class: "num"}, "loss (base → tuned)"),
+      replaceKids(head, el("th", {}, "row"), el("th", {class: "num"}, "loss (base → tuned)"),
         metric ? el("th", {class: "num"}, LABELS[metric]) : null,
         el("th", {}, "prompt"), el("th", {}, "reference"), el("th", {}, "fine-tuned"), el("th", {}, "base model"));
-      body.replaceChildren();
+      replaceKids(body);
     }
-    body.append(...page.rows.map((r) => el("tr", {"data-index": String(r.index), "data-loss": String(r.loss ?? "")},
+    appendKids(body, ...page.rows.map((r) => el("tr", {"data-index": String(r.index), "data-loss": String(r.loss ?? "")},
       el("td", {class: "muted small", title: r.file || ""}, r.file ? `${basename(r.file)}:${r.line}` : `#${r.index}`),
       el("td", {class: "num"}, `${loss(r.loss_before)} → `, el("b", {}, loss(r.loss))),
       metric ? el("td", {class: "num"}, share(r[metric])) : null,

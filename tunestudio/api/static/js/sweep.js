@@ -7,7 +7,7 @@ import {Chart, colour, tickLabels} from "./charts.js";
 import {chatPanel} from "./chat.js";
 import {exportPanel} from "./export.js";
 import {CLONE_KEY} from "./form.js";
-import {confirmAction, el, fmtNumber, fmtWhen, statusBadge} from "./util.js";
+import {appendKids, confirmAction, el, fmtNumber, fmtWhen, replaceKids, statusBadge} from "./util.js";
 
 const LIVE = new Set(["running", "stopping"]);
 const POLL_MS = 2000;
@@ -25,7 +25,7 @@ export async function showSweeps(main, id, {navigate}) {
 
 async function showList(main) {
   const {items} = await api.listSweeps();
-  main.replaceChildren(el("article", {class: "sweeps"},
+  replaceKids(main, el("article", {class: "sweeps"},
     el("h1", {}, "Sweeps"),
     el("p", {class: "muted"}, "Hyperparameter searches whose trials run as jobs of the queue: start one with ",
       el("code", {}, "tunestudio sweep SWEEP.yaml"), " or POST /api/sweeps."),
@@ -56,7 +56,7 @@ async function showSweep(main, id, {navigate}) {
   const slot = el("div", {id: "best-slot"});
   const table = el("table", {class: "compare-table leaderboard", id: "leaderboard"});
   const plots = el("div", {class: "chart-row sweep-plots", id: "sweep-plots"});
-  main.replaceChildren(el("article", {class: "sweep-view", "data-sweep-id": id},
+  replaceKids(main, el("article", {class: "sweep-view", "data-sweep-id": id},
     el("div", {class: "job-head"},
       el("div", {}, el("h1", {}, "Sweep ", el("code", {}, id)), summary),
       el("div", {class: "actions"}, stop)),
@@ -69,14 +69,14 @@ async function showSweep(main, id, {navigate}) {
   const charts = new Map();
   for (const name of params) {
     const box = el("div", {class: "chart", id: `plot-${name}`, "data-param": name});
-    plots.append(el("section", {class: "chart-card"}, el("h3", {}, name), box));
+    appendKids(plots, el("section", {class: "chart-card"}, el("h3", {}, name), box));
     charts.set(name, {box, chart: paramChart(box, name, sweep.config.space[name], sweep.objective.metric)});
   }
   let panel = null, panelJob = null;
 
   const draw = () => {
     const done = sweep.trials.filter((t) => ["completed", "pruned", "failed"].includes(t.status)).length;
-    status.replaceChildren(statusBadge(sweep.status));
+    replaceKids(status, statusBadge(sweep.status));
     summary.textContent = `${label(sweep.objective.metric)} (${sweep.objective.mode}) · ${sweep.sampler} sampler · `
       + `pruner ${sweep.pruner} · ${done} of ${sweep.n_trials} trials done · created ${fmtWhen(sweep.created_at)}`
       + (sweep.mlflow_run_id ? ` · MLflow run ${sweep.mlflow_run_id}` : "");
@@ -98,7 +98,7 @@ async function showSweep(main, id, {navigate}) {
     const top = sweep.best;
     best.hidden = !top;
     if (!top) return;
-    best.replaceChildren(
+    replaceKids(best,
       el("h2", {}, "Best trial"),
       el("p", {}, `trial ${top.number}: ${label(sweep.objective.metric)} `, el("b", {id: "best-value"},
         fmtNumber(top.value)), " with ", Object.entries(top.params).map(([k, v]) => `${k}=${fmtParam(v)}`).join(", "),
@@ -107,7 +107,7 @@ async function showSweep(main, id, {navigate}) {
   };
   const drawTable = () => {
     const metric = sweep.objective.metric;
-    table.replaceChildren(
+    replaceKids(table,
       el("thead", {}, el("tr", {}, el("th", {}, "rank"), el("th", {}, "trial"),
         ...params.map((p) => el("th", {}, p)), el("th", {}, "status"), el("th", {class: "num"}, label(metric)),
         el("th", {class: "num"}, "best step"), el("th", {class: "num"}, "steps"),
@@ -139,7 +139,7 @@ async function showSweep(main, id, {navigate}) {
   const show = (node, dispose) => {
     if (panel) panel();
     panel = dispose;
-    slot.replaceChildren(node);
+    replaceKids(slot, node);
     node.scrollIntoView({block: "nearest"});
   };
   clone.addEventListener("click", async () => {

@@ -3,7 +3,7 @@
 // Choosing one puts its server path in the dataset field, so the job reads it like any local file.
 
 import {api, ApiError} from "./api.js";
-import {confirmAction, el, fmtBytes, fmtWhen} from "./util.js";
+import {appendKids, confirmAction, el, fmtBytes, fmtWhen, replaceKids} from "./util.js";
 
 const KINDS = ".jsonl,.json,.csv,.parquet";
 
@@ -15,7 +15,7 @@ export function mountUpload(box, {local, onChosen}) {
     el("span", {class: "muted small"}, " or drop one here (JSONL, JSON, CSV, Parquet)"), " ", status);
   const list = el("ul", {class: "uploads", id: "uploads"});
   const details = el("details", {class: "uploads-card"}, el("summary", {}, "Uploaded datasets"), list);
-  box.append(zone, details);
+  appendKids(box, zone, details);
 
   // What happened to the last upload; a refusal in the error colour, not as a grey hint.
   const say = (text, failed = false) => {
@@ -31,7 +31,7 @@ export function mountUpload(box, {local, onChosen}) {
       const {items, max_bytes: max} = await api.uploads();
       zone.dataset.max = String(max);
       details.hidden = items.length === 0;
-      list.replaceChildren(...items.map((u) => el("li", {"data-upload": u.name},
+      replaceKids(list, ...items.map((u) => el("li", {"data-upload": u.name},
         el("button", {type: "button", class: "link", title: u.path, onclick: () => use(u.path)}, u.name),
         el("span", {class: "muted small"}, ` ${fmtBytes(u.bytes)} · ${fmtWhen(u.modified)} `),
         el("button", {type: "button", class: "link danger", "aria-label": `delete ${u.name}`, onclick: async () => {
