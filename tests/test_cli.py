@@ -37,7 +37,8 @@ def write_job(tmp_path: Path, **fields: object) -> Path:
 def test_bad_config_exits_2_with_the_field_and_starts_nothing(tmp_path: Path) -> None:
     for fields, named in (({"batch_size": 0, "lora_r": 0}, ("batch_size", "lora_r")),
                           ({"local_datasets": ["/nope.jsonl"]}, ("local_datasets", "/nope.jsonl")),
-                          ({"model_name": "./models/missing"}, ("model_name", "does not exist"))):
+                          ({"model_name": "./models/missing"}, ("model_name", "does not exist")),
+                          ({"learning_rat": 1e-4}, ("learning_rat", "did you mean `learning_rate`?"))):
         job = write_job(tmp_path, **{"model_name": "x", "local_datasets": [str(DATA / "alpaca.jsonl")], **fields})
         proc = subprocess.run([*CLI, "train", str(job)], capture_output=True, text=True, env=env(tmp_path),
                               timeout=60)

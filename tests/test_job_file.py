@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tunestudio.config import JobConfig, load_config
-from tunestudio.config.files import dump_config, job_file_fields
+from tunestudio.config import ConfigError, JobConfig, load_config
+from tunestudio.config.files import dump_config, job_file_fields, load_job_file, parse_config_text
 
 BASE = {"model_name": "/models/m", "local_datasets": ["/data/train.jsonl"]}
 CASES: list[dict[str, Any]] = [
@@ -39,3 +39,21 @@ def test_only_what_differs_from_the_defaults_is_written_and_left_out_fields_are_
     cfg = JobConfig.model_validate({**BASE, "max_steps": 3, "output_dir": "/out"})
     assert job_file_fields(cfg) == {**BASE, "max_steps": 3, "output_dir": "/out"}
     assert "output_dir" not in yaml.safe_load(dump_config(cfg, leave_out=["output_dir"]))
+
+
+def test_whole_numbers_stay_whole_and_the_jobs_name_is_a_field(tmp_path: Path) -> None:
+    """Issue 38 finding 16: a form's 10 (JSON's int, the float field's 10.0) is written `eval_steps: 10`, and the
+    job's name is the file's first field, read back with the same config."""
+    cfg = JobConfig.model_validate({**BASE, "eval_steps": 10, "num_epochs": 2, "learning_rate": 0.5})
+    text = dump_config(cfg, "job j1", name="lr 0.5: a cow's sound")
+    assert "eval_steps: 10\n" in text and "num_epochs: 2\n" in text and "learning_rate: 0.5\n" in text
+    assert text.splitlines()[1].startswith("name: ")  # the first field, below the comment
+    path = tmp_path / "job.yaml"
+    path.write_text(text, encoding="utf-8")
+    config, name = load_job_file(path)
+    assert name == "lr 0.5: a cow's sound" and config.public_dict() == cfg.public_dict()
+    assert load_config(path).public_dict() == cfg.public_dict() and parse_config_text(text) == (config, name)
+    assert parse_config_text(dump_config(cfg) + "name: '  '\n")[1] is None  # a blank name is none
+    for bad in ("name: [a list]\n", f"name: {'x' * 201}\n"):
+        with pytest.raises(ConfigError, match="name"):
+            parse_config_text("model_name: m\n" + bad)

@@ -30,7 +30,8 @@ from tunestudio.cli_bench import bench
 from tunestudio.cli_chat import chat, print_evaluation
 from tunestudio.cli_judge import judge
 from tunestudio.cli_sweep import sweep
-from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, JobConfig, format_validation_error, load_config
+from tunestudio.config import METHOD_MAIN_METRIC, ConfigError, JobConfig, format_validation_error
+from tunestudio.config.files import load_job_file
 from tunestudio.data_report.cli import data_app
 from tunestudio.events import Best, Completed, Event, Failed, Log, StatusEvent, WarningEvent, parse_stream_event
 from tunestudio.events import Phase as PhaseEvent
@@ -79,10 +80,12 @@ def train(
         str | None, typer.Option(help="Where the artefacts go (default: under TUNESTUDIO_HOME).")
     ] = None,
 ) -> None:
-    """Run one fine-tuning job with a live progress view. Ctrl-C once: stop and save; twice: cancel."""
+    """Run one fine-tuning job with a live progress view (named as the file's `name` says). Ctrl-C once: stop and
+    save; twice: cancel."""
     overrides = {"output_dir": output_dir} if output_dir else {}
     try:
-        cfg = resolve(load_config(job_file, overrides))  # a bad field, or a missing file: nothing starts
+        config, name = load_job_file(job_file, overrides)
+        cfg = resolve(config)  # a bad field, or a missing file: nothing starts
     except (ConfigError, PathRefused) as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -92,6 +95,8 @@ def train(
         except (PathRefused, QueueFull) as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None
+        if name:
+            manager.rename(job.id, name, None)
         final = _follow(manager, job.id)
     if final.status is JobStatus.failed:
         raise typer.Exit(1)

@@ -123,6 +123,14 @@ def test_bad_input_is_refused_with_field_errors_and_nothing_starts(tmp_path: Pat
         fields = {e["field"] for e in bad.json()["detail"]["errors"]}
         assert fields == {"batch_size", "learning_rate"}
         assert "Traceback" not in bad.text
+        # An unknown field names the closest the config has, nested parts too (issue 38, finding 14).
+        typo = client.post("/api/jobs", json={**body("org/m", tmp_path), "learning_rat": 1e-4,
+                                              "early_stopping": {"patiense": 2}})
+        assert typo.status_code == 422
+        said = {e["field"]: e["message"] for e in typo.json()["detail"]["errors"]}
+        assert "did you mean `learning_rate`?" in said["learning_rat"], said
+        assert "did you mean `patience`?" in said["early_stopping.patiense"], said
+        assert "did you mean `learning_rate`?" in typo.json()["detail"]["message"]
         for path in (str(outside), str(tmp_path / "escape.jsonl"), str(tmp_path / ".." / outside.name)):
             refused = client.post("/api/jobs", json={**body("org/m", tmp_path), "local_datasets": [path]})
             assert refused.status_code == 422, path

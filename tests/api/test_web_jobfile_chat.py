@@ -10,10 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from playwright.sync_api import Browser, Page
 
-from tunestudio.config import JobConfig
+from tunestudio.config.files import parse_config_text
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
@@ -50,7 +49,7 @@ def page(browser: Browser, server: str) -> Iterator[Page]:  # noqa: F811
 
 
 def config_of(text: str) -> dict:
-    return JobConfig.model_validate(yaml.safe_load(text)).public_dict()
+    return parse_config_text(text)[0].public_dict()
 
 
 def test_a_jobs_file_copied_pasted_into_the_form_and_copied_again_is_the_same_job(server: str, job: Job,
@@ -78,11 +77,13 @@ def test_a_jobs_file_copied_pasted_into_the_form_and_copied_again_is_the_same_jo
     screenshot(page, "form-paste-jobfile-errors.png")
 
     page.locator("#jobfile-text").fill(expected["yaml"].replace("max_steps: 40", "max_steps: 41")
-                                       + f"hf_token: {SECRET}\n")
+                                       + f"hf_token: {SECRET}\nname: the cow's job\n")
     page.locator("#jobfile-fill").click()
     page.locator("#jobfile-filled", has_text="hf_token is not filled in").wait_for()
     assert not page.locator("#jobfile-dialog").evaluate("(d) => d.open")
     assert page.locator("#f-max_steps").input_value() == "41"
+    assert page.locator("#f-job-name").input_value() == "the cow's job"  # the file's name is the job's
+    page.locator("#f-eval_steps").fill("10")  # a whole number typed: written whole (issue 38, finding 16)
     # the chat job's sample prompt has two lines: the form holds one prompt a line, and says so
     assert "sample_prompts: the form keeps one item a line" in page.locator("#jobfile-filled").inner_text()
 
@@ -92,8 +93,9 @@ def test_a_jobs_file_copied_pasted_into_the_form_and_copied_again_is_the_same_jo
     page.locator("#copy-said", has_text="Copied the job file").wait_for()
     copied = page.locator("#copy-text").input_value()
     assert SECRET not in copied and "hf_token" not in copied
+    assert "eval_steps: 10\n" in copied and parse_config_text(copied)[1] == "the cow's job"
     assert config_of(copied) == {**config_of(expected["yaml"]), "max_steps": 41,  # the same job, as the form holds it
-                                 "sample_prompts": PROMPT.split("\n\n")}
+                                 "sample_prompts": PROMPT.split("\n\n"), "eval_steps": 10}
     page.locator("#form-copy-command").click()
     page.locator("#copy-said", has_text="Copied the CLI command").wait_for()
     command = page.locator("#copy-text").input_value()

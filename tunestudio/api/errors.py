@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunestudio.config import field_errors
@@ -45,9 +46,18 @@ def openai_error_body(status: int, message: str, code: str | None, param: str | 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def request_field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
-    """[{field, message}] with the body prefix dropped: the field is named as the user wrote it."""
-    return field_errors({**item, "loc": [p for p in item.get("loc", ()) if p != "body"]} for item in exc.errors())
+def body_model(request: Request | None) -> type[BaseModel] | None:
+    """The model the request's route reads its body as (FastAPI's own, of several body parameters), if any."""
+    field = getattr(request.scope.get("route"), "body_field", None) if request is not None else None
+    annotation = getattr(getattr(field, "field_info", None), "annotation", None)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def request_field_errors(exc: RequestValidationError, request: Request | None = None) -> list[dict[str, str]]:
+    """[{field, message}] with the body prefix dropped: the field is named as the user wrote it (and an unknown
+    field of the request's body gets the closest name its model has)."""
+    return field_errors(({**item, "loc": [p for p in item.get("loc", ()) if p != "body"]} for item in exc.errors()),
+                        body_model(request))
 
 
 def install(app: FastAPI) -> None:
@@ -80,7 +90,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = request_field_errors(exc)
+        errors = request_field_errors(exc, request)
         summary = "; ".join(f"{e['field'] or 'request'}: {e['message']}" for e in errors)
         return JSONResponse(error_body("invalid_request", summary, errors=errors), status_code=422)
 

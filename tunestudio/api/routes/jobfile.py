@@ -3,18 +3,21 @@ pasted job file read back into the form's fields.
 
 - `GET /api/jobs/{id}/jobfile`: a train job's config as it ran, less what the job chose for itself
   (`api.jobfile.JOB_OWN`: its output folder, its resume point, a sweep's MLflow run).
-- `POST /api/jobfile` (a config, as `POST /api/jobs` takes it): checked as a submit checks it (the fields, then
-  the paths: inside the allowed roots, made absolute, those that must exist existing), so the file runs from any
-  folder.
+- `POST /api/jobfile?name=` (a config, as `POST /api/jobs` takes it, and the job's name): checked as a submit
+  checks it (the fields, then the paths: inside the allowed roots, made absolute, those that must exist existing),
+  so the file runs from any folder.
 - `POST /api/jobfile/parse` ({text}): the job file validated as the CLI validates it; the config's every field
-  (no secrets), or a 422 whose `errors` name each bad field.
+  (no secrets) and the job's name, or a 422 whose `errors` name each bad field.
+
+A job file's `name` is the job's (the job list shows it), not a field of its config: `tunestudio train` names
+the job with it, and the form's paste fills the form's name.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, ValidationError
 
 from tunestudio import paths
@@ -24,7 +27,7 @@ from tunestudio.api.jobfile import JOB_OWN, JobFile, job_file
 from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import confine_paths
 from tunestudio.config import SECRET_FIELDS, ConfigError, JobConfig, format_validation_error, summary
-from tunestudio.config.files import parse_config_text
+from tunestudio.config.files import NAME_MAX, parse_config_text
 
 router = APIRouter(prefix="/api", tags=["job files"], responses=ERRORS)
 MAX_TEXT = 1_000_000
@@ -37,6 +40,7 @@ class JobFileText(BaseModel):
 class ParsedJobFile(BaseModel):
     config: dict[str, Any] = Field(description="Every field of the config the file gives, secrets left out.")
     secrets_left_out: list[str] = Field(description="Secret fields the file set: never sent back; type them in.")
+    name: str | None = Field(default=None, description="The job's name, when the file gives one.")
 
 
 @router.get("/jobs/{job_id}/jobfile", response_model=JobFile)
@@ -46,15 +50,15 @@ def job_jobfile(job_id: str, manager: ManagerDep, settings: SettingsDep) -> JobF
     if job.kind != "train":
         what = "an export" if job.kind == "export" else f"a {job.kind} job"
         raise ApiError(409, "not_a_train_job", f"job {job_id} is {what}; only a train job has a job file")
-    cfg = job.train_config
-    title = f"job {job.id}" + (f" ({job.name})" if job.name else "")
-    header = (f"{title}: its settings, for `tunestudio train`.\n"
+    header = (f"job {job.id}: its settings, for `tunestudio train`.\n"
               "Left out: its output folder (a run makes a new one), its resume point and any secret.")
-    return job_file(cfg, f"job-{job.id}.yaml", settings.data_dir(), header, JOB_OWN)
+    return job_file(job.train_config, f"job-{job.id}.yaml", settings.data_dir(), header, JOB_OWN, name=job.name)
 
 
 @router.post("/jobfile", response_model=JobFile)
-def form_jobfile(config: JobConfig, settings: SettingsDep) -> JobFile:
+def form_jobfile(config: JobConfig, settings: SettingsDep,
+                 name: Annotated[str | None, Query(max_length=NAME_MAX, description="The job's name.")] = None,
+                 ) -> JobFile:
     """The config as a job file and a shell command, its paths checked and made absolute as a submit makes them."""
     confine_paths(config, settings)
     try:
@@ -62,18 +66,19 @@ def form_jobfile(config: JobConfig, settings: SettingsDep) -> JobFile:
     except paths.PathRefused as exc:
         raise ApiError(422, exc.code, str(exc), field=exc.field,
                        errors=[{"field": exc.field, "message": exc.message}]) from None
-    return job_file(resolved, "job.yaml", settings.data_dir(), "A job file for `tunestudio train`.")
+    return job_file(resolved, "job.yaml", settings.data_dir(), "A job file for `tunestudio train`.",
+                    name=(name or "").strip() or None)
 
 
 @router.post("/jobfile/parse", response_model=ParsedJobFile)
 def parse_jobfile(body: JobFileText) -> ParsedJobFile:
     """Read a job file as `tunestudio train` reads it: its config's fields, or a 422 naming each bad field."""
     try:
-        cfg = parse_config_text(body.text)
+        cfg, name = parse_config_text(body.text)
     except ConfigError as exc:
         raise ApiError(422, "invalid_job_file", str(exc), errors=[{"field": "", "message": str(exc)}]) from None
     except ValidationError as exc:
         errors = format_validation_error(exc)
         raise ApiError(422, "invalid_job_file", summary(errors, unnamed="job file"), errors=errors) from None
-    return ParsedJobFile(config=cfg.public_dict(),
-                         secrets_left_out=[name for name in SECRET_FIELDS if getattr(cfg, name) is not None])
+    return ParsedJobFile(config=cfg.public_dict(), name=name,
+                         secrets_left_out=[field for field in SECRET_FIELDS if getattr(cfg, field) is not None])

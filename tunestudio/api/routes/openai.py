@@ -59,7 +59,7 @@ class OpenAIRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                errors = request_field_errors(exc)
+                errors = request_field_errors(exc, request)
                 summary = "; ".join(f"{e['field'] or 'request'}: {e['message']}" for e in errors)
                 return error_response(400, summary, "invalid_request", errors[0]["field"] if errors else None)
             except ApiError as exc:

@@ -451,7 +451,7 @@ export async function showForm(main, {onCreated}) {
   form.addEventListener("change", estimate.schedule);
   form.addEventListener("input", estimate.schedule);
   // Copy as job file / as CLI command, and paste a job file (jobfile.js)
-  mountFormJobFile(form, {collect, showErrors, clearErrors, fill: (config) => {
+  mountFormJobFile(form, {collect, showErrors, clearErrors, jobName, fill: (config) => {
     fill(config);
     runPreview();
     estimate.schedule();

@@ -69,9 +69,10 @@ export function mountJobFile(actions, jobId) {
 /**
  * The form's bar: copy what the form would send (checked as a submit checks it: errors go to their fields) and
  * paste a job file into it. `collect()` gives {config, errors}; `fill(config)` sets every field from a config;
- * `showErrors(errors, summary)` and `clearErrors()` are the form's own.
+ * `showErrors(errors, summary)` and `clearErrors()` are the form's own; `jobName` is the form's name input (the
+ * job's, not its config's: the file's `name`).
  */
-export function mountFormJobFile(form, {collect, fill, showErrors, clearErrors}) {
+export function mountFormJobFile(form, {collect, fill, showErrors, clearErrors, jobName}) {
   const buttons = copyButtons("form-");
   const paste = el("button", {type: "button", class: "button", id: "paste-jobfile"}, "Paste a job file…");
   const out = el("div", {class: "copy-out", id: "form-jobfile-out", hidden: true});
@@ -88,7 +89,9 @@ export function mountFormJobFile(form, {collect, fill, showErrors, clearErrors})
       }
       button.disabled = true;
       try {
-        const file = await call("/api/jobfile", {method: "POST", body: config});
+        const name = jobName.value.trim();
+        const file = await call(`/api/jobfile${name ? `?name=${encodeURIComponent(name)}` : ""}`,
+          {method: "POST", body: config});
         await copyInto(out, file[kind], kind);
       } catch (err) {
         out.hidden = true;
@@ -125,6 +128,7 @@ export function mountFormJobFile(form, {collect, fill, showErrors, clearErrors})
       const parsed = await call("/api/jobfile/parse", {method: "POST", body: {text: text.value}});
       clearErrors();
       fill(parsed.config);
+      if (parsed.name) jobName.value = parsed.name;
       dialog.close();
       const left = parsed.secrets_left_out;
       // The form's list fields hold one item a line: an item with line breaks in it comes apart there.
