@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -159,8 +160,11 @@ class Settings(BaseSettings):
                      tuple(self.allowed_reward_roots()), bundled=(BUNDLED_DATASETS,))
 
     def data_dir(self) -> Path:
+        """The data directory, made owner-only (0700) when the studio makes it. One that was there keeps its mode
+        when the user named it (TUNESTUDIO_HOME: perhaps shared on purpose; what the studio writes in it is
+        owner-only anyway); the default, ~/.tunestudio, is the studio's own and is tightened."""
         path = self.home.expanduser().resolve()
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path, tighten="home" not in self.model_fields_set)
         return path
 
     def mlflow_tracking_uri(self) -> str:
@@ -174,10 +178,50 @@ class Settings(BaseSettings):
     def uploads_dir(self) -> Path:
         """Where datasets uploaded through the API are kept (see api/routes/uploads.py)."""
         path = self.data_dir() / "data" / "uploads"
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)
         return path
 
     def jobs_dir(self) -> Path:
         path = self.data_dir() / "jobs"
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)
         return path
+
+
+# Owner-only: another local user must not read the studio's jobs, datasets, metrics or sweeps (issue 38).
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
+
+
+def private_dir(path: Path, tighten: bool = True) -> None:
+    """Make the folder `path` owner-only (its missing parents as the umask makes them); tighten: one that was
+    there (the studio's own, made by an older version with the umask's mode) loses its group and other bits."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=PRIVATE_DIR)
+    except FileExistsError:
+        if tighten:
+            _tighten(path)
+        if not path.is_dir():
+            raise
+
+
+def private_file(path: Path) -> None:
+    """Make the studio's own file `path` owner-only before anything writes it (SQLite then gives its journal, WAL
+    and shared-memory files the same mode): created empty 0600, or an existing one (and its SQLite companions)
+    tightened."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    except FileExistsError:
+        for each in (path, *(path.with_name(path.name + end) for end in ("-wal", "-shm", "-journal"))):
+            _tighten(each)
+
+
+def _tighten(path: Path) -> None:
+    """Drop group and other bits of our own file or folder; never follow a link, never fail over it (a file of
+    another user, a read-only disk: the caller goes on with what it has)."""
+    try:
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or not info.st_mode & 0o077:
+            return
+        path.chmod(stat.S_IMODE(info.st_mode) & ~0o077)
+    except OSError:
+        return

@@ -7,6 +7,7 @@ but import nothing heavy, so they start in milliseconds.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import signal
 import sys
@@ -246,6 +247,20 @@ def fine_tunes(args: WorkerArgs) -> None:
     sys.exit(0)
 
 
+SECRETS_SEEN = "secrets_seen.json"
+
+
+def seen_secrets(output_dir: str) -> dict[str, str]:
+    """What `sweep_trial` was handed as secrets, each as its SHA-256 (compare with `secret_hash`)."""
+    from pathlib import Path
+
+    return json.loads((Path(output_dir) / SECRETS_SEEN).read_text())
+
+
+def secret_hash(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
 def sweep_objective(learning_rate: float, lora_r: int) -> float:
     """The eval loss `sweep_trial` converges to: best at learning_rate 5e-4 and a large lora_r."""
     import math
@@ -256,7 +271,8 @@ def sweep_objective(learning_rate: float, lora_r: int) -> float:
 def sweep_trial(args: WorkerArgs) -> None:
     """A sweep's trial with a known objective: every `eval_steps` steps (paced at 40 ms a step) an eval record
     with eval_loss = sweep_objective(learning_rate, lora_r) + 1/step; the last one is the final metric. It
-    obeys stop commands (with save: a checkpoint at the step reached)."""
+    obeys stop commands (with save: a checkpoint at the step reached). It writes `secrets_seen.json` in its
+    output: the SHA-256 of each secret its channel handed it (`seen_secrets` reads it; never the secret)."""
     from pathlib import Path
 
     from tunestudio.events import Completed, Phase, Progress
@@ -266,6 +282,7 @@ def sweep_trial(args: WorkerArgs) -> None:
     config = args.public_config
     output = Path(config["output_dir"])
     output.mkdir(parents=True, exist_ok=True)
+    (output / SECRETS_SEEN).write_text(json.dumps({name: secret_hash(value) for name, value in args.secrets.items()}))
     total, every = int(config["max_steps"]), int(config["eval_steps"] or 1)
     target = sweep_objective(float(config["learning_rate"]), int(config["lora_r"]))
     channel = QueueChannel(args.events, args.commands)

@@ -46,3 +46,14 @@ def test_a_bad_sweep_file_names_the_field_and_starts_nothing(tmp_path: Path) -> 
     assert result.exit_code == 2
     assert "space.lora_rank: JobConfig has no field 'lora_rank'" in result.output
     assert not (tmp_path / "home" / "sweeps").exists()
+
+
+def test_a_sweep_file_keeps_its_secret_for_the_trials_and_out_of_what_is_stored(tmp_path: Path) -> None:
+    """load_sweep makes the base's paths absolute through a JSON dump of a JobConfig, where a secret reads
+    "**********": the trials must get the real token, and the dump the study stores none."""
+    path = write(tmp_path, base={"model_name": "org/model", "local_datasets": [str(DATA / "alpaca.jsonl")],
+                                 "max_steps": 4, "eval_steps": 2, "hf_token": "hf_from_the_file"})
+    config = cli_sweep.load_sweep(path)
+    trial = config.trial_config(config.first_point(), 0)
+    assert trial.hf_token is not None and trial.hf_token.get_secret_value() == "hf_from_the_file"
+    assert "hf_from_the_file" not in str(config.model_dump(mode="json"))

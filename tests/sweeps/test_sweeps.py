@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from tunestudio.config import field_errors
 from tunestudio.jobs.manager import Job, JobManager
 from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
-from tunestudio.sweeps import SweepConfig, Sweeps
+from tunestudio.sweeps import SecretsNeeded, SweepConfig, Sweeps
 from tunestudio.sweeps.runner import Study, SweepRunner, final_value
 
 from ..helpers import fake_workers
@@ -122,6 +123,54 @@ def test_an_objective_the_trials_do_not_measure_names_objective_metric(overrides
     errors = field_errors(info.value.errors())
     assert [e["field"] for e in errors] == ["objective.metric"], errors
     assert said in errors[0]["message"], errors
+
+
+def test_a_sweeps_secrets_are_never_dumped_and_never_lost_silently() -> None:
+    """What is stored (the config's JSON) holds no secret; a config read back without it refuses to make a trial,
+    naming the field, rather than run one with no token or a mask ("**********") of it."""
+    config = sweep(base={**sweep().base, "hf_token": "hf_secret", "wandb_token": SecretStr("wb_secret")})
+    stored = config.model_dump(mode="json")
+    assert "secret" not in json.dumps(stored) and "*****" not in json.dumps(stored)
+    assert config.secret_fields == ["hf_token", "wandb_token"] and config.missing_secrets == []
+    for copy in (config, config.model_copy(update={"n_trials": 3})):  # a copy keeps them (the CLI's resolve)
+        trial = copy.trial_config(copy.first_point(), 0)
+        assert (trial.hf_token.get_secret_value(), trial.wandb_token.get_secret_value()) == ("hf_secret", "wb_secret")
+    loaded = SweepConfig.model_validate(stored)
+    loaded.expect_secrets(config.secret_fields)
+    assert loaded.missing_secrets == ["hf_token", "wandb_token"]
+    with pytest.raises(SecretsNeeded, match="hf_token, wandb_token") as info:
+        loaded.trial_config(loaded.first_point(), 0)
+    assert info.value.fields == ["hf_token", "wandb_token"]
+    loaded.give_secrets({"hf_token": SecretStr("hf_secret"), "wandb_token": SecretStr("wb_secret")})
+    assert loaded.trial_config(loaded.first_point(), 0).hf_token.get_secret_value() == "hf_secret"
+
+
+def test_a_study_an_older_version_wrote_with_a_secret_keeps_its_name_only(tmp_path: Path) -> None:
+    """Before issue 38 a study stored its base as given, secrets and all: read back, the file forgets them (the
+    process holds them) and no answer shows them."""
+    path = tmp_path / "sw-000000000001.db"
+    config = sweep(base={**sweep().base, "hf_token": "hf_stored_by_an_older_version"})
+    Study(path, config).close()
+    old = Study(path)
+    old.study.set_user_attr("config", {**config.model_dump(mode="json"),
+                                       "base": {**config.base, "hf_token": "hf_stored_by_an_older_version"}})
+    old.study.set_user_attr("secret_fields", None)
+    old.close()
+    assert b"hf_stored_by_an_older_version" in path.read_bytes()
+    study = Study(path)
+    assert study.config.trial_config(study.config.first_point()).hf_token.get_secret_value() == (
+        "hf_stored_by_an_older_version")
+    assert "hf_token" not in study.config.model_dump(mode="json")["base"]
+    study.close()
+    assert b"hf_stored_by_an_older_version" not in path.read_bytes()
+    again = Study(path)  # a later server: it knows the sweep needs the secret, and has it no more
+    assert again.config.missing_secrets == ["hf_token"]
+    again.close()
+
+
+def test_a_secret_is_not_a_dimension_of_the_space() -> None:
+    with pytest.raises(ValidationError, match=r"space\.hf_token: hf_token is a secret"):
+        sweep(space={"hf_token": {"values": ["a", "b"]}})
 
 
 def test_a_sweep_created_confined_fails_a_trial_whose_paths_leave_the_roots(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from tunestudio.jobs.schema import (
     progress_values,
 )
 from tunestudio.jobs.writer import StoreUnavailable, Writer
+from tunestudio.settings import private_file
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class Store:
             for target in (self.path.parent, self.path):
                 if target.exists() and not os.access(target, os.W_OK):
                     raise PermissionError(f"{target} is read-only")
+            private_file(self.path)  # every job's config, events and metrics: the owner's only (and its WAL)
             conn = self._connect(busy_timeout)
             self._create_schema(conn)
             conn.execute("SELECT COUNT(*) FROM jobs").fetchone()  # a damaged file fails here, not mid-request

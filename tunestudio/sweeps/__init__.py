@@ -5,7 +5,7 @@ the jobs' public face (`jobs.manager`) only.
 """
 
 from tunestudio.sweeps.config import SweepConfig
-from tunestudio.sweeps.errors import SweepConflict, SweepNotFound
+from tunestudio.sweeps.errors import SecretRefused, SecretsNeeded, SweepConflict, SweepNotFound
 from tunestudio.sweeps.service import Sweeps
 
-__all__ = ["SweepConfig", "SweepConflict", "SweepNotFound", "Sweeps"]
+__all__ = ["SecretRefused", "SecretsNeeded", "SweepConfig", "SweepConflict", "SweepNotFound", "Sweeps"]

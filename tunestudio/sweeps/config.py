@@ -4,20 +4,35 @@ The same shape is the sweep file (`tunestudio sweep SWEEP.yaml`) and the body of
 validating it checks the space against JobConfig's fields (a range only on a number field, a float range not on
 an integer one), every value of the space as a job (`points`: the base with each value in turn) and the
 objective against what those jobs measure (`config.unmeasured`, early stopping's rules).
+
+Secrets (`hf_token`, `wandb_token`) are taken out of `base` as it is validated and kept in memory only: no dump
+of a SweepConfig (the study's file, a response) holds them; `trial_config` hands them to each trial, whose job
+gives them to its worker through the secrets channel. A space may not vary one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tunestudio import paths
-from tunestudio.config import JobConfig, field_errors, summary
+from tunestudio.config import SECRET_FIELDS, JobConfig, field_errors, summary
 from tunestudio.config.job import unmeasured
 from tunestudio.config.parts import watchable_metric
 from tunestudio.paths import Roots
+from tunestudio.sweeps.errors import SecretsNeeded
 
 MAX_VALUES = 1000  # categorical values in a whole space: each is validated (and, through the API, confined) as a job
 
@@ -71,6 +86,9 @@ def parse_dimension(name: str, spec: Any) -> Dimension:
         raise ValueError(f"space.{name}: expected {{values: [...]}}, {{low, high, log}} or {{low, high, step}}")
     if name not in JobConfig.model_fields:
         raise ValueError(f"space.{name}: JobConfig has no field {name!r}")
+    if name in SECRET_FIELDS:  # its values would be the trials' params: stored in the study, shown in every answer
+        raise ValueError(f"space.{name}: {name} is a secret and cannot be swept; set it in base (kept in memory "
+                         "only)")
     if "values" in spec:
         kind: type[BaseModel] = Values
     elif "step" in spec or (isinstance(spec.get("low"), int) and isinstance(spec.get("high"), int)
@@ -130,10 +148,15 @@ class SweepConfig(BaseModel):
     pruner: Literal["none", "median", "halving"] = "none"
     parallel: int | None = Field(default=None, ge=1, le=64, description="Trials at once; None: the queue's slots.")
     seed: int | None = Field(default=None, description="The sampler's seed.")
+    # The base's secrets, by field: in memory only (a private attribute is in no dump; a copy keeps it).
+    # _needed: the secret fields the trials need (a restarted server's study names them; `give_secrets` again).
+    _secrets: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
+    _needed: frozenset[str] = PrivateAttr(default=frozenset())
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
         # Whole-model errors name their field first ("space.lora_r: ..."), so a 422 names the field itself.
+        self._take_secrets()
         self.space = {name: parse_dimension(name, spec).model_dump() for name, spec in self.space.items()}
         swept = set(self.space) & set(self.base)
         if swept:
@@ -148,6 +171,38 @@ class SweepConfig(BaseModel):
         for varied, params in self.points():
             self._check_point(varied, params)
         return self
+
+    def _take_secrets(self) -> None:
+        """Move the base's secrets out of `base` (which the study stores) into memory."""
+        for name in SECRET_FIELDS:
+            value = self.base.get(name)
+            if value is not None and not isinstance(value, (str, SecretStr)):
+                raise ValueError(f"base.{name}: a secret is text, not {type(value).__name__}")
+            if value is not None:
+                self._secrets[name] = value if isinstance(value, SecretStr) else SecretStr(value)
+        self._needed = frozenset(self._secrets)
+        self.base = {k: v for k, v in self.base.items() if k not in SECRET_FIELDS}
+
+    @property
+    def secret_fields(self) -> list[str]:
+        """The secret fields the sweep's trials need (names only: safe to store and show)."""
+        return sorted(self._needed)
+
+    @property
+    def missing_secrets(self) -> list[str]:
+        """Secret fields the trials need that this process does not hold (a restarted server's sweep)."""
+        return sorted(self._needed - self._secrets.keys())
+
+    def expect_secrets(self, names: Iterable[str]) -> None:
+        """A config read back from its study: the trials need these secrets (whose values were never stored)."""
+        self._needed = frozenset(self._needed | {n for n in names if n in SECRET_FIELDS})
+
+    def give_secrets(self, secrets: Mapping[str, SecretStr]) -> None:
+        """Hold these secrets again (only fields the sweep needs)."""
+        unknown = sorted(set(secrets) - self._needed)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: the sweep's base did not set {unknown[0]}")
+        self._secrets.update(secrets)
 
     def _check_point(self, varied: str | None, params: dict[str, Any]) -> None:
         """One point as a job, and the objective measured by it; an error names the swept field at fault."""
@@ -212,8 +267,11 @@ class SweepConfig(BaseModel):
         return min(self.n_trials, self.grid_size()) if self.sampler == "grid" else self.n_trials
 
     def trial_config(self, params: dict[str, Any], number: int | None = None) -> JobConfig:
-        """A trial's job: the base with the params; a base output_dir gets one folder per trial."""
-        fields = {**self.base, **params}
+        """A trial's job: the base with the params and the secrets; a base output_dir gets one folder per trial.
+        SecretsNeeded when a secret the trials need is not held: never a trial without it."""
+        if self.missing_secrets:
+            raise SecretsNeeded(self.missing_secrets)
+        fields = {**self.base, **params, **self._secrets}
         if number is not None and fields.get("output_dir"):
             fields["output_dir"] = f"{str(fields['output_dir']).rstrip('/')}/trial-{number}"
         return JobConfig.model_validate(fields)

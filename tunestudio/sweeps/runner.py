@@ -13,12 +13,8 @@ objective when the job ends. Only the manager's public face is used.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import secrets
 import threading
-import time
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -28,41 +24,10 @@ from tunestudio import paths
 from tunestudio.jobs.manager import Job, JobConflict, JobManager, JobNotFound, QueueFull
 from tunestudio.sweeps import tracking
 from tunestudio.sweeps.config import SweepConfig, Values
-from tunestudio.sweeps.errors import SweepNotFound
+from tunestudio.sweeps.errors import LIVE, SecretsNeeded
+from tunestudio.sweeps.study import MEDIAN_WARMUP_EVALUATIONS, Study
 
 log = logging.getLogger(__name__)
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-class _GridSampler(optuna.samplers.GridSampler):
-    """Optuna's grid without its `study.stop()` once every point is taken: that works inside `optimize` only
-    (ask/tell raises); the sweep's budget (n_trials, at most the grid's size) ends it instead."""
-
-    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: TrialState,
-                    values: Any) -> None:
-        return None
-
-
-def _sampler(config: SweepConfig) -> optuna.samplers.BaseSampler:
-    if config.sampler == "grid":
-        grid = {name: d.values for name, d in config.dimensions().items() if isinstance(d, Values)}
-        return _GridSampler(grid, seed=config.seed)
-    if config.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=config.seed)
-    return optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=min(10, max(2, config.budget // 3)))
-
-
-# The median pruner judges a trial from its second evaluation on (not by n_warmup_steps: that counts training
-# steps, and eval_steps may be a fraction of a total the parent does not know): a first evaluation, a few steps
-# in, says little of where a trial ends (the sweep bench saw the eventual winner pruned there).
-MEDIAN_WARMUP_EVALUATIONS = 2
-
-
-def _pruner(config: SweepConfig) -> optuna.pruners.BasePruner:
-    if config.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
-    if config.pruner == "halving":
-        return optuna.pruners.SuccessiveHalvingPruner()
-    return optuna.pruners.NopPruner()
 
 
 def _suggest(trial: optuna.Trial, config: SweepConfig) -> dict[str, Any]:
@@ -102,49 +67,6 @@ def final_value(job: Job, config: SweepConfig) -> tuple[float | None, int | None
         if isinstance(value, (int, float)):
             return float(value), weights
     return None, None
-
-
-class Study:
-    """One sweep's Optuna study in its own SQLite file."""
-
-    def __init__(self, path: Path, config: SweepConfig | None = None, confined: bool = False) -> None:
-        self.id = path.stem
-        self.path = path
-        create = config is not None
-        if not create and not path.is_file():
-            raise SweepNotFound(self.id)
-        self.storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
-        if create:
-            assert config is not None
-            self.study = optuna.create_study(storage=self.storage, study_name=self.id,
-                                             direction=config.objective.direction,
-                                             sampler=_sampler(config), pruner=_pruner(config))
-            self.study.set_user_attr("config", config.model_dump(mode="json"))
-            self.study.set_user_attr("created_at", time.time())
-            self.study.set_user_attr("status", "running")
-            self.study.set_user_attr("confined", confined)
-            self.config = config
-        else:
-            attrs = optuna.load_study(study_name=self.id, storage=self.storage).user_attrs
-            self.config = SweepConfig.model_validate(attrs["config"])
-            self.study = optuna.load_study(study_name=self.id, storage=self.storage,
-                                           sampler=_sampler(self.config), pruner=_pruner(self.config))
-
-    @property
-    def status(self) -> str:
-        return self.study.user_attrs.get("status", "running")
-
-    @property
-    def confined(self) -> bool:
-        """Created through the API: every trial's paths inside the allowed roots."""
-        return bool(self.study.user_attrs.get("confined"))
-
-    def set_status(self, status: str) -> None:
-        self.study.set_user_attr("status", status)
-
-    def close(self) -> None:
-        self.storage.remove_session()
-        self.storage.engine.dispose()
 
 
 class SweepRunner(threading.Thread):
@@ -192,7 +114,10 @@ class SweepRunner(threading.Thread):
         ending = any(job.status.is_live for job in self._jobs_by_trial().values())
         if status == "running":
             started = len(study.get_trials(deepcopy=False))
-            while started < self.config.budget and len(live) < self.parallel and not self._halt.is_set():
+            # Without its secrets (a restarted server's sweep) it starts nothing: it waits for `Sweeps.resume`.
+            waiting = bool(self.config.missing_secrets)
+            while (started < self.config.budget and len(live) < self.parallel and not waiting
+                   and not self._halt.is_set()):
                 trial = study.ask()
                 self._trials[trial.number] = trial
                 self._submit(trial.number, _suggest(trial, self.config))
@@ -247,6 +172,8 @@ class SweepRunner(threading.Thread):
         return self._trials[number]
 
     def _submit(self, number: int, params: dict[str, Any]) -> None:
+        if self.config.missing_secrets:
+            return  # the trial stays running; it is submitted once the sweep is given its secrets again
         try:
             config = self.config.trial_config(params, number)
             if self.study.confined:  # the API checked each value alone; a combination is checked here
@@ -345,10 +272,6 @@ def _job_figures(job: Job | None) -> dict[str, Any]:
                            for name, m in evaluation.items() if isinstance(m, dict)} if evaluation else None}
 
 
-def new_sweep_id() -> str:
-    return "sw-" + secrets.token_hex(6)
-
-
 def view(study: Study, jobs: dict[int, Job]) -> dict[str, Any]:
     """The sweep as the API and the CLI show it: trials ranked by the objective, and the best."""
     config = study.config
@@ -382,10 +305,15 @@ def view(study: Study, jobs: dict[int, Job]) -> dict[str, Any]:
         top = done[0]
         best = {k: top[k] for k in ("number", "job_id", "value", "params")}
     attrs = study.study.user_attrs
-    return {"id": study.id, "status": attrs.get("status", "running"), "created_at": attrs.get("created_at"),
+    status, missing = attrs.get("status", "running"), config.missing_secrets
+    needs = missing and status in LIVE
+    return {"id": study.id, "status": "needs_secrets" if needs and status == "running" else status,
+            "secrets": config.secret_fields, "secrets_missing": missing,
+            "error": str(SecretsNeeded(missing, study.id)) if needs else None,
+            "created_at": attrs.get("created_at"),
             "objective": {"metric": config.objective.metric,
                           "mode": "min" if minimize else "max"},
             "sampler": config.sampler, "pruner": config.pruner, "n_trials": config.budget,
-            "parallel": config.parallel, "config": json.loads(json.dumps(attrs.get("config"))),
+            "parallel": config.parallel, "config": config.model_dump(mode="json"),
             "mlflow_run_id": attrs.get("mlflow_run_id"), "mlflow_error": attrs.get("mlflow_error"),
             "trials": trials, "best": best}

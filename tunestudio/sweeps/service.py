@@ -5,16 +5,23 @@ A sweep's trials are ordinary jobs (the manager's); deleting a sweep forgets its
 
 from __future__ import annotations
 
+import logging
 import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from tunestudio.jobs.manager import JobManager
+from tunestudio.settings import private_dir
 from tunestudio.sweeps.config import SweepConfig
-from tunestudio.sweeps.errors import LIVE, SweepConflict, SweepNotFound
+from tunestudio.sweeps.errors import LIVE, SecretRefused, SecretsNeeded, SweepConflict, SweepNotFound
 
 if TYPE_CHECKING:
-    from tunestudio.sweeps.runner import Study, SweepRunner
+    from tunestudio.sweeps.runner import SweepRunner
+    from tunestudio.sweeps.study import Study
+
+log = logging.getLogger(__name__)
 
 
 def _runner() -> ModuleType:
@@ -22,6 +29,13 @@ def _runner() -> ModuleType:
     from tunestudio.sweeps import runner
 
     return runner
+
+
+def _studies() -> ModuleType:
+    """study.py, imported on first use (Optuna)."""
+    from tunestudio.sweeps import study
+
+    return study
 
 
 class Sweeps:
@@ -38,6 +52,8 @@ class Sweeps:
         for path in sorted(self.folder.glob("sw-*.db")):
             study = self._study(path.stem)
             if study.status in LIVE:
+                if study.config.missing_secrets:  # its runner follows its jobs and starts no trial: say why
+                    log.warning("sweep %s: %s", study.id, SecretsNeeded(study.config.missing_secrets, study.id))
                 self._run(study)
         return self
 
@@ -64,9 +80,9 @@ class Sweeps:
     def create(self, config: SweepConfig, confined: bool = False) -> dict[str, Any]:
         """Start a sweep. confined (the API's): each trial's paths are confined to the settings' roots before it
         is submitted, whatever combination of values it draws (a trial outside them fails)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        sweep_id = _runner().new_sweep_id()
-        study = _runner().Study(self.folder / f"{sweep_id}.db", config, confined=confined)
+        private_dir(self.folder)
+        sweep_id = _studies().new_sweep_id()
+        study = _studies().Study(self.folder / f"{sweep_id}.db", config, confined=confined)
         with self._lock:
             self._studies[sweep_id] = study
         self._run(study)
@@ -106,6 +122,24 @@ class Sweeps:
             self._run(study)
         return self.get(sweep_id)
 
+    def resume(self, sweep_id: str, secrets: dict[str, SecretStr]) -> dict[str, Any]:
+        """Give a live sweep that a restarted server read back its secrets again: it goes on making trials.
+        SweepConflict when it is over or holds them already; SecretsNeeded naming a secret it needs and was not
+        given; ValueError naming one its base never set."""
+        study = self._study(sweep_id)
+        missing = study.config.missing_secrets
+        if study.status not in LIVE or not missing:
+            held = "it is " + study.status if study.status not in LIVE else "it holds its secrets"
+            raise SweepConflict(f"sweep {sweep_id} has nothing to resume: {held}")
+        unknown = sorted(set(secrets) - set(study.config.secret_fields))
+        if unknown:  # checked before any is taken: all or nothing
+            raise SecretRefused(unknown[0], sweep_id)
+        if not_given := [name for name in missing if name not in secrets]:
+            raise SecretsNeeded(not_given, sweep_id)
+        study.config.give_secrets(secrets)
+        self._run(study)
+        return self.get(sweep_id)
+
     def wait(self, sweep_id: str, timeout: float | None = None) -> dict[str, Any]:
         """Block until the sweep's runner ends (its budget spent, or stopped)."""
         with self._lock:
@@ -133,7 +167,7 @@ class Sweeps:
                 raise SweepNotFound(sweep_id)
             if not (self.folder / f"{sweep_id}.db").is_file():
                 raise SweepNotFound(sweep_id)
-            study = _runner().Study(self.folder / f"{sweep_id}.db")
+            study = _studies().Study(self.folder / f"{sweep_id}.db")
             self._studies[sweep_id] = study
             return study
 

@@ -81,10 +81,10 @@ async function showSweep(main, id, {navigate}) {
       + `pruner ${sweep.pruner} · ${done} of ${sweep.n_trials} trials done · created ${fmtWhen(sweep.created_at)}`
       + (sweep.mlflow_run_id ? ` · MLflow run ${sweep.mlflow_run_id}` : "");
     document.title = `${sweep.status} · sweep ${id} · tunestudio`;
-    stop.hidden = sweep.status !== "running";
-    if (sweep.mlflow_error) {
+    stop.hidden = !["running", "needs_secrets"].includes(sweep.status);
+    if (sweep.error || sweep.mlflow_error) {  // error: a restarted server's sweep must be given its secrets again
       error.hidden = false;
-      error.textContent = sweep.mlflow_error;
+      error.textContent = sweep.error || sweep.mlflow_error;
     }
     drawBest();
     drawTable();

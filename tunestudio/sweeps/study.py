@@ -1,0 +1,116 @@
+"""One sweep's Optuna study in its own SQLite file (`TUNESTUDIO_HOME/sweeps/<id>.db`), its sampler and pruner.
+
+The sweep's config (no secrets: `SweepConfig` keeps them in memory; their names are kept, `secret_fields`), its
+status and creation time are the study's user attributes, so a restarted server reads the sweep back.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tunestudio.config import SECRET_FIELDS
+from tunestudio.settings import private_file
+from tunestudio.sweeps.config import SweepConfig, Values
+from tunestudio.sweeps.errors import SweepNotFound
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid without its `study.stop()` once every point is taken: that works inside `optimize` only
+    (ask/tell raises); the sweep's budget (n_trials, at most the grid's size) ends it instead."""
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: TrialState,
+                    values: Any) -> None:
+        return None
+
+
+def _sampler(config: SweepConfig) -> optuna.samplers.BaseSampler:
+    if config.sampler == "grid":
+        grid = {name: d.values for name, d in config.dimensions().items() if isinstance(d, Values)}
+        return _GridSampler(grid, seed=config.seed)
+    if config.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=config.seed)
+    return optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=min(10, max(2, config.budget // 3)))
+
+
+# The median pruner judges a trial from its second evaluation on (not by n_warmup_steps: that counts training
+# steps, and eval_steps may be a fraction of a total the parent does not know): a first evaluation, a few steps
+# in, says little of where a trial ends (the sweep bench saw the eventual winner pruned there).
+MEDIAN_WARMUP_EVALUATIONS = 2
+
+
+def _pruner(config: SweepConfig) -> optuna.pruners.BasePruner:
+    if config.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+    if config.pruner == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    return optuna.pruners.NopPruner()
+
+
+class Study:
+    """One sweep's Optuna study in its own SQLite file."""
+
+    def __init__(self, path: Path, config: SweepConfig | None = None, confined: bool = False) -> None:
+        self.id = path.stem
+        self.path = path
+        create = config is not None
+        if not create and not path.is_file():
+            raise SweepNotFound(self.id)
+        private_file(path)  # the study: the sweep's config, its trials and their values are the owner's only
+        self.storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+        if create:
+            assert config is not None
+            self.study = optuna.create_study(storage=self.storage, study_name=self.id,
+                                             direction=config.objective.direction,
+                                             sampler=_sampler(config), pruner=_pruner(config))
+            # The config's dump holds no secret (SweepConfig keeps them in memory); their names are kept, so a
+            # restarted server knows the sweep needs them given again.
+            self.study.set_user_attr("config", config.model_dump(mode="json"))
+            self.study.set_user_attr("secret_fields", config.secret_fields)
+            self.study.set_user_attr("created_at", time.time())
+            self.study.set_user_attr("status", "running")
+            self.study.set_user_attr("confined", confined)
+            self.config = config
+        else:
+            attrs = optuna.load_study(study_name=self.id, storage=self.storage).user_attrs
+            self.config = SweepConfig.model_validate(attrs["config"])
+            self.config.expect_secrets(attrs.get("secret_fields") or [])
+            self.study = optuna.load_study(study_name=self.id, storage=self.storage,
+                                           sampler=_sampler(self.config), pruner=_pruner(self.config))
+            if set(attrs["config"].get("base") or {}) & set(SECRET_FIELDS):
+                self._forget_stored_secrets()
+
+    def _forget_stored_secrets(self) -> None:
+        """A study an older version wrote kept the base's secrets: this process holds them now (in memory), the
+        file keeps their names only, and VACUUM rewrites it so no freed page still holds their bytes."""
+        self.study.set_user_attr("config", self.config.model_dump(mode="json"))
+        self.study.set_user_attr("secret_fields", self.config.secret_fields)
+        with self.storage.engine.connect() as connection:
+            connection.exec_driver_sql("VACUUM")
+
+    @property
+    def status(self) -> str:
+        return self.study.user_attrs.get("status", "running")
+
+    @property
+    def confined(self) -> bool:
+        """Created through the API: every trial's paths inside the allowed roots."""
+        return bool(self.study.user_attrs.get("confined"))
+
+    def set_status(self, status: str) -> None:
+        self.study.set_user_attr("status", status)
+
+    def close(self) -> None:
+        self.storage.remove_session()
+        self.storage.engine.dispose()
+
+
+def new_sweep_id() -> str:
+    return "sw-" + secrets.token_hex(6)
