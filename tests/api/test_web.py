@@ -87,6 +87,13 @@ def test_form_starts_a_job_that_charts_and_completes(tiny_model: Path, server: s
 
     steps = loss_steps(page)
     assert steps == list(range(1, 31))  # every step once, in order
+    # The page's job is evaluated unless told not to (issue 38, finding 10): rows held out of the bundled data,
+    # the base model and the result on them side by side.
+    cells = page.locator('#evaluation tr[data-metric="eval_loss"] td')
+    cells.nth(2).wait_for()
+    before, after = float(cells.nth(1).inner_text()), float(cells.nth(2).inner_text())
+    assert after < before, (before, after)  # 30 steps at 3e-3 on the bundled rows: the held-out loss falls
+    assert re.match(r"Evaluation on \d+ held-out rows", page.locator("#evaluation h2").inner_text())
     assert page.locator("#progress-text").inner_text() == "step 30 / 30"
     assert page.locator("#output-dir").inner_text().strip()
     artefacts = page.locator("#artefacts").inner_text()

@@ -59,9 +59,11 @@ def scripted_or_real(args: WorkerArgs) -> None:
         args.events.put(json.dumps({"kind": kind, "seq": seq, "ts": time.time(), **fields}))
 
     emit("phase", phase="training")
-    dpo = args.public_config.get("method") == "dpo"  # then with DPO's own metrics, as TRL names them
+    method = args.public_config.get("method")  # DPO and GRPO with their own metrics, as TRL names them
     for step, margin, accuracy in ((1, 0.5, 0.75), (2, 0.9, 1.0)):
-        extra = {"rewards/margins": margin, "rewards/accuracies": accuracy} if dpo else None
+        extra = {"rewards/margins": margin, "rewards/accuracies": accuracy} if method == "dpo" else {
+            "reward": margin, "reward_std": margin / 2, "frac_reward_zero_std": accuracy,
+            "rewards/exact_match/mean": margin} if method == "grpo" else None
         emit("progress", step=step, total_steps=2, loss=1.0 / step, extra=extra)
     emit("completed", output_dir=str(output), stopped=False, saved=True, global_step=2,
          samples=[{"prompt": "Say nothing.", "before": "", "after": "  "}])
@@ -83,7 +85,7 @@ def studio(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterat
     work, models = root / "work", root / "models"
     work.mkdir()
     models.mkdir()
-    for name in ("alpaca.jsonl", "preference.jsonl"):  # the scripted jobs' datasets, inside the dataset root
+    for name in ("alpaca.jsonl", "preference.jsonl", "prompts.jsonl"):  # the scripted jobs' datasets, in the root
         (work / name).write_text((DATA / name).read_text())
     with pytest.MonkeyPatch.context() as patch:
         # The embedded model is the session's tiny model (the one `make` built, or one built for the tests).
@@ -189,6 +191,22 @@ def test_the_prefilled_model_and_dataset_are_usable_outside_the_repository(studi
     page.locator("#estimate-fit").filter(has_text="Fits").wait_for(timeout=60_000)
     assert refused == []  # a clean first load: no 4xx in the console
 
+    # The form's job is evaluated (issue 38, finding 10), and says on which rows.
+    assert float(page.locator("#f-eval_steps").input_value()) > 0
+    assert "held-out 5% of the rows" in page.locator('.field[data-field="eval_steps"] .help').inner_text()
+    # The report's duplicates are one click away from gone (finding 8): the bundled rows repeat a lot.
+    page.locator("#report-run").click()
+    usable = int(re.search(r"([\d,]+) usable", page.locator("#report-summary").inner_text(timeout=180_000))
+                 .group(1).replace(",", ""))
+    exact, near = (int(n.replace(",", "")) for n in re.search(r"([\d,]+) exact .*?([\d,]+) near",
+                                                              page.locator("#report-duplicates").inner_text()).groups())
+    assert exact > 0
+    page.locator("#report-dedupe").click()
+    mode = "near" if near else "exact"
+    assert page.locator("#f-dedupe").input_value() == f'"{mode}"'
+    left = usable - exact - (near if near else 0)
+    assert f"{left:,} of {usable:,} rows are left" in page.locator("#report-dedupe-left").inner_text()
+
     # Name and notes on the form; Start takes the defaults and lands on the new job, focused, titled by its state.
     page.locator("#f-job-name").fill("first try")
     page.locator("#f-job-notes").fill("all defaults")
@@ -201,6 +219,9 @@ def test_the_prefilled_model_and_dataset_are_usable_outside_the_repository(studi
     page.wait_for_function("() => document.activeElement.id === 'main'")  # the view, once it has loaded
     assert page.locator("#job-notes").input_value() == "all defaults"
     cancel(studio, job_id)
+    with client(studio) as c:
+        config = c.get(f"/api/jobs/{job_id}").json()["config"]
+    assert config["dedupe"] == mode and config["eval_steps"] > 0 and config["eval_split"] is None
     with client(studio) as c:
         # Read, never written: the bundled folder takes no output.
         refused_output = c.post("/api/jobs", json={"model_name": str(tiny_model), "local_datasets": [
@@ -264,6 +285,25 @@ def test_clone_of_a_dpo_job_keeps_dpo_and_previews_its_rows(studio: Studio, page
     legend.filter(has_text="reward margin").wait_for()
     assert "accuracy (chosen > rejected)" in legend.inner_text() and "rewards/" not in legend.inner_text()
     assert page.locator("#method-chart .u-axis").count() == 3  # step, rewards, and the share in %
+
+
+@pytest.mark.timeout(300)
+def test_a_grpo_job_charts_its_reward_mean_spread_and_groups_without_spread(studio: Studio, page: Page) -> None:
+    # Issue 38, finding 9: GRPO learns from the reward's spread within a group; the chart shows it.
+    with client(studio) as c:
+        created = c.post("/api/jobs", json={"model_name": "scripted/grpo", "method": "grpo",
+                                            "reward_functions": ["exact_match"],
+                                            "local_datasets": [str(studio.work / "prompts.jsonl")]})
+        assert created.status_code == 201, created.text
+    page.goto(f"{studio.url}/#/jobs/{created.json()['id']}")
+    wait_for_status(page, "completed")
+    chart = page.locator("#method-chart")
+    page.wait_for_function("() => Number(document.querySelector('#method-chart').dataset.points) === 2")
+    assert (chart.get_attribute("data-series") or "").split(",") == [
+        "reward", "reward_std", "frac_reward_zero_std", "rewards/exact_match/mean"]
+    legend = chart.locator(".u-legend").inner_text()
+    assert "reward spread (std)" in legend and "groups with no spread" in legend
+    assert chart.locator(".u-axis").count() == 3  # step, rewards, and the share of groups in %
 
 
 # --- 4. numbers: a cleared or unreadable field is an error at the field -----------------------------------------

@@ -178,7 +178,8 @@ export function watchChart(container, label) {
 
 // TRL's metric names, as the page says them.
 const METRIC_NAMES = {"rewards/margins": "reward margin", "rewards/accuracies": "accuracy (chosen > rejected)",
-  "rewards/chosen": "reward of chosen", "rewards/rejected": "reward of rejected", kl: "KL", reward: "reward (mean)"};
+  "rewards/chosen": "reward of chosen", "rewards/rejected": "reward of rejected", kl: "KL", reward: "reward (mean)",
+  reward_std: "reward spread (std)", frac_reward_zero_std: "groups with no spread"};
 
 /** A method metric's name for people: "rewards/margins" → "reward margin",
  * "rewards/exact_match/mean" → "exact match reward". */
@@ -186,7 +187,8 @@ export function metricName(key) {
   return METRIC_NAMES[key] || key.replace(/^rewards\/(.+)\/mean$/, "$1 reward").replaceAll("_", " ");
 }
 
-const isShare = (key) => /accurac/.test(key);  // a share of rows, 0..1: drawn on an axis of its own, in %
+// A share of rows or groups, 0..1: drawn on an axis of its own, in %.
+const isShare = (key) => /accurac|^frac_/.test(key);
 
 /** A training method's own metrics (reward margin, rewards per function, ...): one line per metric, a share
  * (DPO's accuracy) on a right-hand axis in % so that it does not flatten the rewards beside it. */

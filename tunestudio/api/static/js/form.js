@@ -38,6 +38,13 @@ const LABELS = {
   kl_beta: "KL penalty (β)", reward_functions: "Reward functions (one a line)",
   reward_weights: "Reward weights (one a line)", reward_format_pattern: "Format pattern (regex)",
 };
+// Where the page's job starts from other than JobConfig's default (which CLI and API jobs keep), and why. The
+// page's job is evaluated: the before/after table is its answer to "did it work?". Sent, as any changed value.
+const FORM_STARTS = {
+  eval_steps: [0.25, "The form starts at 0.25: the base model is evaluated, then the job at every quarter, so it "
+    + "ends with a before/after table; on the eval split, or without one on a held-out 5% of the rows (16 to 128; "
+    + "none when the data has under 32 rows). 0: no evaluation (faster)."],
+};
 // Examples shown in empty JSON fields.
 const PLACEHOLDERS = {custom_format_mapping: '{"question": "user", "answer": "assistant"}',
   early_stopping: '{"metric": "exact_match", "patience": 3}'};
@@ -187,7 +194,9 @@ export async function showForm(main, {onCreated}) {
     const f = fields[name];
     const c = control(f);
     controls[name] = {...c, field: f};
-    const help = [describe(f)[2], rangeHint(f)].filter(Boolean).join(" ");
+    const [start, why] = FORM_STARTS[name] || [];
+    if (start !== undefined) c.set(start);
+    const help = [describe(f)[2], rangeHint(f), why].filter(Boolean).join(" ");
     return fieldBox(name, label(f), c.input, help);
   };
 
@@ -440,7 +449,11 @@ export async function showForm(main, {onCreated}) {
     runPreview();
   }
   // The dataset report, below the preview: every row of the form's files, as this config would read them.
-  const report = mountReport(preview, () => (sourceMode() === "local" ? collect().config : null));
+  // Its one click (drop the duplicates it found) sets a field as the user would, so the estimate follows.
+  const report = mountReport(preview, () => (sourceMode() === "local" ? collect().config : null), (name, value) => {
+    controls[name].set(value);
+    controls[name].input.dispatchEvent(new Event("change", {bubbles: true}));
+  });
   mountUpload(localBox, {local, onChosen: () => {
     source.querySelector('input[value="local"]').checked = true;
     clearFieldError("local_datasets");  // the field holds the upload now: an error about its old value is stale

@@ -35,7 +35,9 @@ const METHOD_CHART = {
   orpo: ["rewards/margins", "Reward margin (chosen − rejected) and accuracy", /^rewards\/accuracies$/,
     "reward margin"],
   kto: ["rewards/margins", "Rewards and KL", /^(rewards\/(chosen|rejected)|kl)$/, "reward margin"],
-  grpo: ["reward", "Reward (mean, and per function)", /^rewards\/[^/]+\/mean$/, "reward"],
+  // GRPO learns from the spread of rewards within a group: the spread, and the share of groups without any.
+  grpo: ["reward", "Reward (mean, spread, per function) and groups without spread",
+    /^(reward_std|frac_reward_zero_std|rewards\/[^/]+\/mean)$/, "reward"],
 };
 
 function stat(name, labelText) {

@@ -48,8 +48,9 @@ function figures(report) {
 const where = (place) => `${basename(place.file)}:${place.line}`;
 const count = (n) => Number(n).toLocaleString("en");
 
-/** Mounts the panel after `anchor`; `currentConfig()` gives the form's config. Returns {dispose}. */
-export function mountReport(anchor, currentConfig) {
+/** Mounts the panel after `anchor`; `currentConfig()` gives the form's config, `setField(name, value)` sets one
+ * of its fields (the report's one click: drop the duplicates it found). Returns {dispose}. */
+export function mountReport(anchor, currentConfig, setField) {
   const button = el("button", {type: "button", class: "button", id: "report-run"}, "Report on every row");
   const hint = el("span", {class: "muted small"}, " duplicates, lengths with the model's tokenizer, eval overlap");
   const out = el("div", {class: "report", id: "report", "aria-live": "polite"});
@@ -75,7 +76,7 @@ export function mountReport(anchor, currentConfig) {
       document.dispatchEvent(new CustomEvent("tunestudio:report"));  // the estimate counts the real rows now
       if (chart) chart.destroy();
       chart = null;
-      replaceKids(out, ...render(report));
+      replaceKids(out, ...render(report, setField));
       const box = out.querySelector("#report-histogram");
       if (box && report.lengths && report.lengths.rows) {
         chart = histogram(box, report.lengths);
@@ -91,7 +92,7 @@ export function mountReport(anchor, currentConfig) {
   return {dispose() { token++; if (chart) chart.destroy(); }};
 }
 
-function render(r) {
+function render(r, setField) {
   const parts = [el("p", {class: "preview-head", id: "report-summary"},
     `${count(r.rows)} rows read · ${count(r.usable)} usable · `,
     el("b", {id: "report-refused-count"}, `${count(r.refused_count)} refused`),
@@ -103,7 +104,8 @@ function render(r) {
   const d = r.duplicates;
   parts.push(el("p", {id: "report-duplicates"}, el("b", {}, "Duplicates: "),
     `${count(d.exact)} exact (after normalising whitespace), ${count(d.near)} near (${d.method})`,
-    d.dedupe !== "off" ? ` · dedupe ${d.dedupe} removes ${count(d.removed)}` : ""));
+    d.dedupe !== "off" ? ` · dedupe ${d.dedupe} removes ${count(d.removed)}` : "",
+    dedupeOffer(r, setField)));
   if (d.examples.length) {
     parts.push(table("report-duplicate-examples", ["kind", "rows", "text"], d.examples.slice(0, SHOWN).map((x) => [
       x.kind === "exact" ? `exact ×${x.count}` : `near ${x.similarity}`,
@@ -134,6 +136,26 @@ function render(r) {
   parts.push(table("report-columns", ["column / role", "rows / turns", "empty"], [...columns, ...roles]));
   for (const note of r.notes) parts.push(el("p", {class: "muted small"}, note));
   return parts;
+}
+
+/** The one click for the duplicates found: set the form's dedupe (near when near duplicates were found, else exact)
+ * and say how many rows are left, from the report's own counts. null when there is nothing (more) to drop. */
+function dedupeOffer(r, setField) {
+  const d = r.duplicates;
+  const mode = d.near ? "near" : "exact";
+  const drops = d.exact + (mode === "near" ? d.near : 0);
+  if (!setField || !drops || d.removed >= drops) return null;
+  const said = el("span", {id: "report-dedupe-left", role: "status"});
+  const button = el("button", {type: "button", class: "button", id: "report-dedupe"}, "Drop duplicates in this job");
+  button.addEventListener("click", () => {
+    setField("dedupe", mode);
+    button.disabled = true;
+    const what = mode === "near" ? `${count(d.exact)} exact and ${count(d.near)} near duplicates`
+      : `${count(d.exact)} exact duplicates`;
+    said.textContent = ` Dedupe ${mode} is set (Advanced › Data): ${count(r.usable - drops)} of ${count(r.usable)} `
+      + `rows are left for this job once ${what} go, the first of each kept.`;
+  });
+  return el("span", {}, " ", button, said);
 }
 
 function table(id, head, rows, total = rows.length) {
