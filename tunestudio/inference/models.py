@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from tunestudio.checkpoints import latest_checkpoint
 from tunestudio.inference_protocol import ModelSpec
+from tunestudio.kinds import spec_of
 
 # Statuses by their value (jobs/status.py's JobStatus is a StrEnum, and events.StatusEvent carries it so too).
 FINISHED = ("completed", "stopped")  # a job whose output folder holds what it trained
@@ -53,7 +54,7 @@ class ChatJob(Protocol):
     """What chat reads of a job (jobs/models.py's `Job` is one); nothing here writes to it."""
 
     id: str
-    kind: str  # "train" or "export"
+    kind: str  # a kind of job (tunestudio.kinds): "train", "export", "bench"
     source_job: str | None  # an export's
     status: str  # a JobStatus value
     config: Any  # a training job's JobConfig: its model_name, load_in_4bit (read for kind "train" only)
@@ -172,7 +173,7 @@ def chat_models(jobs: JobSource, limit: int = 1000) -> list[ChatModel]:
     ft: name and its saved checkpoints' `...:ckpt-step-N`, as OpenAI lists a fine-tuning job's checkpoints)."""
     out: list[ChatModel] = []
     for job in jobs.list(list(CHAT_STATUSES), limit=limit):
-        if job.kind == "train" and weights_folder(job) is not None:
+        if spec_of(job.kind).trains and weights_folder(job) is not None:
             out += [ChatModel(job.id, job, False), ChatModel(job.id + BASE_SUFFIX, job, True)]
             if job.status == "completed":
                 name = fine_tuned_name(job)
@@ -208,7 +209,7 @@ def resolve(jobs: JobSource, model_id: str) -> ModelSpec:
     except LookupError:
         raise UnknownModel(model_id, "does not exist: give a job id, or a job id followed by ':base' or by "
                                      "':step-N' (GET /v1/models lists them)") from None
-    if job.kind != "train":  # an export, or a benchmark: their source job is the model
+    if not spec_of(job.kind).trains:  # an export, or a benchmark: their source job is the model
         what = "an export" if job.kind == "export" else "a benchmark"
         raise UnknownModel(model_id, f"is not a chat model: job {job_id} is {what}; chat with its source job "
                                      f"{job.source_job}")
@@ -233,7 +234,7 @@ def _by_whom(jobs: JobSource, job: ChatJob) -> str:
     """'by a later job (ID)': the newest other job with the same output folder, created after this one."""
     out = Path(job.output_dir or "").resolve()
     for other in jobs.list(limit=1000):  # newest first
-        if (other.id != job.id and other.kind == "train" and other.output_dir and other.created_at > job.created_at
+        if (other.id != job.id and spec_of(other.kind).trains and other.output_dir and other.created_at > job.created_at
                 and Path(other.output_dir).resolve() == out):
             return f"by a later job ({other.id})"
     return "after the job ended (by another job, or by hand)"

@@ -45,7 +45,7 @@ def check_train(config: JobConfig, settings: Settings) -> JobConfig:
 def export_config(source: Job, options: ExportOptions) -> ExportConfig:
     """The ExportConfig of an export of `source` (a finished training job), its checkpoint and output folder
     resolved once; JobConflict when the job has nothing to export."""
-    if source.kind != "train":
+    if not source.spec.trains:
         raise JobConflict(f"job {source.id} is an export; export the training job {source.source_job} instead")
     if source.status not in (JobStatus.completed, JobStatus.stopped) or not source.output_dir:
         raise JobConflict(f"job {source.id} is {source.status.value}; only a completed job (or one stopped with "
@@ -70,7 +70,7 @@ def resume_config(job: Job, resumed_by: str | None, secrets: dict[str, str], num
     """The config of a job that continues `job` from its checkpoint (in a new output folder), holding out the
     rows `job` held out (its held_out.json); JobConflict when it cannot resume. num_processes: run the rest on
     this many ranks."""
-    if job.kind != "train":
+    if not job.spec.trains:
         raise JobConflict(f"job {job.id} is an export; exports do not resume: export again")
     if job.status not in RESUMABLE:
         raise JobConflict(f"job {job.id} is {job.status.value}; only stopped, interrupted or failed jobs resume")

@@ -65,7 +65,7 @@ def _read(job: Job) -> dict[str, Any]:
 
 
 def _why_none(job: Job, evaluated: bool) -> str:
-    if job.kind != "train":
+    if not job.spec.trains:
         return "it is an export; its training job has them"
     if not job.status.is_terminal:
         return f"it is {job.status.value}; the rows are measured by its final evaluation, when it completes"

@@ -18,12 +18,12 @@ import os
 import queue
 from typing import Any, Literal, Protocol
 
-from tunestudio.config import JobConfig
 from tunestudio.events import Stop
 from tunestudio.inference_protocol import Command
 from tunestudio.jobs.prewarm import context as start_context
 from tunestudio.jobs.ray_cluster import RayExecutor
 from tunestudio.jobs.torchrun import TorchrunExecutor
+from tunestudio.kinds import AnyConfig, kind_of_config
 from tunestudio.process import kill_group
 from tunestudio.settings import Settings
 from tunestudio.worker import child
@@ -152,7 +152,7 @@ class LocalExecutor:
 
 
 def executor_for(
-    config: JobConfig,
+    config: AnyConfig,
     target: WorkerEntry,
     prewarm: bool = False,
     kind: Literal["local", "ray"] = "local",
@@ -167,8 +167,10 @@ def executor_for(
     ray: Ray Train on a cluster, with num_processes workers. local: N ranks under
     torchrun for num_processes > 1, else one process of this machine.
     """
-    processes = getattr(config, "num_processes", 1)  # an export runs as one local process
-    if kind == "ray" and isinstance(config, JobConfig):
+    if not kind_of_config(config).distributed:  # an export, a benchmark: always one local process
+        return LocalExecutor(target, prewarm, cache_dir)
+    processes = config.num_processes
+    if kind == "ray":
         return RayExecutor(processes, ray_address, ray_worker_resources, ray_storage)
     if processes > 1:
         return TorchrunExecutor(processes, private_network)

@@ -14,17 +14,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, SkipValidation, ValidationError, model_validator
 
-from tunestudio.bench_config import BenchConfig
 from tunestudio.config import JobConfig
-from tunestudio.export_config import ExportConfig
 from tunestudio.jobs.status import CANCELLABLE, RESUMABLE, STOPPABLE, JobStatus
+from tunestudio.kinds import KINDS, AnyConfig, JobKindSpec, spec_of
 
 log = logging.getLogger(__name__)
 
-JobKind = Literal["train", "export", "bench"]  # bench: a benchmark of source_job (bench_config.py)
-AnyConfig = JobConfig | ExportConfig | BenchConfig
-CONFIG_TYPES: dict[str, type[JobConfig] | type[ExportConfig] | type[BenchConfig]] = {
-    "train": JobConfig, "export": ExportConfig, "bench": BenchConfig}
+# The kinds of job (tunestudio.kinds, one entry each): "train", "export", "bench" (a benchmark of source_job).
+JobKind = Literal[tuple(KINDS)]  # type: ignore[valid-type]
+CONFIG_TYPES: dict[str, type[AnyConfig]] = {name: spec.config for name, spec in KINDS.items()}
 
 
 def stored_config(kind: str, public: dict[str, Any]) -> AnyConfig:
@@ -97,6 +95,11 @@ class Job(BaseModel):
         return self
 
     @property
+    def spec(self) -> JobKindSpec:
+        """What this kind of job is (tunestudio.kinds): ask it, rather than comparing `kind` with a name."""
+        return spec_of(self.kind)
+
+    @property
     def train_config(self) -> JobConfig:
         """The config of a training job (AssertionError for another kind: a caller checks `kind` first)."""
         assert isinstance(self.config, JobConfig), f"job {self.id} is a {self.kind} job"
@@ -105,7 +108,7 @@ class Job(BaseModel):
     @property
     def resumable(self) -> bool:
         """A job resumes once: not when another job resumed it already; an export never."""
-        return (self.kind == "train" and self.status in RESUMABLE and self.resumed_by is None
+        return (self.spec.trains and self.status in RESUMABLE and self.resumed_by is None
                 and self.checkpoint is not None and Path(self.checkpoint).is_dir())
 
     @property
@@ -124,7 +127,7 @@ class Job(BaseModel):
     def has_result(self) -> bool:
         """Whether the job left a result one can export or compare: completed, or stopped with a save."""
         finished = self.status in (JobStatus.completed, JobStatus.stopped)
-        return self.kind == "train" and finished and bool(self.output_dir)
+        return self.spec.trains and finished and bool(self.output_dir)
 
     @property
     def deletable(self) -> bool:

@@ -20,15 +20,13 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from tunestudio.bench_config import BenchConfig
-from tunestudio.config import JobConfig
 from tunestudio.events import Completed, Event, Failed, Stop, parse_event
-from tunestudio.export_config import ExportConfig
 from tunestudio.jobs.executor import Executor, executor_for
+from tunestudio.kinds import AnyConfig, kind_of_config
 from tunestudio.process import describe_exit
 from tunestudio.settings import Settings
 from tunestudio.worker import child
-from tunestudio.worker.child import WorkerEntry, WorkerKind
+from tunestudio.worker.child import WorkerEntry
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +56,7 @@ class Supervisor:
 
     def __init__(
         self,
-        config: JobConfig | ExportConfig,
+        config: AnyConfig,
         on_events: Callable[[list[Event]], None],
         *,
         on_exit: Callable[[Outcome], None] | None = None,
@@ -90,7 +88,7 @@ class Supervisor:
 
     @classmethod
     def for_job(
-        cls, config: JobConfig | ExportConfig, settings: Settings, target: WorkerEntry, log_path: Path,
+        cls, config: AnyConfig, settings: Settings, target: WorkerEntry, log_path: Path,
         on_events: Callable[[list[Event]], None], on_exit: Callable[[Outcome], None],
     ) -> Supervisor:
         """The supervisor of a manager's job: its timings and its executor (executor_for) from the settings."""
@@ -106,8 +104,7 @@ class Supervisor:
     # --- lifecycle -------------------------------------------------------------
     def start(self) -> None:
         log_path = str(self.log_path) if self.log_path else None
-        kind: WorkerKind = ("export" if isinstance(self.config, ExportConfig)
-                            else "bench" if isinstance(self.config, BenchConfig) else "train")
+        kind = kind_of_config(self.config).name
         self.executor.start(self.config.public_dict(), self.config.secrets(), log_path, kind)
         threading.Thread(target=self._pump, name=f"pump-{self.pid}", daemon=True).start()
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tunestudio.events import Stop
+from tunestudio.kinds import spec_of
 from tunestudio.process import kill_group, usable_cores
 from tunestudio.worker.child import WorkerKind
 
@@ -94,7 +95,7 @@ class LauncherExecutor:
     def start(
         self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train"
     ) -> None:
-        if kind != "train":  # exports run as one local process (executor_for)
+        if not spec_of(kind).distributed:  # exports run as one local process (executor_for)
             raise ValueError(f"a {type(self).__name__} runs training jobs only, not {kind}")
         self._dir = tempfile.mkdtemp(prefix="tunestudio-ddp-")  # 0700: only this user reaches the link
         link_path = os.path.join(self._dir, "link")

@@ -56,8 +56,11 @@ class HarnessRun:
     tasks: list[str]
 
 
-def run(config: BenchConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None) -> int:
-    """Run one benchmark to its end; the process exit code (0 completed, 1 failed; a stop exits at once)."""
+def run(config: BenchConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None,
+        cache_dir: str | None = None) -> int:
+    """Run one benchmark to its end; the process exit code (0 completed, 1 failed; a stop exits at once).
+
+    cache_dir: unused (every recipe of tunestudio.kinds is called the same way)."""
     cfg: BenchConfig | None = None
     try:
         cfg = config if isinstance(config, BenchConfig) else BenchConfig.from_parts(config, secrets)

@@ -12,17 +12,20 @@ fallback, watches the parent's pid.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from tunestudio.kinds import spec_of
 from tunestudio.process import pid_alive
 
-WorkerKind = Literal["train", "export", "inference", "bench"]
+# A job kind of tunestudio.kinds (its recipe), or "inference": the chat worker, which is no job.
+WorkerKind = str
 PR_SET_PDEATHSIG = 1
 PARENT_POLL_S = 0.5
 
@@ -47,9 +50,8 @@ class WorkerArgs:
     of the protocol in `tunestudio.events` (kind "inference": the reply pipe's
     write end and the command queue of `tunestudio.inference_protocol`).
     parent_pid: the process the worker must not outlive. kind: which recipe
-    runs: "train" (worker/main.py), "export" (worker/export.py, with an
-    ExportConfig), "bench" (worker/bench.py, with a BenchConfig: lm-evaluation-harness
-    against the studio's /v1/completions) or "inference" (worker/inference.py: chat, no config).
+    runs: a kind of job of `tunestudio.kinds` (its entry names the recipe and
+    the config it reads), or "inference" (worker/inference.py: chat, no config).
     cache_dir: where the worker may keep measured decisions between jobs.
     """
 
@@ -131,28 +133,20 @@ def main(args: WorkerArgs) -> None:
 
 
 def run(args: WorkerArgs) -> int:
-    """The recipe of the worker's kind; its exit code."""
+    """The recipe of the worker's kind (tunestudio.kinds), or the chat worker's loop; its exit code."""
     if args.kind == "inference":
         from tunestudio.worker.inference import run as serve
 
         return serve(args.commands, args.events)
 
     from tunestudio.worker.channel import QueueChannel
-
-    if args.kind == "export":
-        from tunestudio.worker.export import run as recipe
-    elif args.kind == "bench":
-        from tunestudio.worker.bench import run as recipe
-    else:
-        from tunestudio.worker.main import run as recipe
-
     from tunestudio.worker.resources import Sampler
 
+    module, _, function = spec_of(args.kind).recipe.partition(":")
+    recipe = getattr(importlib.import_module(module), function)
     channel = QueueChannel(args.events, args.commands)
     sampler = Sampler(channel).start()  # CPU, memory (and GPU) of this worker and its children, over time
     try:
-        if args.kind in ("export", "bench"):
-            return recipe(args.public_config, channel, args.secrets)
         return recipe(args.public_config, channel, args.secrets, cache_dir=args.cache_dir)
     finally:
         sampler.stop()

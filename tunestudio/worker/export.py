@@ -38,8 +38,11 @@ __all__ = ["MARKER", "find_source", "run", "staging_dir"]
 MARKER = "export.json"  # written into every export folder; an existing folder is replaced only if it has one
 
 
-def run(config: ExportConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None) -> int:
-    """Run one export to its end; returns the process exit code (0 completed or cancelled, 1 failed)."""
+def run(config: ExportConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None,
+        cache_dir: str | None = None) -> int:
+    """Run one export to its end; returns the process exit code (0 completed or cancelled, 1 failed).
+
+    cache_dir: unused (every recipe of tunestudio.kinds is called the same way)."""
     cfg: ExportConfig | None = None
     try:
         cfg = _validate(config, secrets)
