@@ -25,7 +25,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from tunestudio import ownership
 from tunestudio.cli_bench import bench
 from tunestudio.cli_chat import chat, print_evaluation
 from tunestudio.cli_judge import judge
@@ -37,6 +36,7 @@ from tunestudio.events import Best, Completed, Event, Failed, Log, StatusEvent, 
 from tunestudio.events import Phase as PhaseEvent
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.export_config import ExportConfig, ExportOptions
+from tunestudio.jobs import artefacts
 from tunestudio.jobs.evalrows import ORDER_KEYS
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
@@ -221,9 +221,8 @@ def jobs_show(job_id: str) -> None:
         for text in warnings:  # rows the dataset dropped, a converter's doubts: said where they are seen
             console.print(f"[bold yellow]warning[/] {text}", highlight=False)
         console.print("[bold]config[/]", job.config.public_dict())
-        out = Path(job.output_dir) if job.output_dir else None
-        if out and out.is_dir():
-            names = sorted(p.name for p in out.iterdir() if p.name != ownership.MARKER)
+        names = [path.name for path in artefacts.owned(job)]  # what it wrote: never a file the user put there
+        if names:
             console.print("[bold]artefacts[/]", ", ".join(names))
     finally:
         manager.close()

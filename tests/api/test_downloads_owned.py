@@ -87,6 +87,9 @@ def test_a_job_lists_and_serves_only_what_it_wrote(tmp_path: Path) -> None:
 
         adapter = {"adapter_config.json", "adapter_model.safetensors"}
         assert names(client, source["id"]) == adapter  # not the user's, nor the export's files under exports/
+        # The job's artefacts are the same (issue 38, finding 18): what it wrote, not what came later.
+        assert {a["name"] for a in client.get(f"/api/jobs/{source['id']}").json()["artefacts"]} == adapter
+        assert [a["name"] for a in client.get(f"/api/jobs/{export['id']}").json()["artefacts"]] == ["model.gguf"]
         found = client.get(f"/api/jobs/{source['id']}/downloads").json()
         assert {f["name"] for f in found["files"]} == adapter
         assert {f["name"] for f in found["weights"]["files"]} == adapter

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from tunestudio import ownership
 from tunestudio.events import Best, Evaluation, HeldOut, Sample
 from tunestudio.inference.models import weights_folder
+from tunestudio.jobs import artefacts
 from tunestudio.jobs.models import Job, JobKind
 from tunestudio.jobs.status import JobStatus
 
@@ -75,7 +74,7 @@ class JobOut(BaseModel):
         return cls(
             **job.model_dump(exclude={"log_path", "result", "config"}),
             config=job.config.public_dict(),
-            artefacts=_artefacts(job.output_dir) if with_artefacts else [],
+            artefacts=_artefacts(job) if with_artefacts else [],
             samples=result.get("samples") or [],
             evaluation=result.get("evaluation"),
             best=result.get("best"),
@@ -88,13 +87,10 @@ class JobOut(BaseModel):
         )
 
 
-def _artefacts(output_dir: str | None) -> list[Artefact]:
-    if not output_dir or not Path(output_dir).is_dir():
-        return []
+def _artefacts(job: Job) -> list[Artefact]:
+    """What the job wrote in its output folder (jobs.artefacts.owned): a file the user put there is not listed."""
     out = []
-    for path in sorted(Path(output_dir).iterdir()):
-        if path.name == ownership.MARKER:  # tunestudio's own record of what the job wrote, not an artefact
-            continue
+    for path in artefacts.owned(job):
         size = path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         out.append(Artefact(name=path.name, bytes=size, is_dir=path.is_dir()))
     return out

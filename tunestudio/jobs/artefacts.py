@@ -19,7 +19,7 @@ from tunestudio.jobs.models import Job, JobConflict
 from tunestudio.jobs.status import JobStatus
 from tunestudio.jobs.store import Store
 
-__all__ = ["check_users", "claimed_outputs", "exports_in_the_way", "holds_folder", "remove", "seal", "take"]
+__all__ = ["check_users", "claimed_outputs", "exports_in_the_way", "holds_folder", "owned", "remove", "seal", "take"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,16 @@ def seal(job_id: str, output_dir: str | None) -> None:
             ownership.release(Path(output_dir), job_id)
     except OSError as exc:  # a full disk, a folder gone: delete then removes less, never more
         log.warning("job %s: recording its files in %s failed: %s", job_id, output_dir, exc)
+
+
+def owned(job: Job) -> list[Path]:
+    """The job's own top-level entries in its output folder, sorted: what its ownership marker lists (as the
+    downloads list them), never a file the user put there, no link; none before the job ends (its worker's exit
+    makes the list)."""
+    if not job.output_dir:
+        return []
+    return sorted(path for path in ownership.files(Path(job.output_dir), job.id)
+                  if not path.is_symlink() and path.exists())
 
 
 def exports_in_the_way(store: Store, job_id: str, take_them: bool) -> list[dict[str, Any]]:
