@@ -29,7 +29,7 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("faces", frozenset({"cli", "cli_chat", "cli_sweep", "cli_bench", "cli_judge", "api", "data_report"}), False),
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
-                        "ownership", "export_config", "bench_config", "estimate"}), False),
+                        "ownership", "export_config", "bench_config", "estimate", "kinds", "openai_client"}), False),
 )
 
 # The doors between rooms of a side-by-side floor: (importing room, module it may import). Each is used

@@ -181,7 +181,7 @@ def jobs_list(
             table.add_row(
                 job.id,
                 job.status.value,
-                Path(job.config.model_name).name if job.kind == "train" else f"{job.kind} of {job.source_job}",
+                Path(job.config.model_name).name if job.spec.trains else f"{job.kind} of {job.source_job}",
                 f"{progress.get('step', 0)}/{progress.get('total_steps', 0)}" if progress else "–",
                 _fmt(progress.get("loss"), ".4f"),
                 datetime.fromtimestamp(job.created_at).strftime("%Y-%m-%d %H:%M"),

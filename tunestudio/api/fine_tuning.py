@@ -151,7 +151,7 @@ def chain_of(manager: JobManager, openai_id: str) -> Chain:
         job = manager.get(studio_id)
     except JobNotFound:
         raise JobNotFound(openai_id) from None
-    if job.kind != "train":
+    if not job.spec.trains:
         raise JobNotFound(openai_id)
     seen = {job.id}
     while job.resumed_from is not None and job.resumed_from not in seen:
@@ -171,7 +171,7 @@ def chains(manager: JobManager, after: str | None, limit: int) -> tuple[list[Cha
     while True:
         jobs = manager.list(limit=page, offset=offset)
         for job in jobs:
-            if job.kind != "train" or job.resumed_from is not None:
+            if not job.spec.trains or job.resumed_from is not None:
                 continue
             if not passed:
                 passed = JOB_PREFIX + job.id == after

@@ -21,7 +21,10 @@ class Artefact(BaseModel):
 
 class JobOut(BaseModel):
     id: str
-    kind: JobKind = Field(description='"train", or "export" (then source_job is the job it exports).')
+    kind: JobKind = Field(description='The kind of job (GET /api/system/kinds): "train", or "export"/"bench" (then '
+                                      'source_job is the job it exports or measures).')
+    kind_label: str = Field(description='How the page names this kind of job ("training job", "export", ...).')
+    trains: bool = Field(description="The kind trains a model of its own (else it is about source_job).")
     source_job: str | None = None
     status: JobStatus
     phase: str | None
@@ -74,6 +77,7 @@ class JobOut(BaseModel):
         return cls(
             **job.model_dump(exclude={"log_path", "result", "config"}),
             config=job.config.public_dict(),
+            kind_label=job.spec.label, trains=job.spec.trains,
             artefacts=_artefacts(job) if with_artefacts else [],
             samples=result.get("samples") or [],
             evaluation=result.get("evaluation"),
@@ -83,7 +87,7 @@ class JobOut(BaseModel):
             queue_position=queue_position,
             stoppable=job.stoppable, cancellable=job.cancellable, resumable=job.resumable, deletable=job.deletable,
             is_terminal=job.is_terminal, has_result=job.has_result,
-            chattable=job.kind == "train" and weights_folder(job) is not None,
+            chattable=job.spec.trains and weights_folder(job) is not None,
         )
 
 

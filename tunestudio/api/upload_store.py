@@ -142,7 +142,7 @@ def readers(manager: JobManager, paths: list[Path]) -> Job | None:
     wanted = {p.resolve() for p in paths}
     live = [s for s in JobStatus if s.is_live]
     for job in manager.list(live, limit=10_000):
-        if job.kind != "train":  # an export or a benchmark reads no dataset of the uploads
+        if not job.spec.trains:  # an export or a benchmark reads no dataset of the uploads
             continue
         used = [*job.train_config.local_datasets, job.train_config.eval_split or ""]
         if any(p and Path(p).resolve() in wanted for p in used):

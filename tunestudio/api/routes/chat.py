@@ -76,7 +76,7 @@ def weight_choices(job_id: str, has_final: bool, finished: bool, steps: list[int
 def chat_settings(job_id: str, manager: ManagerDep) -> ChatSettings:
     """What the chat panel offers for a job: its weights to choose from, its base model, its chat template."""
     job = manager.get(job_id)
-    if job.kind != "train":
+    if not job.spec.trains:
         raise ApiError(409, "not_a_chat_model", f"job {job_id} is no chat model; chat with its source job "
                                                 f"{job.source_job}")
     final = spec_for(job, base=False)

@@ -140,7 +140,7 @@ def _listed(files: dict[str, Path]) -> list[FileOut]:
 
 def _weights(job: Job) -> tuple[Path, dict[str, Path]] | str:
     """The folder with the job's final weights and its top-level files, or why there are none."""
-    if job.kind != "train":
+    if not job.spec.trains:
         return f"a{'n' if job.kind == 'export' else ''} {job.kind} job has no adapter or model of its own; " \
                "download its files"
     if not job.has_result:
@@ -158,7 +158,7 @@ def _kind(files: dict[str, Path]) -> str:
 
 
 def _exports(manager: JobManager, job: Job) -> list[ExportFiles]:
-    if job.kind != "train":
+    if not job.spec.trains:
         return []
     found = [j for j in manager.list(limit=MAX_EXPORTS) if j.kind == "export" and j.source_job == job.id]
     return [ExportFiles(id=j.id, status=j.status.value, target=j.config.target,
@@ -182,7 +182,7 @@ def downloads(job_id: str, manager: ManagerDep) -> DownloadsOut:
     return DownloadsOut(
         job_id=job.id, weights=weights, weights_note=found if isinstance(found, str) else None,
         files=_listed(job_files(job)) if job.is_terminal else [], exports=_exports(manager, job),
-        metrics=len(manager.metrics(job_id)) if job.kind == "train" else 0,
+        metrics=len(manager.metrics(job_id)) if job.spec.trains else 0,
         log=bool(job.log_path) and regular_file_in(Path(job.log_path or ""), manager.settings.jobs_dir() / job.id))
 
 

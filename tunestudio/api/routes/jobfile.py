@@ -47,7 +47,7 @@ class ParsedJobFile(BaseModel):
 def job_jobfile(job_id: str, manager: ManagerDep, settings: SettingsDep) -> JobFile:
     """The job's settings as a job file and a shell command (train jobs: exports and benchmarks have none)."""
     job = manager.get(job_id)
-    if job.kind != "train":
+    if not job.spec.trains:
         what = "an export" if job.kind == "export" else f"a {job.kind} job"
         raise ApiError(409, "not_a_train_job", f"job {job_id} is {what}; only a train job has a job file")
     header = (f"job {job.id}: its settings, for `tunestudio train`.\n"

@@ -129,7 +129,7 @@ def job_samples(job_id: str, manager: ManagerDep) -> dict[str, list[dict[str, st
     """The before/after samples of a finished job (its `sample_prompts`, answered by the base model and the
     result), read from the job's `completed` event; empty while it runs or when it had none."""
     job = manager.get(job_id)
-    if not job.status.is_terminal or job.kind != "train" or not job.train_config.sample_prompts:
+    if not job.status.is_terminal or not job.spec.trains or not job.train_config.sample_prompts:
         return {"samples": []}
     with manager.subscribe(job_id) as subscription:
         for event in subscription.replay:

@@ -177,7 +177,7 @@ def status(request: Request, manager: ManagerDep) -> dict[str, Any]:
         "job_id": job.id,
         "phase": SEED_PHASE[job.status],
         "is_training_running": job.status.is_live,
-        "eval_enabled": bool(history["eval_loss"]) or (job.kind == "train" and job.train_config.eval_steps > 0),
+        "eval_enabled": bool(history["eval_loss"]) or (job.spec.trains and job.train_config.eval_steps > 0),
         "message": job.message,
         "error": job.error,
         "details": {"epoch": progress.get("epoch"), "step": progress.get("step", 0),
