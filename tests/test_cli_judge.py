@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tunestudio.cli_judge import cancel_on_interrupt
 from tunestudio.jobs.models import Job
 
 from .helpers.chat import ChatHome
+from .helpers.scripted_v1 import SEEN, Scripted
 from .helpers.server import loopback_v1
+from .helpers.wait import wait_until
 
 CLI = [sys.executable, "-m", "tunestudio.cli"]
 pytestmark = pytest.mark.timeout(900)  # the session's chat job trains first
@@ -88,3 +92,34 @@ def test_a_prompt_file_is_judged_row_by_row_and_summed_up(chat_home: ChatHome, j
     words = " ".join(out.split())  # the table's title wraps at its width
     assert "2 of 2 rows judged in both orders" in words and "tie │ 2 │ 100.0% [34.2%, 100.0%]" in words
     assert "System: Answer in one word." in ASKED[0][-1]["content"]  # the judge read the whole conversation
+
+
+def test_ctrl_c_sets_the_cancel_and_a_second_one_quits() -> None:
+    previous = signal.getsignal(signal.SIGINT)
+    with cancel_on_interrupt() as cancel:
+        signal.raise_signal(signal.SIGINT)
+        assert cancel.is_set()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_ctrl_c_cancels_a_judgement_whose_judge_trickles(chat_home: ChatHome) -> None:
+    """The judge sends a byte every 0.2 s with a 600 s deadline: Ctrl-C cuts the call under way and the command
+    ends with the rows judged before (none) and exit code 130."""
+    job: Job = chat_home.job
+    with loopback_v1(Scripted) as url:
+        before = len(SEEN["trickle"])
+        env = {**os.environ, "TUNESTUDIO_HOME": str(chat_home.home), "COLUMNS": "200", "TUNESTUDIO_JUDGE_URL": url,
+               "TUNESTUDIO_JUDGE_MODEL": "trickle", "TUNESTUDIO_JUDGE_DEADLINE_S": "600"}
+        proc = subprocess.Popen([*CLI, "judge", job.id, "--limit", "2", "--max-tokens", "4"], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: len(SEEN["trickle"]) > before or proc.poll() is not None, 300,
+                       "the judge's first call")
+            proc.send_signal(signal.SIGINT)
+            out, errors = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, out[-3000:] + errors[-3000:]
+    assert "cancelled after 0 of 2 rows" in errors and "0 of 0 rows judged" in " ".join(out.split())

@@ -1,20 +1,30 @@
 """`tunestudio judge JOB [--against base|OTHER_JOB] [--prompts FILE]`: a pairwise judge in the terminal.
 
 Both models answer in an inference worker of this process (as `tunestudio chat` does; this process never
-imports torch); the judge is the OpenAI-compatible endpoint the environment names (tunestudio/judge/).
+imports torch); the judge is the OpenAI-compatible endpoint the environment names (tunestudio/judge/). Ctrl-C
+cancels the judgement: the calls under way are cut and the rows judged before are printed (exit code 130).
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from tunestudio.judge.core import Row, Summary
+from tunestudio.judge.core import Judgement, Prompt, Row, Summary
+
+if TYPE_CHECKING:
+    from tunestudio.jobs.manager import JobManager
+
+T = TypeVar("T")
 
 console = Console()
 err = Console(stderr=True)
@@ -46,6 +56,25 @@ def _row_line(row: Row) -> str:
     return line + (f"  [dim]{what[:80]}[/dim]" if what else "")
 
 
+@contextmanager
+def cancel_on_interrupt() -> Iterator[threading.Event]:
+    """Ctrl-C sets the event: the answer and the judge's call under way are cut and the rows judged before are
+    kept (and printed); a second Ctrl-C interrupts at once."""
+    cancel = threading.Event()
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        err.print("[yellow]cancelling the judgement (Ctrl-C again to quit at once)…[/yellow]")
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield cancel
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def judge(
     job_id: Annotated[str, typer.Argument(help="The job whose model is judged.")],
     against: Annotated[str, typer.Option(help='"base" (the job\'s base model) or another job id.')] = "base",
@@ -57,15 +86,18 @@ def judge(
                                                        "(default: TUNESTUDIO_JUDGE_URL).")] = None,
     judge_model: Annotated[str | None, typer.Option(
         help="The judge's model (default: TUNESTUDIO_JUDGE_MODEL).")] = None,
+    judge_deadline: Annotated[float | None, typer.Option(
+        help="Seconds each verdict may take, retries included (default: TUNESTUDIO_JUDGE_DEADLINE_S, else 120).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the judgement as one JSON object.")] = False,
 ) -> None:
-    """Judge a job's answers against its base model's (or another job's) with a judge model, both orders."""
+    """Judge a job's answers against its base model's (or another job's) with a judge model, both orders.
+    Ctrl-C cancels: the rows judged before are printed, and the exit code is 130."""
     from tunestudio.api.judging import pool_answerer
-    from tunestudio.inference import InferencePool, UnknownModel, resolve
+    from tunestudio.inference import InferencePool
     from tunestudio.jobs.executor import inference_executor
     from tunestudio.jobs.manager import JobManager
-    from tunestudio.judge import Endpoint, JudgeNotConfigured, PromptsError
-    from tunestudio.judge import prompts as prompt_source
+    from tunestudio.judge import Endpoint
     from tunestudio.judge.core import run
     from tunestudio.settings import Settings
 
@@ -73,36 +105,64 @@ def judge(
     manager = JobManager(settings)
     pool = InferencePool(settings, inference_executor)
     try:
-        try:
-            job = manager.get(job_id)
-        except LookupError:
-            err.print(f"[red]no job {job_id}[/red]")
-            raise typer.Exit(2) from None
-        other = f"{job_id}:base" if against == "base" else against
-        try:
-            for model_id in (job_id, other):
-                resolve(manager, model_id)
-            endpoint = Endpoint.from_env(judge_url, judge_model)
-            asked = prompt_source.read(prompts) if prompts else prompt_source.held_out(job.result)
-        except (UnknownModel, JudgeNotConfigured, PromptsError) as exc:
-            err.print(f"[red]{exc}[/red]")
-            raise typer.Exit(2) from None
-        if not asked:
-            err.print("[red]the job has no held-out rows answered by its evaluation: give --prompts FILE[/red]")
-            raise typer.Exit(2)
-        asked = asked[:limit] if limit else asked
+        other, asked = _what_to_judge(manager, job_id, against, prompts, limit)
+        endpoint = _checked(lambda: Endpoint.from_env(judge_url, judge_model, deadline_s=judge_deadline))
         if not json_out:
             console.print(f"judging job {job_id} against {other} on {len(asked)} prompts; judge {endpoint.model} at "
-                          f"{endpoint.url}")
-        mine, theirs = pool_answerer(pool, manager, job_id, max_tokens), pool_answerer(pool, manager, other, max_tokens)
-        judgement = run(asked, mine, theirs, endpoint,
-                        on_row=None if json_out else (lambda row: console.print(_row_line(row))))
+                          f"{endpoint.url} (Ctrl-C cancels)")
+        with cancel_on_interrupt() as cancel:
+            mine = pool_answerer(pool, manager, job_id, max_tokens, cancel=cancel)
+            theirs = pool_answerer(pool, manager, other, max_tokens, cancel=cancel)
+            judgement = run(asked, mine, theirs, endpoint.cancellable(cancel), stopped=cancel.is_set,
+                            on_row=None if json_out else (lambda row: console.print(_row_line(row))))
     finally:
         pool.close()
         manager.close()
+    _report(judgement, job_id, other, endpoint.describe(), len(asked), cancel.is_set(), json_out)
+
+
+def _checked(make: Callable[[], T]) -> T:
+    """make(), or exit 2 with the message of what the user got wrong."""
+    from tunestudio.inference import UnknownModel
+    from tunestudio.judge import JudgeNotConfigured, PromptsError
+
+    try:
+        return make()
+    except (UnknownModel, JudgeNotConfigured, PromptsError) as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _what_to_judge(manager: JobManager, job_id: str, against: str, prompts: Path | None,
+                   limit: int | None) -> tuple[str, list[Prompt]]:
+    """The model judged against, and the prompts; exit 2 naming what is missing."""
+    from tunestudio.inference import resolve
+    from tunestudio.judge import prompts as prompt_source
+
+    try:
+        job = manager.get(job_id)
+    except LookupError:
+        err.print(f"[red]no job {job_id}[/red]")
+        raise typer.Exit(2) from None
+    other = f"{job_id}:base" if against == "base" else against
+    for model_id in (job_id, other):
+        _checked(lambda model_id=model_id: resolve(manager, model_id))
+    asked = _checked(lambda: prompt_source.read(prompts) if prompts else prompt_source.held_out(job.result))
+    if not asked:
+        err.print("[red]the job has no held-out rows answered by its evaluation: give --prompts FILE[/red]")
+        raise typer.Exit(2)
+    return other, asked[:limit] if limit else asked
+
+
+def _report(judgement: Judgement, job_id: str, other: str, judge: dict[str, str], asked: int, cancelled: bool,
+            json_out: bool) -> None:
     if json_out:
-        print(json.dumps({"job_id": job_id, "against": other, "judge": endpoint.describe(), **judgement.as_dict()}))
+        print(json.dumps({"job_id": job_id, "against": other, "judge": judge, **judgement.as_dict(),
+                          **({"cancelled": True} if cancelled else {})}))
     else:
         console.print(summary_table(judgement.summary(), job_id, other))
+    if cancelled:
+        err.print(f"[yellow]cancelled after {len(judgement.rows)} of {asked} rows[/yellow]")
+        raise typer.Exit(130)
     if judgement.rows and judgement.summary().judged == 0:
         raise typer.Exit(1)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.wait import wait_until
 from tunestudio.api import judging
 from tunestudio.api.judging import pool_answerer
 from tunestudio.inference_protocol import Delta, Done, Error, Reply, Started
@@ -83,3 +84,24 @@ def test_a_failed_or_cancelled_answer_is_no_answer(last: Reply, says: str) -> No
     with pytest.raises(JudgeError) as caught:
         answers(pool, "job", timeout=30)([{"role": "user", "content": "cow"}])
     assert says in str(caught.value)
+
+
+def test_a_cancel_ends_an_answer_under_way_and_cancels_it() -> None:
+    pool = Scripted({"job": [(0, Started(1, 3)), (0, Delta(1, "mo"))]})  # then silent: only the cancel ends it
+    cancel = threading.Event()
+    answer = pool_answerer(pool, None, "job", idle_timeout=600, cancel=cancel)  # type: ignore[arg-type]
+    caught: list[JudgeError] = []
+
+    def ask() -> None:
+        try:
+            answer([{"role": "user", "content": "cow"}])
+        except JudgeError as exc:
+            caught.append(exc)
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    wait_until(lambda: pool.threads and not pool.threads[0].is_alive(), 10, "the worker's script to play")
+    cancel.set()
+    thread.join(10)
+    assert not thread.is_alive() and "job: the answer was cancelled (the judgement was)" in str(caught[0])
+    assert pool.cancelled == ["job"]

@@ -67,12 +67,22 @@ def test_a_judge_answers_greedily_with_the_key_from_the_environment(url: str) ->
 ])
 def test_a_judge_that_does_not_answer_says_why(url: str, model: str, words: str) -> None:
     with pytest.raises(JudgeError, match=words):
-        Endpoint(url, model)(MESSAGES)
+        Endpoint(url, model, retries=0)(MESSAGES)
 
 
 def test_a_slow_judge_times_out(url: str) -> None:
-    with pytest.raises(JudgeError, match="did not answer within"):
-        Endpoint(url, "slow", timeout=0.5)(MESSAGES)
+    with pytest.raises(JudgeError, match=r"did not answer within its deadline of 0\.5 s"):
+        Endpoint(url, "slow", deadline_s=0.5)(MESSAGES)
+
+
+def test_the_deadline_comes_from_the_environment() -> None:
+    env = {"TUNESTUDIO_JUDGE_URL": "http://127.0.0.1:1/v1", "TUNESTUDIO_JUDGE_MODEL": "m"}
+    assert Endpoint.from_env(environ=env).deadline_s == 120
+    assert Endpoint.from_env(environ={**env, "TUNESTUDIO_JUDGE_DEADLINE_S": "2.5"}).deadline_s == 2.5
+    assert Endpoint.from_env(environ=env, deadline_s=7).deadline_s == 7
+    for bad in ("0", "-1", "nan", "soon", "3601"):
+        with pytest.raises(JudgeNotConfigured, match="TUNESTUDIO_JUDGE_DEADLINE_S"):
+            Endpoint.from_env(environ={**env, "TUNESTUDIO_JUDGE_DEADLINE_S": bad})
 
 
 def test_an_unreachable_judge_is_named() -> None:
@@ -80,7 +90,7 @@ def test_an_unreachable_judge_is_named() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with pytest.raises(JudgeError, match="unreachable"):
-        Endpoint(f"http://127.0.0.1:{port}/v1", "j", timeout=5)(MESSAGES)
+        Endpoint(f"http://127.0.0.1:{port}/v1", "j", deadline_s=5, retries=1, backoff_s=0.01)(MESSAGES)
 
 
 @pytest.mark.parametrize(("env", "words"), [

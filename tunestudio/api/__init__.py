@@ -68,7 +68,8 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
         app.state.sweeps = Sweeps(jobs_manager, poll_seconds=min(0.5, settings.request_poll_seconds)).start()
         pool = app.state.inference
         app.state.judgements = Judgements(settings.data_dir() / JUDGEMENTS,
-                                          lambda model_id, tokens: pool_answerer(pool, jobs_manager, model_id, tokens))
+                                          lambda model_id, tokens, cancel: pool_answerer(pool, jobs_manager, model_id,
+                                                                                         tokens, cancel=cancel))
         try:
             yield
         finally:

@@ -214,12 +214,15 @@ def judge_row(index: int, prompt: Prompt, answer: Answerer, other: Answerer, ask
 
 def run(prompts: Sequence[Prompt], answer: Answerer, other: Answerer, ask: AskJudge,
         on_row: Callable[[Row], None] | None = None, stopped: Callable[[], bool] | None = None) -> Judgement:
-    """Judge every prompt in order (on_row after each); stops between rows when `stopped()` says so."""
+    """Judge every prompt in order (on_row after each); stops between rows when `stopped()` says so, and drops the
+    row under way when it says so during it (its calls were cut: an error that is no verdict on the model)."""
     judgement = Judgement()
     for index, prompt in enumerate(prompts):
         if stopped is not None and stopped():
             break
         row = judge_row(index, prompt, answer, other, ask)
+        if stopped is not None and stopped():
+            break
         judgement.rows.append(row)
         if on_row is not None:
             on_row(row)

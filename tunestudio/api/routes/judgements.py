@@ -1,9 +1,10 @@
 """Judgements: a pairwise judge of a job's model against its base or another job (tunestudio/judge/).
 
 POST /api/jobs/{id}/judgements starts one (202; it runs in the background, its rows appear as they are
-judged), GET /api/jobs/{id}/judgements lists a job's, GET /api/judgements/{jid} reads one with every row.
-The judge is the endpoint the environment names (TUNESTUDIO_JUDGE_URL, TUNESTUDIO_JUDGE_MODEL, its key);
-the key is never stored or shown.
+judged), GET /api/jobs/{id}/judgements lists a job's, GET /api/judgements/{jid} reads one with every row,
+POST /api/judgements/{jid}/cancel ends a running one (409 for one that has ended).
+The judge is the endpoint the environment names (TUNESTUDIO_JUDGE_URL, TUNESTUDIO_JUDGE_MODEL, its deadline
+TUNESTUDIO_JUDGE_DEADLINE_S, its key); the key is never stored or shown.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tunestudio.api.errors import ApiError
 from tunestudio.api.judging import MAX_ANSWER_TOKENS
 from tunestudio.api.schemas import ERRORS
 from tunestudio.inference import UnknownModel, resolve
-from tunestudio.judge import Endpoint, Judgements, JudgeNotConfigured, PromptsError, UnknownJudgement
+from tunestudio.judge import Endpoint, JudgementOver, Judgements, JudgeNotConfigured, PromptsError, UnknownJudgement
 from tunestudio.judge import prompts as prompt_source
 from tunestudio.judge.core import Prompt as JudgedPrompt
 from tunestudio.paths import expand
@@ -90,7 +91,7 @@ def start_judgement(job_id: str, body: JudgementRequest, manager: ManagerDep, se
         endpoint = Endpoint.from_env()
     except JudgeNotConfigured as exc:
         raise ApiError(422, "invalid_request", f"judge: {exc}", field="judge") from None
-    return judgements.start(job_id, job_id, against, prompts, endpoint, endpoint.describe(), source,
+    return judgements.start(job_id, job_id, against, prompts, endpoint.cancellable, endpoint.describe(), source,
                             max_tokens=body.max_tokens)
 
 
@@ -106,3 +107,14 @@ def get_judgement(judgement_id: str, judgements: JudgementsDep) -> dict[str, Any
         return judgements.get(judgement_id)
     except UnknownJudgement:
         raise ApiError(404, "not_found", f"judgement {judgement_id} does not exist") from None
+
+
+@router.post("/api/judgements/{judgement_id}/cancel")
+def cancel_judgement(judgement_id: str, judgements: JudgementsDep) -> dict[str, Any]:
+    """End a running judgement as cancelled: the calls under way are cut, the rows judged before are kept."""
+    try:
+        return judgements.cancel(judgement_id)
+    except UnknownJudgement:
+        raise ApiError(404, "not_found", f"judgement {judgement_id} does not exist") from None
+    except JudgementOver as exc:
+        raise ApiError(409, "conflict", str(exc)) from None

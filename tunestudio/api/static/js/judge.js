@@ -1,7 +1,8 @@
 // The Judge panel of a finished job: a pairwise judge of its answers against its base model's or another
 // job's (POST /api/jobs/{id}/judgements), the judge being the endpoint the server's environment names.
 // It lists the job's judgements and shows one: the rates with their 95% intervals, then every row with
-// both answers, both verdicts (the job's answer first, then second) and their reasons.
+// both answers, both verdicts (the job's answer first, then second) and their reasons. A running one has a
+// Cancel button (POST /api/judgements/{id}/cancel: the rows judged before are kept).
 
 import {ApiError, call} from "./api.js";
 import {el, fmtWhen, replaceKids} from "./util.js";
@@ -57,13 +58,31 @@ export function judgePanel(id) {
   const shown = el("div", {id: "judge-shown"});
   let timer = null, alive = true, current = null;  // the judgement shown: an older answer never replaces it
 
+  const cancelButton = (jid) => {
+    const button = el("button", {class: "button", id: "judge-cancel", type: "button"}, "Cancel");
+    button.addEventListener("click", async () => {
+      clearTimeout(timer);  // no poll redraws the panel (and this button) while the cancel is under way
+      button.disabled = true;
+      error.hidden = true;
+      try {
+        await call(`/api/judgements/${encodeURIComponent(jid)}/cancel`, {method: "POST"});
+      } catch (err) {  // a 409: it ended meanwhile; the next look shows how
+        error.textContent = err instanceof ApiError ? err.message : String(err);
+        error.hidden = false;
+      }
+      if (alive && current === jid) show(jid);
+    });
+    return button;
+  };
+
   const show = async (jid) => {
     clearTimeout(timer);
     current = jid;
     try {
       const j = await call(`/api/judgements/${encodeURIComponent(jid)}`);
       if (!alive || current !== jid) return;
-      replaceKids(shown, summaryLine(j), j.rows.length ? rowsTable(j) : el("p", {class: "muted"}, "No row yet…"));
+      replaceKids(shown, summaryLine(j), j.status === "running" ? cancelButton(jid) : null,
+        j.rows.length ? rowsTable(j) : el("p", {class: "muted"}, "No row yet…"));
       if (j.status === "running") timer = setTimeout(() => show(jid), POLL_MS);
       else refresh(false);
     } catch (err) {
