@@ -60,19 +60,19 @@ def run_sweep(name: str, body: dict[str, Any], home: Path) -> dict[str, Any]:
     settings = Settings(home=home, max_concurrent_jobs=1)
     with JobManager(settings) as manager, Sweeps(manager, poll_seconds=0.2) as sweeps:
         started = time.monotonic()
-        sweep_id = sweeps.create(SweepConfig.model_validate(body))["id"]
-        while (view := sweeps.get(sweep_id))["status"] not in ("completed", "stopped"):
+        sweep_id = sweeps.create(SweepConfig.model_validate(body)).id
+        while (view := sweeps.get(sweep_id)).status not in ("completed", "stopped"):
             time.sleep(0.5)
         wall = time.monotonic() - started
-        jobs = [manager.get(t["job_id"]) for t in view["trials"] if t["job_id"]]
+        jobs = [manager.get(t.job_id) for t in view.trials if t.job_id]
         early = sum(1 for j in jobs if (j.result or {}).get("best") and j.message and "early" in j.message.lower())
-        steps = sum(t["steps"] or 0 for t in view["trials"])
-    figures = {"wall_s": round(wall, 1), "trials": len(view["trials"]),
-               "completed": sum(t["status"] == "completed" for t in view["trials"]),
-               "pruned": sum(t["status"] == "pruned" for t in view["trials"]),
-               "failed": sum(t["status"] == "failed" for t in view["trials"]), "stopped_early": early,
-               "steps_trained": steps, "best_eval_loss": view["best"]["value"] if view["best"] else None,
-               "best_params": view["best"]["params"] if view["best"] else None}
+        steps = sum(t.steps or 0 for t in view.trials)
+    figures = {"wall_s": round(wall, 1), "trials": len(view.trials),
+               "completed": sum(t.status == "completed" for t in view.trials),
+               "pruned": sum(t.status == "pruned" for t in view.trials),
+               "failed": sum(t.status == "failed" for t in view.trials), "stopped_early": early,
+               "steps_trained": steps, "best_eval_loss": view.best.value if view.best else None,
+               "best_params": view.best.params if view.best else None}
     print(f"{name}: {json.dumps(figures)}", flush=True)
     return figures
 

@@ -23,7 +23,7 @@ from tunestudio.config import field_errors
 from tunestudio.jobs.manager import JobManager
 from tunestudio.paths import PathRefused, resolve
 from tunestudio.settings import Settings
-from tunestudio.sweeps import SweepConfig, Sweeps
+from tunestudio.sweeps import BeforeAfter, SweepConfig, Sweeps, SweepView
 
 console = Console()
 err = Console(stderr=True)
@@ -35,7 +35,7 @@ def load_sweep(path: Path) -> SweepConfig:
         text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
         config = SweepConfig.model_validate(data)
-        resolved = resolve(config.trial_config(config.first_point())).model_dump(mode="json")
+        resolved = resolve(config.points[0].job)
     except (OSError, json.JSONDecodeError, yaml.YAMLError, PathRefused) as exc:
         err.print(f"[red]{path}: {exc}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
@@ -43,8 +43,10 @@ def load_sweep(path: Path) -> SweepConfig:
         for error in field_errors(exc.errors()):
             err.print(f"[red]{error['field'] or 'sweep'}: {error['message']}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
-    base = {k: resolved[k] if isinstance(v, (str, list)) and k in resolved else v for k, v in config.base.items()}
-    return config.model_copy(update={"base": base})
+    # The base's paths as the first job resolved them (absolute): a server that continues the sweep, from another
+    # folder, reads the same files.
+    return config.with_base({k: getattr(resolved, k) for k, v in config.base.items()
+                             if isinstance(v, (str, list)) and k in type(resolved).model_fields})
 
 
 def _fmt(value: Any) -> str:
@@ -53,29 +55,28 @@ def _fmt(value: Any) -> str:
     return "–" if value is None else str(value)
 
 
-def leaderboard(sweep: dict[str, Any]) -> Table:
-    objective = sweep["objective"]
-    done = sum(t["status"] in ("completed", "pruned", "failed") for t in sweep["trials"])
-    table = Table(title=f"sweep {sweep['id']}: {sweep['status']}, {done}/{sweep['n_trials']} trials, "
-                        f"{objective['metric']} ({objective['mode']})")
-    for column in ("#", "params", "status", objective["metric"], "best step", "steps", "evaluation (base → trained)",
+def leaderboard(sweep: SweepView) -> Table:
+    objective = sweep.objective
+    done = sum(t.status in ("completed", "pruned", "failed") for t in sweep.trials)
+    table = Table(title=f"sweep {sweep.id}: {sweep.status}, {done}/{sweep.n_trials} trials, "
+                        f"{objective.metric} ({objective.mode})")
+    for column in ("#", "params", "status", objective.metric, "best step", "steps", "evaluation (base → trained)",
                    "job"):
         table.add_column(column)
-    best = (sweep.get("best") or {}).get("number")
-    for trial in sweep["trials"]:
-        params = ", ".join(f"{k}={_fmt(v)}" for k, v in trial["params"].items())
-        style = "bold green" if trial["number"] == best else None
-        table.add_row(str(trial["number"]), params, trial["status"], _fmt(trial["value"]),
-                      _fmt(trial["best_step"]), _fmt(trial.get("steps")), _evaluation(trial.get("evaluation")),
-                      trial["job_id"] or "–", style=style)
+    best = sweep.best.number if sweep.best is not None else None
+    for trial in sweep.trials:
+        params = ", ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items())
+        style = "bold green" if trial.number == best else None
+        table.add_row(str(trial.number), params, trial.status, _fmt(trial.value), _fmt(trial.best_step),
+                      _fmt(trial.steps), _evaluation(trial.evaluation), trial.job_id or "–", style=style)
     return table
 
 
-def _evaluation(evaluation: dict[str, Any] | None) -> str:
+def _evaluation(evaluation: dict[str, BeforeAfter] | None) -> str:
     if not evaluation:
         return "–"
-    return ", ".join(f"{name} {_fmt(m.get('before'))} → {_fmt(m.get('after'))}" for name, m in evaluation.items()
-                     if m.get("before") is not None or m.get("after") is not None)
+    return ", ".join(f"{name} {_fmt(m.before)} → {_fmt(m.after)}" for name, m in evaluation.items()
+                     if m.before is not None or m.after is not None)
 
 
 def sweep(sweep_file: Annotated[Path, typer.Argument(help="A YAML or JSON sweep: base, space, sampler, "
@@ -92,12 +93,12 @@ def sweep(sweep_file: Annotated[Path, typer.Argument(help="A YAML or JSON sweep:
     previous = signal.signal(signal.SIGINT, record)
     handled = 0
     try:
-        sweep_id = sweeps.create(config)["id"]
+        sweep_id = sweeps.create(config).id
         with Live(leaderboard(sweeps.get(sweep_id)), console=console, refresh_per_second=2) as live:
             while True:
                 view = sweeps.get(sweep_id)
                 live.update(leaderboard(view))
-                if view["status"] in ("completed", "stopped") or interrupts[0] > 1:
+                if view.status in ("completed", "stopped") or interrupts[0] > 1:
                     break
                 if interrupts[0] > handled:
                     handled = interrupts[0]
@@ -105,16 +106,16 @@ def sweep(sweep_file: Annotated[Path, typer.Argument(help="A YAML or JSON sweep:
                                        "(Ctrl-C again: leave now)[/]")
                     sweeps.stop(sweep_id)
                 time.sleep(0.5)
-        best = view.get("best")
-        if best:
-            console.print(f"best: trial {best['number']} (job {best['job_id']}): "
-                          f"{view['objective']['metric']} {_fmt(best['value'])} with "
-                          + ", ".join(f"{k}={_fmt(v)}" for k, v in best["params"].items()))
-        if view.get("mlflow_run_id"):
-            console.print(f"mlflow: the sweep's run {view['mlflow_run_id']}, its trials child runs")
+        best = view.best
+        if best is not None:
+            console.print(f"best: trial {best.number} (job {best.job_id}): "
+                          f"{view.objective.metric} {_fmt(best.value)} with "
+                          + ", ".join(f"{k}={_fmt(v)}" for k, v in best.params.items()))
+        if view.mlflow_run_id:
+            console.print(f"mlflow: the sweep's run {view.mlflow_run_id}, its trials child runs")
     finally:
         signal.signal(signal.SIGINT, previous)
         sweeps.close()
         manager.close()
-    if not view.get("best"):
+    if view.best is None:
         raise typer.Exit(1)

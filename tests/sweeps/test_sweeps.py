@@ -46,31 +46,31 @@ def wait_status(sweeps: Sweeps, sweep_id: str, wanted: set[str], timeout: float 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         view = sweeps.get(sweep_id)
-        if view["status"] in wanted:
+        if view.status in wanted:
             return view
         time.sleep(0.1)
-    raise AssertionError(f"sweep {sweep_id} still {sweeps.get(sweep_id)['status']} after {timeout}s")
+    raise AssertionError(f"sweep {sweep_id} still {sweeps.get(sweep_id).status} after {timeout}s")
 
 
 def test_a_six_trial_grid_sweep_runs_through_the_queue_and_ranks_by_the_objective(tmp_path: Path) -> None:
     with JobManager(settings(tmp_path), worker_target=fake_workers.sweep_trial) as manager, \
             Sweeps(manager, poll_seconds=0.05) as sweeps:
-        sweep_id = sweeps.create(sweep())["id"]
+        sweep_id = sweeps.create(sweep()).id
         view = wait_status(sweeps, sweep_id, {"completed"})
-        trials = view["trials"]
-        assert len(trials) == 6 and {t["status"] for t in trials} == {"completed"}
-        assert sorted((t["params"]["learning_rate"], t["params"]["lora_r"]) for t in trials) == sorted(
+        trials = view.trials
+        assert len(trials) == 6 and {t.status for t in trials} == {"completed"}
+        assert sorted((t.params["learning_rate"], t.params["lora_r"]) for t in trials) == sorted(
             (lr, r) for lr in LRS for r in RANKS)
         for trial in trials:  # each an ordinary job, tagged with the sweep and its number
-            job = manager.get(trial["job_id"])
-            assert (job.status, job.sweep_id, job.trial) == (JobStatus.completed, sweep_id, trial["number"])
-            assert trial["value"] == pytest.approx(final_loss(trial["params"]))
-            assert trial["best_step"] == 10  # no early stopping: the value is the last step's weights'
-        values = [t["value"] for t in trials]
+            job = manager.get(trial.job_id)
+            assert (job.status, job.sweep_id, job.trial) == (JobStatus.completed, sweep_id, trial.number)
+            assert trial.value == pytest.approx(final_loss(trial.params))
+            assert trial.best_step == 10  # no early stopping: the value is the last step's weights'
+        values = [t.value for t in trials]
         assert values == sorted(values)
-        assert view["best"]["params"] == {"learning_rate": 1e-3, "lora_r": 16}
-        assert view["best"]["job_id"] == trials[0]["job_id"]
-        assert {j.id for j in manager.list(sweep_id=sweep_id)} == {t["job_id"] for t in trials}
+        assert view.best.params == {"learning_rate": 1e-3, "lora_r": 16}
+        assert view.best.job_id == trials[0].job_id
+        assert {j.id for j in manager.list(sweep_id=sweep_id)} == {t.job_id for t in trials}
 
 
 def test_a_bad_space_names_the_field() -> None:
@@ -181,15 +181,15 @@ def test_a_sweep_created_confined_fails_a_trial_whose_paths_leave_the_roots(tmp_
                    base={**sweep().base, "lora_r": 16}, n_trials=2, parallel=1)
     with JobManager(settings(tmp_path, dataset_roots=[DATA]), worker_target=fake_workers.sweep_trial) as manager, \
             Sweeps(manager, poll_seconds=0.05) as sweeps:
-        sweep_id = sweeps.create(config, confined=True)["id"]
+        sweep_id = sweeps.create(config, confined=True).id
         view = wait_status(sweeps, sweep_id, {"completed"})
-        by_dir = {t["params"]["output_dir"]: t for t in view["trials"]}
-        assert by_dir[str(inside)]["status"] == "completed"
+        by_dir = {t.params["output_dir"]: t for t in view.trials}
+        assert by_dir[str(inside)].status == "completed"
         refused = by_dir["/tmp/else"]
-        assert refused["status"] == "failed" and refused["job_id"] is None
-        assert refused["error"].startswith(f"output_dir: /tmp/else/trial-{refused['number']} must be a folder strictly "
-                                          "inside one of")
-        assert [j.trial for j in manager.list(sweep_id=sweep_id)] == [by_dir[str(inside)]["number"]]
+        assert refused.status == "failed" and refused.job_id is None
+        assert refused.error.startswith(f"output_dir: /tmp/else/trial-{refused.number} must be a folder strictly "
+                                        "inside one of")
+        assert [j.trial for j in manager.list(sweep_id=sweep_id)] == [by_dir[str(inside)].number]
 
 
 def test_a_trials_best_step_is_the_step_of_the_weights_its_value_measures() -> None:
@@ -220,28 +220,28 @@ def test_a_trial_the_pruner_gives_up_on_stops_early_with_a_save(tmp_path: Path) 
                    n_trials=4, parallel=1, pruner="median", base={**sweep().base, "lora_r": 16, "max_steps": 40})
     with JobManager(settings(tmp_path), worker_target=fake_workers.sweep_trial) as manager, \
             Sweeps(manager, poll_seconds=0.05) as sweeps:
-        sweep_id = sweeps.create(config)["id"]
+        sweep_id = sweeps.create(config).id
         view = wait_status(sweeps, sweep_id, {"completed"})
-        pruned = [t for t in view["trials"] if t["status"] == "pruned"]
-        assert pruned, view["trials"]
+        pruned = [t for t in view.trials if t.status == "pruned"]
+        assert pruned, view.trials
         study = Study(tmp_path / "home" / "sweeps" / f"{sweep_id}.db")
         for trial in pruned:
-            job = manager.get(trial["job_id"])
+            job = manager.get(trial.job_id)
             assert job.status is JobStatus.stopped and job.checkpoint is not None  # stopped with a save
             assert job.progress is None or job.progress.get("step", 0) < 40
             # judged from its second evaluation on (MEDIAN_WARMUP_EVALUATIONS), never at its first
-            assert len(study.study.trials[trial["number"]].intermediate_values) >= 2
+            assert len(study.study.trials[trial.number].intermediate_values) >= 2
         study.close()
-        assert view["trials"][0]["status"] == "completed"  # the pruned rank below the completed
+        assert view.trials[0].status == "completed"  # the pruned rank below the completed
 
 
 def test_a_sweep_continues_after_a_restart(tmp_path: Path) -> None:
     config = sweep(parallel=1, base={**sweep().base, "max_steps": 16})
     manager = JobManager(settings(tmp_path, max_concurrent_jobs=1), worker_target=fake_workers.sweep_trial).start()
     sweeps = Sweeps(manager, poll_seconds=0.05).start()
-    sweep_id = sweeps.create(config)["id"]
+    sweep_id = sweeps.create(config).id
     deadline = time.monotonic() + 60
-    while sum(t["status"] == "completed" for t in sweeps.get(sweep_id)["trials"]) < 2:
+    while sum(t.status == "completed" for t in sweeps.get(sweep_id).trials) < 2:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     sweeps.close()  # the server goes down mid-sweep: runners first, then the jobs stop with a save
@@ -249,32 +249,32 @@ def test_a_sweep_continues_after_a_restart(tmp_path: Path) -> None:
     with JobManager(settings(tmp_path, max_concurrent_jobs=1), worker_target=fake_workers.sweep_trial) as manager, \
             Sweeps(manager, poll_seconds=0.05) as sweeps:
         view = wait_status(sweeps, sweep_id, {"completed"})
-        assert len(view["trials"]) == 6 and {t["status"] for t in view["trials"]} == {"completed"}
-        for trial in view["trials"]:
-            assert manager.get(trial["job_id"]).status is JobStatus.completed
-        assert view["best"]["params"] == {"learning_rate": 1e-3, "lora_r": 16}
+        assert len(view.trials) == 6 and {t.status for t in view.trials} == {"completed"}
+        for trial in view.trials:
+            assert manager.get(trial.job_id).status is JobStatus.completed
+        assert view.best.params == {"learning_rate": 1e-3, "lora_r": 16}
 
 
 def test_tpe_with_the_halving_pruner_over_an_integer_step_range_runs_valid_trials(tmp_path: Path) -> None:
     config = sweep(space={"learning_rate": {"low": 1e-4, "high": 1e-2, "log": True},
                           "lora_r": {"low": 4, "high": 16, "step": 4}},
                    sampler="tpe", pruner="halving", n_trials=5, parallel=None, seed=5)
-    assert config.dimensions()["lora_r"].model_dump() == {"low": 4, "high": 16, "step": 4}
+    assert config.space["lora_r"].model_dump() == {"low": 4, "high": 16, "step": 4}
     with JobManager(settings(tmp_path), worker_target=fake_workers.sweep_trial) as manager, \
             Sweeps(manager, poll_seconds=0.05) as sweeps:
-        sweep_id = sweeps.create(config)["id"]
+        sweep_id = sweeps.create(config).id
         view = wait_status(sweeps, sweep_id, {"completed"})
-        trials = view["trials"]
-        assert len(trials) == 5 and {t["status"] for t in trials} <= {"completed", "pruned"}, trials
-        assert any(t["status"] == "completed" for t in trials)
+        trials = view.trials
+        assert len(trials) == 5 and {t.status for t in trials} <= {"completed", "pruned"}, trials
+        assert any(t.status == "completed" for t in trials)
         for trial in trials:
-            params = trial["params"]
+            params = trial.params
             assert type(params["lora_r"]) is int and params["lora_r"] in (4, 8, 12, 16)
             assert 1e-4 <= params["learning_rate"] <= 1e-2
-            job = manager.get(trial["job_id"])  # the job is the base with the trial's values
+            job = manager.get(trial.job_id)  # the job is the base with the trial's values
             assert (job.config.lora_r, job.config.learning_rate) == (params["lora_r"], params["learning_rate"])
-            assert job.status is (JobStatus.completed if trial["status"] == "completed" else JobStatus.stopped)
-        assert view["best"]["value"] == min(t["value"] for t in trials if t["status"] == "completed")
+            assert job.status is (JobStatus.completed if trial.status == "completed" else JobStatus.stopped)
+        assert view.best.value == min(t.value for t in trials if t.status == "completed")
 
 
 def test_parallel_defaults_to_the_queues_slots(tmp_path: Path) -> None:

@@ -28,14 +28,14 @@ from tunestudio.sweeps import SweepConfig, Sweeps
 body = json.loads(sys.argv[2])
 settings = Settings(home=sys.argv[1], max_concurrent_jobs=2, prewarm=False)
 with JobManager(settings, worker_target=fake_workers.sweep_trial) as manager, Sweeps(manager, 0.05) as sweeps:
-    sweep_id = sweeps.create(SweepConfig.model_validate(body))["id"]
+    sweep_id = sweeps.create(SweepConfig.model_validate(body)).id
     deadline = time.monotonic() + 120
-    while sweeps.get(sweep_id)["status"] != "completed":
+    while sweeps.get(sweep_id).status != "completed":
         assert time.monotonic() < deadline, sweeps.get(sweep_id)
         time.sleep(0.05)
     view = sweeps.get(sweep_id)
-    configs = {t["number"]: manager.get(t["job_id"]).config.public_dict() for t in view["trials"]}
-print(json.dumps({"view": view, "configs": configs, "uri": settings.mlflow_tracking_uri(),
+    configs = {t.number: manager.get(t.job_id).config.public_dict() for t in view.trials}
+print(json.dumps({"view": view.model_dump(mode="json"), "configs": configs, "uri": settings.mlflow_tracking_uri(),
                   "heavy": [m for m in ("mlflow", "pandas", "torch") if m in sys.modules]}))
 """
 

@@ -50,41 +50,41 @@ def wait_for(sweeps: Sweeps, sweep_id: str, done: Any, timeout: float, what: str
 
 
 def finished(view: dict[str, Any]) -> int:
-    return sum(t["status"] in ("completed", "pruned") for t in view["trials"])
+    return sum(t.status in ("completed", "pruned") for t in view.trials)
 
 
 def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: Path, tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home", max_concurrent_jobs=1)
     with JobManager(settings) as manager, Sweeps(manager, poll_seconds=0.1) as sweeps:
-        sweep_id = sweeps.create(sweep(tiny_model))["id"]
+        sweep_id = sweeps.create(sweep(tiny_model)).id
         wait_for(sweeps, sweep_id, lambda v: finished(v) >= 2, 1200, "two trials")
     # the server went down mid-sweep (its running trial stopped with a save); a new one continues the sweep
     with JobManager(settings) as manager, Sweeps(manager, poll_seconds=0.1) as sweeps:
-        view = wait_for(sweeps, sweep_id, lambda v: v["status"] == "completed", 1800, "the sweep's end")
-        trials = view["trials"]
-        assert len(trials) == 6 and {t["status"] for t in trials} <= {"completed", "pruned"}, trials
-        completed = [t for t in trials if t["status"] == "completed"]
-        pruned = [t for t in trials if t["status"] == "pruned"]
-        assert [t["value"] for t in completed] == sorted(t["value"] for t in completed)
+        view = wait_for(sweeps, sweep_id, lambda v: v.status == "completed", 1800, "the sweep's end")
+        trials = view.trials
+        assert len(trials) == 6 and {t.status for t in trials} <= {"completed", "pruned"}, trials
+        completed = [t for t in trials if t.status == "completed"]
+        pruned = [t for t in trials if t.status == "pruned"]
+        assert [t.value for t in completed] == sorted(t.value for t in completed)
         assert trials[:len(completed)] == completed  # the completed rank above the pruned
         assert pruned, trials
         for trial in pruned:  # stopped early, with a save
-            job = manager.get(trial["job_id"])
+            job = manager.get(trial.job_id)
             assert job.status is JobStatus.stopped and job.checkpoint is not None
-            assert trial["steps"] < MAX_STEPS
+            assert trial.steps < MAX_STEPS
         for trial in completed:
-            assert manager.get(trial["job_id"]).status is JobStatus.completed
-            assert trial["steps"] == MAX_STEPS and set(trial["evaluation"]["eval_loss"]) == {"before", "after"}
-        assert view["best"]["number"] == completed[0]["number"]
-        assert view["best"]["params"]["learning_rate"] != 1e-5
-        jobs = {t["number"]: manager.get(t["job_id"]) for t in trials}
-        steps = {t["number"]: t["steps"] for t in trials}
+            assert manager.get(trial.job_id).status is JobStatus.completed
+            assert trial.steps == MAX_STEPS and set(trial.evaluation["eval_loss"].model_dump()) == {"before", "after"}
+        assert view.best.number == completed[0].number
+        assert view.best.params["learning_rate"] != 1e-5
+        jobs = {t.number: manager.get(t.job_id) for t in trials}
+        steps = {t.number: t.steps for t in trials}
         trial_jobs = manager.list(sweep_id=sweep_id, limit=100)
         # a trial the restart stopped (or cancelled while queued) runs again, unless the pruner had stopped it:
         # then it is told PRUNED and the sweep goes on (a CI run saw that race): at least a job per trial
         assert len(trial_jobs) >= 6 and {j.trial for j in trial_jobs} == set(range(6))
-    parent_id = view["mlflow_run_id"]
-    assert parent_id and view["mlflow_error"] is None
+    parent_id = view.mlflow_run_id
+    assert parent_id and view.mlflow_error is None
 
     # MLflow's own search finds the sweep's run and its trials' runs, with their metrics
     mlflow.set_tracking_uri(settings.mlflow_tracking_uri())
@@ -92,8 +92,8 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
                                  filter_string=f"tags.`tunestudio.sweep_id` = '{sweep_id}'")
     assert list(parents["run_id"]) == [parent_id]
     assert parents["status"][0] == "FINISHED"
-    assert parents["metrics.best_eval_loss"][0] == pytest.approx(view["best"]["value"])
-    assert parents["tags.tunestudio.best_job"][0] == view["best"]["job_id"]
+    assert parents["metrics.best_eval_loss"][0] == pytest.approx(view.best.value)
+    assert parents["tags.tunestudio.best_job"][0] == view.best.job_id
     children = mlflow.search_runs(experiment_names=["tunestudio"],
                                   filter_string=f"tags.mlflow.parentRunId = '{parent_id}'")
     by_output = {row["tags.tunestudio.output_dir"]: row for _, row in children.iterrows()}
@@ -109,6 +109,6 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
         # the base model at step 0, then each evaluation until the job ended (a pruned one after its first)
         assert [m.step for m in history] == list(range(0, steps[number] + 1, 3))
         assert row["metrics.loss"] > 0
-    best = by_output[jobs[view["best"]["number"]].output_dir]
-    assert best["metrics.after_eval_loss"] == pytest.approx(view["best"]["value"])
+    best = by_output[jobs[view.best.number].output_dir]
+    assert best["metrics.after_eval_loss"] == pytest.approx(view.best.value)
     assert best["metrics.before_eval_loss"] > best["metrics.after_eval_loss"]

@@ -7,5 +7,7 @@ the jobs' public face (`jobs.manager`) only.
 from tunestudio.sweeps.config import SweepConfig
 from tunestudio.sweeps.errors import SecretRefused, SecretsNeeded, SweepConflict, SweepNotFound
 from tunestudio.sweeps.service import Sweeps
+from tunestudio.sweeps.views import BeforeAfter, BestTrial, SweepList, SweepView, TrialRow
 
-__all__ = ["SecretRefused", "SecretsNeeded", "SweepConfig", "SweepConflict", "SweepNotFound", "Sweeps"]
+__all__ = ["BeforeAfter", "BestTrial", "SecretRefused", "SecretsNeeded", "SweepConfig", "SweepConflict", "SweepList",
+           "SweepNotFound", "SweepView", "Sweeps", "TrialRow"]

@@ -1,9 +1,10 @@
 """A sweep: a base JobConfig, a search space over its fields, a sampler, an objective, a pruner and a budget.
 
-The same shape is the sweep file (`tunestudio sweep SWEEP.yaml`) and the body of `POST /api/sweeps`. Pure data:
-validating it checks the space against JobConfig's fields (a range only on a number field, a float range not on
-an integer one), every value of the space as a job (`points`: the base with each value in turn) and the
-objective against what those jobs measure (`config.unmeasured`, early stopping's rules).
+The same shape is the sweep file (`tunestudio sweep SWEEP.yaml`) and the body of `POST /api/sweeps`. Pure data,
+validated once: the space parsed into typed dimensions (`space.py`: a range only on a number field, a float range
+not on an integer one), its points computed and each made into a job (`points`: the base with each value in turn;
+kept, so `confine` and the CLI read them without validating again), and the objective checked against what those
+jobs measure (`config.unmeasured`, early stopping's rules).
 
 Secrets (`hf_token`, `wandb_token`) are taken out of `base` as it is validated and kept in memory only: no dump
 of a SweepConfig (the study's file, a response) holds them; `trial_config` hands them to each trial, whose job
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -26,6 +27,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import to_jsonable_python
 
 from tunestudio import paths
 from tunestudio.config import SECRET_FIELDS, JobConfig, field_errors, summary
@@ -33,85 +35,19 @@ from tunestudio.config.job import unmeasured
 from tunestudio.config.parts import watchable_metric
 from tunestudio.paths import Roots
 from tunestudio.sweeps.errors import SecretsNeeded
+from tunestudio.sweeps.space import (
+    MAX_VALUES,
+    Dimension,
+    FloatRange,
+    IntRange,
+    Param,
+    Point,
+    Values,
+    highest,
+    parse_dimension,
+)
 
-MAX_VALUES = 1000  # categorical values in a whole space: each is validated (and, through the API, confined) as a job
-
-
-class Values(BaseModel):
-    """A categorical (or grid) dimension: one of these values."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    # What Optuna's categorical takes: plain values (a list or a mapping would fail at the first ask).
-    values: list[bool | int | float | str | None] = Field(min_length=1, max_length=1000)
-
-
-class FloatRange(BaseModel):
-    """A float in [low, high]; log: sampled on a log scale (low > 0)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    low: float
-    high: float
-    log: bool = False
-
-    @model_validator(mode="after")
-    def _ordered(self) -> FloatRange:
-        if not self.low < self.high:
-            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
-        if self.log and self.low <= 0:
-            raise ValueError(f"a log range needs low > 0 (low is {self.low})")
-        return self
-
-
-class IntRange(BaseModel):
-    """An integer in [low, high], every `step`."""
-
-    model_config = ConfigDict(extra="forbid")
-    low: int
-    high: int
-    step: int = Field(default=1, ge=1)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> IntRange:
-        if not self.low < self.high:
-            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
-        return self
-
-
-Dimension = Values | IntRange | FloatRange
-
-
-def parse_dimension(name: str, spec: Any) -> Dimension:
-    """One field's dimension: {values}, {low, high, step} (int) or {low, high, log} (float); errors name it."""
-    if not isinstance(spec, dict):
-        raise ValueError(f"space.{name}: expected {{values: [...]}}, {{low, high, log}} or {{low, high, step}}")
-    if name not in JobConfig.model_fields:
-        raise ValueError(f"space.{name}: JobConfig has no field {name!r}")
-    if name in SECRET_FIELDS:  # its values would be the trials' params: stored in the study, shown in every answer
-        raise ValueError(f"space.{name}: {name} is a secret and cannot be swept; set it in base (kept in memory "
-                         "only)")
-    if "values" in spec:
-        kind: type[BaseModel] = Values
-    elif "step" in spec or (isinstance(spec.get("low"), int) and isinstance(spec.get("high"), int)
-                            and not spec.get("log")):
-        kind = IntRange
-    else:
-        kind = FloatRange
-    numbers = _number_types(name)
-    if kind is not Values and not numbers:
-        raise ValueError(f"space.{name}: {name} is not a number; use {{values: [...]}}")
-    if kind is FloatRange and float not in numbers:
-        # Optuna would draw 3.7 for lora_r; the trial's job would be refused, or silently another number
-        raise ValueError(f"space.{name}: {name} is an integer; use {{low, high, step}} with whole numbers")
-    try:
-        return kind.model_validate(spec)
-    except ValidationError as exc:
-        raise ValueError(f"space.{name}: {summary(field_errors(exc.errors()), unnamed='range')}") from None
-
-
-def _number_types(name: str) -> set[type]:
-    """Which of int and float JobConfig's field takes (bool is not a number here)."""
-    annotation = JobConfig.model_fields[name].annotation
-    return {t for t in (get_args(annotation) or (annotation,)) if t in (int, float)}
+__all__ = ["Dimension", "FloatRange", "IntRange", "Objective", "Point", "SweepConfig", "Values"]
 
 
 class Objective(BaseModel):
@@ -140,8 +76,9 @@ class SweepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     base: dict[str, Any] = Field(description="Any JobConfig fields: what every trial shares.")
-    space: dict[str, Any] = Field(min_length=1, max_length=50,
-                                  description="Per JobConfig field: {values}, {low, high, log} or {low, high, step}.")
+    space: dict[str, Dimension] = Field(min_length=1, max_length=50,
+                                        description="Per JobConfig field: {values}, {low, high, log} (a float) or "
+                                                    "{low, high, step} (an integer).")
     sampler: Literal["grid", "random", "tpe"] = "tpe"
     n_trials: int = Field(default=10, ge=1, le=10_000)
     objective: Objective = Field(default_factory=Objective)
@@ -152,24 +89,32 @@ class SweepConfig(BaseModel):
     # _needed: the secret fields the trials need (a restarted server's study names them; `give_secrets` again).
     _secrets: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
     _needed: frozenset[str] = PrivateAttr(default=frozenset())
+    _points: tuple[Point, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_space(cls, data: Any) -> Any:
+        """Each dimension parsed once, by its field's type (which a plain union of shapes cannot see); an error
+        names space.<field> (a whole-model error names its field first, so a 422 names the field itself)."""
+        space = data.get("space") if isinstance(data, dict) else None
+        if isinstance(space, dict) and 0 < len(space) <= 50:  # else the field's own bounds answer
+            data = {**data, "space": {name: parse_dimension(str(name), spec) for name, spec in space.items()}}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
-        # Whole-model errors name their field first ("space.lora_r: ..."), so a 422 names the field itself.
         self._take_secrets()
-        self.space = {name: parse_dimension(name, spec).model_dump() for name, spec in self.space.items()}
         swept = set(self.space) & set(self.base)
         if swept:
             raise ValueError(f"base: {', '.join(sorted(swept))} also in the space; set it in one place")
         if self.sampler == "grid":
-            ranges = [n for n, d in self.dimensions().items() if not isinstance(d, Values)]
+            ranges = [n for n, d in self.space.items() if not isinstance(d, Values)]
             if ranges:
                 raise ValueError(f"space.{ranges[0]}: the grid sampler needs {{values: [...]}}")
-        values = sum(len(d.values) for d in self.dimensions().values() if isinstance(d, Values))
+        values = sum(len(d.values) for d in self.space.values() if isinstance(d, Values))
         if values > MAX_VALUES:
             raise ValueError(f"space: {values} values in all; at most {MAX_VALUES}")
-        for varied, params in self.points():
-            self._check_point(varied, params)
+        self._points = tuple(self._point(varied, params) for varied, params in self._spread())
         return self
 
     def _take_secrets(self) -> None:
@@ -204,10 +149,10 @@ class SweepConfig(BaseModel):
             raise ValueError(f"{unknown[0]}: the sweep's base did not set {unknown[0]}")
         self._secrets.update(secrets)
 
-    def _check_point(self, varied: str | None, params: dict[str, Any]) -> None:
+    def _point(self, varied: str | None, params: dict[str, Param]) -> Point:
         """One point as a job, and the objective measured by it; an error names the swept field at fault."""
         try:
-            config = self.trial_config(params)
+            job = self.trial_config(params)
         except ValidationError as exc:
             errors = field_errors(exc.errors())
             # the first point passed, so a later point's fault is the value it varies
@@ -217,56 +162,66 @@ class SweepConfig(BaseModel):
                 raise ValueError(f"base: {summary(errors)}") from None
             raise ValueError(f"space.{at_fault}: the value {params[at_fault]!r} makes an invalid job: "
                              f"{summary(errors)}") from None
-        stopping = config.early_stopping
-        rows = config.early_stopping_rows if stopping and stopping.metric == self.objective.metric else None
-        problem = unmeasured(config, self.objective.metric, rows)
+        stopping = job.early_stopping
+        rows = job.early_stopping_rows if stopping and stopping.metric == self.objective.metric else None
+        problem = unmeasured(job, self.objective.metric, rows)
         if problem is not None:
             where = f"with {varied} {params[varied]!r}, " if varied is not None else ""
             raise ValueError(f"objective.metric: {where}{problem[1]}")
+        return Point(varied, params, job)
 
-    def dimensions(self) -> dict[str, Dimension]:
-        return {name: parse_dimension(name, spec) for name, spec in self.space.items()}
-
-    def first_point(self) -> dict[str, Any]:
-        return {name: d.values[0] if isinstance(d, Values) else d.low for name, d in self.dimensions().items()}
-
-    def points(self) -> list[tuple[str | None, dict[str, Any]]]:
+    def _spread(self) -> list[tuple[str | None, dict[str, Param]]]:
         """Points that hold every value of the space at least once, each with the dimension it varies: the first
         point (None), then one dimension at a time at each of its other values (a range: its highest), the
-        others at their first. What a sweep is checked on (as a job; through the API, its paths confined)."""
-        first = self.first_point()
-        out: list[tuple[str | None, dict[str, Any]]] = [(None, first)]
-        for name, dim in self.dimensions().items():
-            if isinstance(dim, Values):
-                others = dim.values[1:]
-            elif isinstance(dim, IntRange):
-                others = [dim.low + (dim.high - dim.low) // dim.step * dim.step]  # the highest Optuna draws
-            else:
-                others = [dim.high]
+        others at their first."""
+        first: dict[str, Param] = {name: d.values[0] if isinstance(d, Values) else d.low
+                                   for name, d in self.space.items()}
+        out: list[tuple[str | None, dict[str, Param]]] = [(None, first)]
+        for name, dim in self.space.items():
+            others: list[Param] = (dim.values[1:] if isinstance(dim, Values)
+                                   else [highest(dim)] if isinstance(dim, IntRange) else [dim.high])
             out += [(name, {**first, name: value}) for value in others]
         return out
 
+    @property
+    def points(self) -> tuple[Point, ...]:
+        """The points a sweep is checked on, with their jobs (computed and validated once, with the sweep)."""
+        return self._points
+
+    def first_point(self) -> dict[str, Param]:
+        return dict(self._points[0].params)
+
+    def with_base(self, update: dict[str, Any]) -> SweepConfig:
+        """The sweep with these base fields set to values its jobs hold already in another spelling (the CLI's
+        paths made absolute, typed as a job holds them): each point's job takes them as they are and the base
+        their JSON, nothing is validated again."""
+        copy = self.model_copy(update={"base": {**self.base, **to_jsonable_python(update)}})
+        copy._points = tuple(Point(p.varied, p.params, p.job.model_copy(update=update)) for p in self._points)
+        return copy
+
     def confine(self, roots: Roots) -> None:
         """PathRefused unless the paths of the base and of every value of the space lie inside `roots`
-        (`paths.confine` on each of `points`); a swept field's refusal names it space.<field> and the value."""
-        for _, params in self.points():
+        (`paths.confine` on each point's job); a swept field's refusal names it space.<field> and the value."""
+        for point in self._points:
             try:
-                paths.confine(self.trial_config(params), roots)
+                paths.confine(point.job, roots)
             except paths.PathRefused as exc:
-                if exc.field not in params:
+                if exc.field not in point.params:
                     raise
-                raise paths.PathRefused(f"space.{exc.field}", f"the value {params[exc.field]!r}: {exc.message}",
-                                        code=exc.code) from None
+                raise paths.PathRefused(f"space.{exc.field}", f"the value {point.params[exc.field]!r}: "
+                                        f"{exc.message}", code=exc.code) from None
 
-    def grid_size(self) -> int:
-        return math.prod(len(d.values) for d in self.dimensions().values() if isinstance(d, Values))
+    def grid(self) -> dict[str, list[Param]]:
+        """The grid sampler's search space: every {values} dimension."""
+        return {name: list(d.values) for name, d in self.space.items() if isinstance(d, Values)}
 
     @property
     def budget(self) -> int:
         """Trials to run: n_trials, or fewer when a grid has fewer points."""
-        return min(self.n_trials, self.grid_size()) if self.sampler == "grid" else self.n_trials
+        size = math.prod(len(values) for values in self.grid().values())
+        return min(self.n_trials, size) if self.sampler == "grid" else self.n_trials
 
-    def trial_config(self, params: dict[str, Any], number: int | None = None) -> JobConfig:
+    def trial_config(self, params: dict[str, Param], number: int | None = None) -> JobConfig:
         """A trial's job: the base with the params and the secrets; a base output_dir gets one folder per trial.
         SecretsNeeded when a secret the trials need is not held: never a trial without it."""
         if self.missing_secrets:

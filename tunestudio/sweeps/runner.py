@@ -23,19 +23,21 @@ from optuna.trial import TrialState
 from tunestudio import paths
 from tunestudio.jobs.manager import Job, JobConflict, JobManager, JobNotFound, QueueFull
 from tunestudio.sweeps import tracking
-from tunestudio.sweeps.config import SweepConfig, Values
+from tunestudio.sweeps.config import SweepConfig
 from tunestudio.sweeps.errors import LIVE, SecretsNeeded
+from tunestudio.sweeps.space import IntRange, Param, Values
 from tunestudio.sweeps.study import MEDIAN_WARMUP_EVALUATIONS, Study
+from tunestudio.sweeps.views import BeforeAfter, BestTrial, ObjectiveView, SweepView, TrialRow
 
 log = logging.getLogger(__name__)
 
 
-def _suggest(trial: optuna.Trial, config: SweepConfig) -> dict[str, Any]:
-    params = {}
-    for name, dim in config.dimensions().items():
+def _suggest(trial: optuna.Trial, config: SweepConfig) -> dict[str, Param]:
+    params: dict[str, Param] = {}
+    for name, dim in config.space.items():
         if isinstance(dim, Values):
             params[name] = trial.suggest_categorical(name, dim.values)
-        elif hasattr(dim, "step"):
+        elif isinstance(dim, IntRange):
             params[name] = trial.suggest_int(name, dim.low, dim.high, step=dim.step)
         else:
             params[name] = trial.suggest_float(name, dim.low, dim.high, log=dim.log)
@@ -111,7 +113,9 @@ class SweepRunner(threading.Thread):
             self._follow(frozen, jobs.get(frozen.number), status)
         live = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
         # A pruned trial's job is still stopping (saving) when Optuna has its verdict: the sweep ends after it.
-        ending = any(job.status.is_live for job in self._jobs_by_trial().values())
+        # The jobs as this poll read them (one listing a poll: each Job is its config validated from its row); a
+        # job that ended since counts as live until the next poll.
+        ending = any(job.status.is_live for job in jobs.values())
         if status == "running":
             started = len(study.get_trials(deepcopy=False))
             # Without its secrets (a restarted server's sweep) it starts nothing: it waits for `Sweeps.resume`.
@@ -136,8 +140,8 @@ class SweepRunner(threading.Thread):
         run_id = self._tracking.get("mlflow_parent_run_id")
         if run_id:
             uri, experiment = tracking.store(self.config, self.manager.settings.mlflow_tracking_uri())
-            tracking.close_parent(run_id, uri, experiment, {**view(self.study, self._jobs_by_trial()),
-                                                            "status": status})
+            tracking.close_parent(run_id, uri, experiment,
+                                  view(self.study, self._jobs_by_trial()).model_copy(update={"status": status}))
         self.study.set_status(status)
 
     def _open_tracking(self) -> dict[str, str]:
@@ -158,12 +162,7 @@ class SweepRunner(threading.Thread):
         return {"mlflow_tracking_uri": uri, **({"mlflow_parent_run_id": run_id} if run_id else {})}
 
     def _jobs_by_trial(self) -> dict[int, Job]:
-        """The newest job of each trial, found by its tag."""
-        found: dict[int, Job] = {}
-        for job in self.manager.list(sweep_id=self.study.id, limit=100_000):
-            if job.trial is not None and job.trial not in found:
-                found[job.trial] = job
-        return found
+        return jobs_by_trial(self.manager, self.study.id)
 
     def _handle(self, number: int) -> optuna.Trial:
         if number not in self._trials:  # a trial an earlier runner asked for
@@ -260,60 +259,57 @@ class SweepRunner(threading.Thread):
         self._trials.pop(number, None)
 
 
-def _job_figures(job: Job | None) -> dict[str, Any]:
-    """What a trial's job adds to its row: the steps it ran, its evaluation before and after training
-    ({metric: {before, after}}, as the job's result has it), and its status as a job."""
-    if job is None:
-        return {"steps": None, "evaluation": None, "job_status": None}
-    evaluation = ((job.result or {}).get("evaluation") or {}).get("metrics") or None
-    steps = (job.progress or {}).get("step")
-    return {"steps": steps, "job_status": job.status.value,
-            "evaluation": {name: {"before": m.get("before"), "after": m.get("after")}
-                           for name, m in evaluation.items() if isinstance(m, dict)} if evaluation else None}
+def jobs_by_trial(manager: JobManager, sweep_id: str) -> dict[int, Job]:
+    """The newest job of each trial of the sweep, found by its tag (the manager lists newest first)."""
+    found: dict[int, Job] = {}
+    for job in manager.list(sweep_id=sweep_id, limit=100_000):
+        if job.trial is not None and job.trial not in found:
+            found[job.trial] = job
+    return found
 
 
-def view(study: Study, jobs: dict[int, Job]) -> dict[str, Any]:
-    """The sweep as the API and the CLI show it: trials ranked by the objective, and the best."""
+def _trial_row(frozen: optuna.trial.FrozenTrial, job: Job | None) -> TrialRow:
+    """One trial's row: Optuna's verdict (or its job's status while it runs), its value and its job's figures: the
+    steps it ran, its evaluation before and after training ({metric: {before, after}}, as the job's result has it)."""
+    state = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}.get(
+        frozen.state) or (job.status.value if job is not None else "asked")
+    value = frozen.value
+    if value is None and frozen.intermediate_values:
+        value = frozen.intermediate_values[max(frozen.intermediate_values)]
+    metrics = ((job.result or {}).get("evaluation") or {}).get("metrics") if job is not None else None
+    return TrialRow(number=frozen.number, job_id=job.id if job else frozen.user_attrs.get("job_id"),
+                    params=frozen.params, status=state, value=value, best_step=frozen.user_attrs.get("best_step"),
+                    error=frozen.user_attrs.get("error"),
+                    steps=(job.progress or {}).get("step") if job is not None else None,
+                    job_status=job.status.value if job is not None else None,
+                    evaluation={name: BeforeAfter(before=m.get("before"), after=m.get("after"))
+                                for name, m in metrics.items() if isinstance(m, dict)} if metrics else None)
+
+
+def view(study: Study, jobs: dict[int, Job]) -> SweepView:
+    """The sweep as the API, the CLI and the page show it: trials ranked by the objective, and the best."""
     config = study.config
     minimize = config.objective.direction == "minimize"
-    trials = []
-    for frozen in study.study.get_trials(deepcopy=False):
-        job = jobs.get(frozen.number)
-        state = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}.get(
-            frozen.state)
-        if state is None:
-            state = job.status.value if job is not None else "asked"
-        value = frozen.value
-        if value is None and frozen.intermediate_values:
-            value = frozen.intermediate_values[max(frozen.intermediate_values)]
-        trials.append({"number": frozen.number, "job_id": job.id if job else frozen.user_attrs.get("job_id"),
-                       "params": frozen.params, "status": state, "value": value,
-                       "best_step": frozen.user_attrs.get("best_step"), "error": frozen.user_attrs.get("error"),
-                       **_job_figures(job)})
     order = {"completed": 0, "pruned": 1}
 
-    def rank(t: dict[str, Any]) -> tuple[int, float, int]:
-        value = t["value"]
-        if value is None:
-            return (3, 0.0, t["number"])
-        return (order.get(t["status"], 2), value if minimize else -value, t["number"])
+    def rank(t: TrialRow) -> tuple[int, float, int]:
+        if t.value is None:
+            return (3, 0.0, t.number)
+        return (order.get(t.status, 2), t.value if minimize else -t.value, t.number)
 
-    trials.sort(key=rank)
-    done = [t for t in trials if t["status"] == "completed" and t["value"] is not None]
-    best = None
-    if done:
-        top = done[0]
-        best = {k: top[k] for k in ("number", "job_id", "value", "params")}
+    trials = sorted((_trial_row(frozen, jobs.get(frozen.number)) for frozen in study.study.get_trials(deepcopy=False)),
+                    key=rank)
+    top = next((t for t in trials if t.status == "completed" and t.value is not None), None)
     attrs = study.study.user_attrs
     status, missing = attrs.get("status", "running"), config.missing_secrets
-    needs = missing and status in LIVE
-    return {"id": study.id, "status": "needs_secrets" if needs and status == "running" else status,
-            "secrets": config.secret_fields, "secrets_missing": missing,
-            "error": str(SecretsNeeded(missing, study.id)) if needs else None,
-            "created_at": attrs.get("created_at"),
-            "objective": {"metric": config.objective.metric,
-                          "mode": "min" if minimize else "max"},
-            "sampler": config.sampler, "pruner": config.pruner, "n_trials": config.budget,
-            "parallel": config.parallel, "config": config.model_dump(mode="json"),
-            "mlflow_run_id": attrs.get("mlflow_run_id"), "mlflow_error": attrs.get("mlflow_error"),
-            "trials": trials, "best": best}
+    needs = bool(missing) and status in LIVE
+    return SweepView(
+        id=study.id, status="needs_secrets" if needs and status == "running" else status,
+        secrets=config.secret_fields, secrets_missing=missing,
+        error=str(SecretsNeeded(missing, study.id)) if needs else None, created_at=attrs.get("created_at"),
+        objective=ObjectiveView(metric=config.objective.metric, mode="min" if minimize else "max"),
+        sampler=config.sampler, pruner=config.pruner, n_trials=config.budget, parallel=config.parallel,
+        config=config.model_dump(mode="json"), mlflow_run_id=attrs.get("mlflow_run_id"),
+        mlflow_error=attrs.get("mlflow_error"), trials=trials,
+        best=BestTrial(number=top.number, job_id=top.job_id, value=top.value, params=top.params)
+        if top is not None and top.value is not None else None)

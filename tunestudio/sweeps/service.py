@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
@@ -16,6 +16,7 @@ from tunestudio.jobs.manager import JobManager
 from tunestudio.settings import private_dir
 from tunestudio.sweeps.config import SweepConfig
 from tunestudio.sweeps.errors import LIVE, SecretRefused, SecretsNeeded, SweepConflict, SweepNotFound
+from tunestudio.sweeps.views import SweepView
 
 if TYPE_CHECKING:
     from tunestudio.sweeps.runner import SweepRunner
@@ -77,7 +78,7 @@ class Sweeps:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def create(self, config: SweepConfig, confined: bool = False) -> dict[str, Any]:
+    def create(self, config: SweepConfig, confined: bool = False) -> SweepView:
         """Start a sweep. confined (the API's): each trial's paths are confined to the settings' roots before it
         is submitted, whatever combination of values it draws (a trial outside them fails)."""
         private_dir(self.folder)
@@ -93,24 +94,20 @@ class Sweeps:
         paths = sorted(self.folder.glob("sw-*.db"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
         return [p.stem for p in paths]
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> list[SweepView]:
         out = []
         for sweep_id in self.ids():
             try:
                 out.append(self.get(sweep_id))
             except SweepNotFound:  # deleted meanwhile
                 continue
-        return sorted(out, key=lambda s: s.get("created_at") or 0, reverse=True)
+        return sorted(out, key=lambda s: s.created_at or 0, reverse=True)
 
-    def get(self, sweep_id: str) -> dict[str, Any]:
+    def get(self, sweep_id: str) -> SweepView:
         study = self._study(sweep_id)
-        jobs: dict[int, Any] = {}
-        for job in self.manager.list(sweep_id=sweep_id, limit=100_000):
-            if job.trial is not None and job.trial not in jobs:
-                jobs[job.trial] = job
-        return _runner().view(study, jobs)
+        return _runner().view(study, _runner().jobs_by_trial(self.manager, sweep_id))
 
-    def stop(self, sweep_id: str) -> dict[str, Any]:
+    def stop(self, sweep_id: str) -> SweepView:
         """No new trials; the running ones stop with a save; the sweep ends `stopped`."""
         study = self._study(sweep_id)
         if study.status not in LIVE:
@@ -122,7 +119,7 @@ class Sweeps:
             self._run(study)
         return self.get(sweep_id)
 
-    def resume(self, sweep_id: str, secrets: dict[str, SecretStr]) -> dict[str, Any]:
+    def resume(self, sweep_id: str, secrets: dict[str, SecretStr]) -> SweepView:
         """Give a live sweep that a restarted server read back its secrets again: it goes on making trials.
         SweepConflict when it is over or holds them already; SecretsNeeded naming a secret it needs and was not
         given; ValueError naming one its base never set."""
@@ -140,7 +137,7 @@ class Sweeps:
         self._run(study)
         return self.get(sweep_id)
 
-    def wait(self, sweep_id: str, timeout: float | None = None) -> dict[str, Any]:
+    def wait(self, sweep_id: str, timeout: float | None = None) -> SweepView:
         """Block until the sweep's runner ends (its budget spent, or stopped)."""
         with self._lock:
             runner = self._runners.get(sweep_id)

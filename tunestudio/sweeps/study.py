@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from tunestudio.config import SECRET_FIELDS
 from tunestudio.settings import private_file
-from tunestudio.sweeps.config import SweepConfig, Values
+from tunestudio.sweeps.config import SweepConfig
 from tunestudio.sweeps.errors import SweepNotFound
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -33,8 +33,7 @@ class _GridSampler(optuna.samplers.GridSampler):
 
 def _sampler(config: SweepConfig) -> optuna.samplers.BaseSampler:
     if config.sampler == "grid":
-        grid = {name: d.values for name, d in config.dimensions().items() if isinstance(d, Values)}
-        return _GridSampler(grid, seed=config.seed)
+        return _GridSampler(config.grid(), seed=config.seed)
     if config.sampler == "random":
         return optuna.samplers.RandomSampler(seed=config.seed)
     return optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=min(10, max(2, config.budget // 3)))

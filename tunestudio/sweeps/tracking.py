@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from tunestudio.sweeps.config import SweepConfig
+from tunestudio.sweeps.views import SweepView
 
 log = logging.getLogger(__name__)
 CHILD_TIMEOUT_S = 300  # a fresh SQLite store runs MLflow's migrations first
@@ -50,23 +51,22 @@ def open_parent(sweep_id: str, config: SweepConfig, uri: str, experiment: str) -
     """Open the sweep's run: {run_id} or {error}."""
     params = {"sampler": config.sampler, "n_trials": config.budget, "pruner": config.pruner,
               "objective": config.objective.metric, "direction": config.objective.direction,
-              **{f"space.{name}": json.dumps(dim) for name, dim in config.space.items()}}
+              **{f"space.{name}": dim.model_dump_json() for name, dim in config.space.items()}}
     return _child("open", uri, experiment, {"params": params, "tags": {"tunestudio.sweep_id": sweep_id,
                                                                        "tunestudio.kind": "sweep"}},
                   "--name", f"sweep {sweep_id}")
 
 
-def close_parent(run_id: str, uri: str, experiment: str, view: dict[str, Any]) -> dict[str, Any]:
+def close_parent(run_id: str, uri: str, experiment: str, view: SweepView) -> dict[str, Any]:
     """End the sweep's run with the best value and its trial, and each finished trial's value by number."""
-    metric = view["objective"]["metric"]
-    best = view.get("best") or {}
-    tags: dict[str, Any] = {"tunestudio.status": view["status"]}
-    if best:
-        tags.update({"tunestudio.best_trial": best["number"], "tunestudio.best_job": best["job_id"],
-                     **{f"best.{k}": v for k, v in best["params"].items()}})
-    data = {"status": "FINISHED" if view["status"] == "completed" else "KILLED", "tags": tags,
-            "metrics": {f"best_{metric}": best.get("value")} if best else {}}
+    best = view.best
+    tags: dict[str, Any] = {"tunestudio.status": view.status}
+    if best is not None:
+        tags.update({"tunestudio.best_trial": best.number, "tunestudio.best_job": best.job_id,
+                     **{f"best.{k}": v for k, v in best.params.items()}})
+    data = {"status": "FINISHED" if view.status == "completed" else "KILLED", "tags": tags,
+            "metrics": {f"best_{view.objective.metric}": best.value} if best is not None else {}}
     answer = _child("close", uri, experiment, data, "--run-id", run_id)
     if "error" in answer:
-        log.warning("sweep %s: its MLflow run %s not closed: %s", view["id"], run_id, answer["error"])
+        log.warning("sweep %s: its MLflow run %s not closed: %s", view.id, run_id, answer["error"])
     return answer

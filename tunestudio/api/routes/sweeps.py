@@ -11,7 +11,16 @@ from tunestudio import paths
 from tunestudio.api.deps import SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.schemas import ERRORS
-from tunestudio.sweeps import SecretRefused, SecretsNeeded, SweepConfig, SweepConflict, SweepNotFound, Sweeps
+from tunestudio.sweeps import (
+    SecretRefused,
+    SecretsNeeded,
+    SweepConfig,
+    SweepConflict,
+    SweepList,
+    SweepNotFound,
+    Sweeps,
+    SweepView,
+)
 
 router = APIRouter(prefix="/api/sweeps", tags=["sweeps"], responses=ERRORS)
 
@@ -53,7 +62,7 @@ def _answer(call: Any, *args: Any) -> Any:
 
 
 @router.post("", status_code=201)
-def create_sweep(config: SweepConfig, sweeps: SweepsDep, settings: SettingsDep) -> dict[str, Any]:
+def create_sweep(config: SweepConfig, sweeps: SweepsDep, settings: SettingsDep) -> SweepView:
     """Start a sweep: its trials are jobs of the queue. A bad space or base, or a path of the base or of any value
     of the space outside the allowed roots, is a 422 naming the field (space.<field> for a swept one)."""
     try:
@@ -65,25 +74,25 @@ def create_sweep(config: SweepConfig, sweeps: SweepsDep, settings: SettingsDep) 
 
 
 @router.get("")
-def list_sweeps(sweeps: SweepsDep) -> dict[str, Any]:
+def list_sweeps(sweeps: SweepsDep) -> SweepList:
     """Every sweep, newest first, each with its ranked trials."""
-    return {"items": sweeps.list()}
+    return SweepList(items=sweeps.list())
 
 
 @router.get("/{sweep_id}")
-def get_sweep(sweep_id: str, sweeps: SweepsDep) -> dict[str, Any]:
+def get_sweep(sweep_id: str, sweeps: SweepsDep) -> SweepView:
     """{id, status, objective, trials (ranked by the objective), best}."""
     return _answer(sweeps.get, sweep_id)
 
 
 @router.post("/{sweep_id}/stop")
-def stop_sweep(sweep_id: str, sweeps: SweepsDep) -> dict[str, Any]:
+def stop_sweep(sweep_id: str, sweeps: SweepsDep) -> SweepView:
     """No new trials; the running ones stop with a save."""
     return _answer(sweeps.stop, sweep_id)
 
 
 @router.post("/{sweep_id}/resume")
-def resume_sweep(sweep_id: str, body: SweepSecrets, sweeps: SweepsDep) -> dict[str, Any]:
+def resume_sweep(sweep_id: str, body: SweepSecrets, sweeps: SweepsDep) -> SweepView:
     """Give a sweep its secrets again (a restarted server's sweep, `status` needs_secrets): it goes on. A 422 names
     a secret its base set that is missing here, or one it never set; a 409 when it needs none."""
     return _answer(sweeps.resume, sweep_id, body.given())
