@@ -72,5 +72,18 @@ def test_evaluation_samples_and_chat_with_compare(server: str, job: Job, page: P
     assert [r.strip() for r in replies(page, job.id)] == [sample["after"]]
     screenshot(page, "job-chat-compare.png")
 
+    # A turn refused for a bad setting is taken back on both sides (issue 38, finding 17): no "you" left without
+    # an answer, the error shown, the prompt back in the box; the conversation goes on without it.
+    page.locator("#chat-temperature").fill("-3")
+    send(page, "a refused turn")
+    assert "temperature" in page.locator("#chat-error:not([hidden])").inner_text()
+    assert page.locator("#chat-input").input_value() == "a refused turn"
+    page.locator("#chat-temperature").fill("0")
+    send(page, PROMPT)
+    for model in (f"{job.id}:base", job.id):
+        assert page.locator(f'.chat-log[data-model="{model}"] .chat-msg.user').count() == 2
+        assert len(replies(page, model)) == 2
+    assert page.locator("#chat-error").is_hidden()
+
     page.locator("#chat-clear").click()
     assert replies(page, job.id) == []

@@ -63,15 +63,16 @@ export function chatPanel(id) {
     settings.lock(on);
   };
 
+  // One side's turn; false when the server refused it before answering (a bad setting: temperature -3): the
+  // turn is taken back (no "you" left without an answer, nothing in the history) and the error shown.
   const ask = async (side, prompt, params) => {
-    side.history.push({role: "user", content: prompt});
-    bubble(side, "user", prompt);
+    const said = bubble(side, "user", prompt);
     const out = bubble(side, "assistant", "");
     out.classList.add("streaming");
     const controller = new AbortController();
     controllers.push(controller);
-    let text = "";
-    const messages = settings.messages(side.history);
+    let text = "", refused = false;
+    const messages = settings.messages([...side.history, {role: "user", content: prompt}]);
     try {
       const done = await chatStream({model: side.model, messages, stream: true, ...params},
         controller.signal, (delta) => {
@@ -85,12 +86,19 @@ export function chatPanel(id) {
       else {
         error.hidden = false;
         error.textContent = `${side.label}: ${err.message}`;
+        refused = text === "";
       }
     } finally {
       out.classList.remove("streaming");
-      side.history.push({role: "assistant", content: text});
     }
+    if (refused) {
+      said.parentNode.remove();
+      out.parentNode.remove();
+      return false;
+    }
+    side.history.push({role: "user", content: prompt}, {role: "assistant", content: text});
     if (side === sides[0]) settings.show(side.model, messages);  // not awaited: the next side answers meanwhile
+    return true;
   };
 
   const submit = async () => {
@@ -104,8 +112,16 @@ export function chatPanel(id) {
     busy(true);
     controllers = [];
     try {
-      // The worker answers one request at a time: the two sides stream one after the other.
-      for (const side of active()) await ask(side, prompt, params);
+      // The worker answers one request at a time: the two sides stream one after the other. A refusal stops
+      // there (the other side would be refused the same); unanswered anywhere, the prompt goes back in the box.
+      let answered = 0;
+      for (const side of active()) {
+        if (!(await ask(side, prompt, params))) {
+          if (!answered && !input.value) input.value = prompt;
+          break;
+        }
+        answered += 1;
+      }
     } finally {
       busy(false);
       input.focus();
