@@ -14,7 +14,8 @@ from playwright.sync_api import Browser
 from tests.helpers.browser import browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
 from tests.helpers.chat import ChatHome
 from tests.helpers.jobs import DATA, job_config
-from tests.helpers.server import running_server
+from tests.helpers.scripted_v1 import Scripted
+from tests.helpers.server import loopback_v1, running_server
 from tests.helpers.wait import wait_until
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job
@@ -156,3 +157,24 @@ def test_the_page_starts_a_judgement_and_shows_every_row(judged_by_job: tuple[st
             assert cells[1] and cells[4] and cells[5]  # the prompt, and a verdict (or its error) in both orders
         assert "95% interval" in summary.inner_text()
         screenshot(page, "judge-panel.png")
+
+
+def test_the_page_cancels_a_running_judgement(chat_home: ChatHome, browser: Browser,  # noqa: F811
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge trickles its reply (a 600 s deadline): the panel's Cancel ends the judgement as cancelled."""
+    job = chat_home.job
+    with loopback_v1(Scripted) as url, running_server(Settings(home=chat_home.home)) as base, \
+            open_page(browser, timeout_ms=300_000) as page:
+        for name, value in (("URL", url), ("MODEL", "trickle"), ("DEADLINE_S", "600")):
+            monkeypatch.setenv(f"TUNESTUDIO_JUDGE_{name}", value)
+        page.goto(f"{base}/#/jobs/{job.id}")
+        page.locator("#judge-limit").fill("2")
+        with page.expect_response(lambda r: r.url.endswith(f"/api/jobs/{job.id}/judgements")
+                                  and r.request.method == "POST") as posted:
+            page.locator("#judge-start").click()
+        jid = posted.value.json()["id"]
+        page.locator(f"#judge-summary-{jid}").filter(has_text="running").wait_for()
+        page.locator("#judge-cancel").click()
+        page.locator(f"#judge-summary-{jid}").filter(has_text="cancelled").wait_for()
+        assert page.locator("#judge-cancel").count() == 0  # only a running judgement has the button
+        assert httpx.get(f"{base}/api/judgements/{jid}", timeout=30).json()["status"] == "cancelled"
