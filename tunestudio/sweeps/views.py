@@ -71,10 +71,6 @@ class SweepView(BaseModel):
     trials: list[TrialRow]
     best: BestTrial | None
 
-    @property
-    def live(self) -> bool:
-        return self.status in ("running", "stopping", "needs_secrets")
-
 
 class SweepList(BaseModel):
     items: list[SweepView]
