@@ -31,6 +31,7 @@ class ModelSpec:
     weights: the folder holding the job's adapter or full model (its output, or a checkpoint);
     tokenizer: the folder whose tokenizer and chat template the job trained with, used for both sides;
     fingerprint: the weights files' names, sizes and modification times (the worker's cache key with `weights`).
+    modality: the job's kind of data (JobConfig.modality): which loaders the worker's modality object names.
     """
 
     job_id: str
@@ -41,6 +42,7 @@ class ModelSpec:
     tokenizer: str
     load_in_4bit: bool = False
     fingerprint: str = ""
+    modality: str = "text"
 
     @property
     def model_id(self) -> str:

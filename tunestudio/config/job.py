@@ -34,6 +34,7 @@ from tunestudio.config.seed import normalise
 from tunestudio.config.vocabulary import (
     GENERATION_METRICS,
     SECRET_FIELDS,
+    TRAINED_MODALITIES,
     FormatType,
     MappingTarget,
     Method,
@@ -233,10 +234,9 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
             raise ValueError(
                 "use_loftq: LoftQ initialises LoRA weights from full-precision layers; use training_type 'lora'"
             )
-        if self.is_dataset_image:
-            raise ValueError("is_dataset_image: image datasets are not supported yet (text models only)")
-        if self.is_dataset_audio:
-            raise ValueError("is_dataset_audio: audio datasets are not supported yet (text models only)")
+        if self.modality not in TRAINED_MODALITIES:
+            raise ValueError(f"is_dataset_{self.modality}: {self.modality} datasets are not supported yet "
+                             f"(this release trains {', '.join(TRAINED_MODALITIES)} data)")
         if not self.finetune_language_layers:
             raise ValueError(
                 "finetune_language_layers: training only vision layers is not supported yet (text models only)"

@@ -22,6 +22,7 @@ from tunestudio.config.vocabulary import (
     LrScheduler,
     MappingTarget,
     Method,
+    Modality,
     Optimizer,
     ReportTarget,
     TrainingType,
@@ -166,7 +167,7 @@ class AdapterPart(BaseModel):
 
 
 class SeedMediaPart(BaseModel):
-    """The seed's vision and audio fields (text models only for now)."""
+    """The seed's vision and audio fields: they name the job's kind of data (`modality`, worker/modalities/)."""
 
     is_dataset_image: bool = False
     is_dataset_audio: bool = False
@@ -174,6 +175,11 @@ class SeedMediaPart(BaseModel):
     finetune_language_layers: bool = True
     finetune_attention_modules: bool = True
     finetune_mlp_modules: bool = True
+
+    @property
+    def modality(self) -> Modality:
+        """The job's kind of data, from the seed's flags: the worker's modality object of that name runs it."""
+        return "image" if self.is_dataset_image else "audio" if self.is_dataset_audio else "text"
 
 
 

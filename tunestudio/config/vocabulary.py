@@ -26,6 +26,11 @@ class TrainingType(StrEnum):
 
 Method = Literal["sft", "dpo", "orpo", "kto", "grpo", "pretrain"]
 
+# Kinds of data (worker/modalities/, one module each): what a job's rows hold, and those the worker can train
+# (worker/modalities.MODALITIES has exactly these; tests/worker/test_modalities.py holds them together).
+Modality = Literal["text", "image", "audio"]
+TRAINED_MODALITIES: tuple[Modality, ...] = ("text",)
+
 FormatType = Literal[
     "auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text",
     # the formats of the other training methods (see methods.METHOD_SPECS)

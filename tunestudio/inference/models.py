@@ -158,6 +158,7 @@ def spec_for(job: ChatJob, base: bool, folder: Path | None = None) -> ModelSpec 
         tokenizer=str(folder) if has_tokenizer else job.config.model_name,
         load_in_4bit=job.config.load_in_4bit,
         fingerprint=fingerprint(folder),
+        modality=job.config.modality,
     )
 
 

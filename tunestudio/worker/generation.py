@@ -30,8 +30,6 @@ from typing import Any
 
 import torch
 from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
     LogitsProcessor,
     LogitsProcessorList,
     StoppingCriteria,
@@ -51,6 +49,7 @@ from tunestudio.inference_protocol import (
     Rendered,
     Started,
 )
+from tunestudio.worker import modalities
 from tunestudio.worker.errors import UserFacing
 from tunestudio.worker.serving import GreedyHead, Served, int8_chat, serving_dtype
 
@@ -90,11 +89,12 @@ class Models:
         self._models: OrderedDict[tuple[str, str, bool], _Entry] = OrderedDict()
         self._tokenizers: dict[tuple[str, str], Any] = {}
 
-    def tokenizer(self, folder: str, fingerprint: str = "") -> Any:
+    def tokenizer(self, folder: str, fingerprint: str = "", modality: str = "text") -> Any:
         key = (folder, fingerprint)
         if key not in self._tokenizers:
+            processor_class, _ = modalities.named(modality).serving_loaders()
             try:
-                tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+                tokenizer = processor_class.from_pretrained(folder, local_files_only=True)
             except (OSError, ValueError) as exc:
                 raise UserFacing(f"cannot load the tokenizer from {folder}: {exc}", 409, "model_unavailable") from None
             if tokenizer.pad_token is None:
@@ -103,7 +103,7 @@ class Models:
             self._tokenizers[key] = tokenizer
         return self._tokenizers[key]
 
-    def _load(self, name: str, load_in_4bit: bool, fingerprint: str = "") -> _Entry:
+    def _load(self, name: str, load_in_4bit: bool, fingerprint: str = "", modality: str = "text") -> _Entry:
         key = (name, fingerprint, load_in_4bit)
         entry = self._models.pop(key, None)
         if entry is None:
@@ -122,8 +122,9 @@ class Models:
                     load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                     bnb_4bit_compute_dtype=_dtype(self.device) if self.device == "cuda" else torch.float32)
                 kwargs["device_map"] = {"": self.device}
+            _, model_class = modalities.named(modality).serving_loaders()
             try:
-                model = AutoModelForCausalLM.from_pretrained(name, local_files_only=True, **kwargs)
+                model = model_class.from_pretrained(name, local_files_only=True, **kwargs)
             except (OSError, ValueError) as exc:
                 raise UserFacing(f"cannot load the model {name}: {exc}", 409, "model_unavailable") from None
             if not load_in_4bit:
@@ -138,13 +139,15 @@ class Models:
     def for_spec(self, spec: ModelSpec, chat: bool = False) -> tuple[Any, Any, bool]:
         """(model, tokenizer, adapter off) for a spec, loading what is missing. `chat`: the model a chat answer
         generates with (the int8 copy where there is one); otherwise the exact one (log-probabilities)."""
-        tokenizer = self.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "")
+        tokenizer = self.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "",
+                                   spec.modality)
         if spec.kind == "full":
             if spec.base:
-                return self._serve(self._load(spec.base_model, spec.load_in_4bit), None, chat), tokenizer, False
-            entry = self._load(spec.weights, spec.load_in_4bit, spec.fingerprint)
+                return (self._serve(self._load(spec.base_model, spec.load_in_4bit, modality=spec.modality), None,
+                                    chat), tokenizer, False)
+            entry = self._load(spec.weights, spec.load_in_4bit, spec.fingerprint, spec.modality)
             return self._serve(entry, None, chat), tokenizer, False
-        entry = self._load(spec.base_model, spec.load_in_4bit)
+        entry = self._load(spec.base_model, spec.load_in_4bit, modality=spec.modality)
         if spec.base:
             from peft import PeftModel
 
@@ -218,7 +221,8 @@ def render(models: Models, request: Render, replies: Any, halt: threading.Event)
     """The prompt `answer` would give the model for these messages, decoded with its special tokens: Rendered, Done.
     Only the tokenizer loads."""
     spec = request.spec
-    tokenizer = models.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "")
+    tokenizer = models.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "",
+                                 spec.modality)
     ids = prompt_ids(tokenizer, request.messages)
     text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None

@@ -102,174 +102,240 @@ def _train(cfg: JobConfig, channel: Channel, cache_dir: Path | None) -> int:
             ownership.release(output_dir, "standalone")
 
 
+@dataclasses.dataclass
+class _Run:
+    """One job's state as the recipe's steps hand it on: what each step made, for the steps after it."""
+
+    cfg: JobConfig
+    channel: Channel
+    output_dir: Path
+    cache_dir: Path | None
+    modality: Any = None  # worker/modalities: the job's kind of data
+    processor: Any = None  # what the trainer tokenises with (a tokenizer for text)
+    model: Any = None
+    precision: Any = None
+    gradient_checkpointing: bool = False
+    known: Any = None  # precision auto, measured by an earlier job (worker/calibrate.py)
+    data: Any = None
+    held_eval: Any = None  # the converted held-out rows, as they were split (the trainer's copy is tokenised)
+    held_out: HeldOut | None = None
+    trainer: Any = None
+    reporter: Any = None
+    tracking_run: Any = None
+    steps: Steps | None = None
+    evaluator: Any = None
+    before: list[str] = dataclasses.field(default_factory=list)
+
+
 def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_dir: Path) -> int:
-    import torch
-
-    from tunestudio.worker import batching, calibrate, integrations, lmhead, performance
-    from tunestudio.worker import best as best_mod
-    from tunestudio.worker import data as data_mod
-    from tunestudio.worker import evaluation as evaluation_mod
-    from tunestudio.worker import model as model_mod
+    from tunestudio.worker import modalities
     from tunestudio.worker import train as train_mod
-    from tunestudio.worker.data import held_out as held_out_mod
 
+    job = _Run(cfg, channel, output_dir, cache_dir, modality=modalities.for_job(cfg))
     checkpoint = train_mod.resolve_checkpoint(cfg)
-
-    # 1. tokenizer and model
-    channel.phase("loading_model", f"loading {cfg.model_name}")
-    threads = performance.configure_threads()
-    precision = train_mod.resolve_precision(cfg, model_mod.hidden_size(cfg))
-    # precision auto, measured by an earlier job (worker/calibrate.py): in force from the start, one process only
-    known = calibrate.cached(cfg, cache_dir) if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
-    if known is not None:
-        precision = train_mod.precision_named(known.precision)
-    tokenizer = model_mod.load_tokenizer(cfg)
-    model = model_mod.load_model(cfg, precision.compute_dtype)
-    gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel, model, precision)
-    errors.decided["gradient_checkpointing"] = gradient_checkpointing
-    model = model_mod.prepare_model(model, cfg, gradient_checkpointing)
-    trainable, total = model_mod.count_parameters(model)
-    four_bit = model_mod.count_4bit_layers(model)
-    channel.log(
-        f"model: {total:,} parameters, {trainable:,} trainable ({cfg.training_type.value}, {precision.name}"
-        + (f", {four_bit} 4-bit layers" if four_bit else "") + f", {threads} threads)"
-    )
+    _load_model(job)  # 1. processor and model, prepared for LoRA / QLoRA / full
     if channel.stop_request:
         return _stopped_before_training(channel)
+    _load_data(job)  # 2. dataset: read, format (through the chat template), check, split
+    _build_trainer(job)  # 3. the trainer, its precision measured, its logging integrations
+    if channel.stop_request:
+        return _stopped_before_training(channel)
+    if not _measure_base(job, checkpoint):  # 4. the base model, for comparison afterwards
+        return _stopped_before_training(channel)
+    channel.phase("training")  # 5. train
+    result = job.trainer.train(resume_from_checkpoint=checkpoint)
+    _describe_batches(job, after_training=True)
+    stop = job.reporter.stop
+    if stop is not None and not stop.save:
+        if job.tracking_run is not None:
+            job.tracking_run.end("KILLED")
+        channel.completed(output_dir=None, stopped=True, saved=False, global_step=job.trainer.state.global_step)
+        return 0
+    saved_checkpoint, weights_step = _save(job, stop is not None)  # 6. save
+    if not channel.is_main:
+        return 0  # under torchrun, rank 0 writes the rest and reports
+    _report(job, result, stop, saved_checkpoint, weights_step)  # 7. the result
+    return 0
 
-    # 2. dataset: read, format (through the tokenizer's chat template), check, split
-    channel.phase("loading_dataset")
-    data = data_mod.prepare(cfg, tokenizer)
-    for note in data.notes:
-        channel.log(note)
-    for warning in data.warnings:
-        channel.warn(warning)
-    held_out = None
-    if data.held_out is not None and channel.is_main:  # which rows, before training: a resume of any end reuses it
-        held_file = output_dir / HELD_OUT_FILE
-        held_out_mod.write(held_file, data.held_out)
-        held_out = HeldOut(file=str(held_file), rows=len(data.held_out["rows"]), seed=data.held_out["seed"],
-                           source=data.held_out["source"])
 
-    held_eval = data.eval  # the converted held-out rows, as they were split (the trainer's copy is tokenised)
+def _load_model(job: _Run) -> None:
+    from tunestudio.worker import calibrate, performance
+    from tunestudio.worker import model as model_mod
+    from tunestudio.worker import train as train_mod
 
-    # 3. trainer, with the logging integrations the job asked for
+    cfg, channel = job.cfg, job.channel
+    channel.phase("loading_model", f"loading {cfg.model_name}")
+    threads = performance.configure_threads()
+    job.precision = train_mod.resolve_precision(cfg, model_mod.hidden_size(cfg))
+    # precision auto, measured by an earlier job (worker/calibrate.py): in force from the start, one process only
+    job.known = calibrate.cached(cfg, job.cache_dir) if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
+    if job.known is not None:
+        job.precision = train_mod.precision_named(job.known.precision)
+    job.processor = job.modality.load_processor(cfg)
+    model = job.modality.load_model(cfg, job.precision.compute_dtype)
+    job.gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel, model, job.precision)
+    errors.decided["gradient_checkpointing"] = job.gradient_checkpointing
+    job.model = model_mod.prepare_model(model, cfg, job.gradient_checkpointing)
+    trainable, total = model_mod.count_parameters(job.model)
+    four_bit = model_mod.count_4bit_layers(job.model)
+    channel.log(
+        f"model: {total:,} parameters, {trainable:,} trainable ({cfg.training_type.value}, {job.precision.name}"
+        + (f", {four_bit} 4-bit layers" if four_bit else "") + f", {threads} threads)"
+    )
+
+
+def _load_data(job: _Run) -> None:
+    from tunestudio.worker.data import held_out as held_out_mod
+
+    job.channel.phase("loading_dataset")
+    job.data = job.modality.prepare_data(job.cfg, job.processor)
+    job.held_eval = job.data.eval
+    for note in job.data.notes:
+        job.channel.log(note)
+    for warning in job.data.warnings:
+        job.channel.warn(warning)
+    held = job.data.held_out
+    if held is not None and job.channel.is_main:  # which rows, before training: a resume of any end reuses it
+        held_file = job.output_dir / HELD_OUT_FILE
+        held_out_mod.write(held_file, held)
+        job.held_out = HeldOut(file=str(held_file), rows=len(held["rows"]), seed=held["seed"], source=held["source"])
+
+
+def _build_trainer(job: _Run) -> None:
+    import torch
+
+    from tunestudio.worker import batching, calibrate, integrations, lmhead
+    from tunestudio.worker import train as train_mod
+
+    cfg, channel = job.cfg, job.channel
     report_to, integration_notes = integrations.setup(cfg)
     for note in integration_notes:
         channel.log(note)
-    run = tracking.job_run(cfg) if channel.is_main else None  # report_to mlflow: the job's run, its params
-    if run is not None:
-        channel.log(f"mlflow: run {run.run_id} in experiment {cfg.mlflow_experiment!r} of {run.uri}")
+    job.tracking_run = tracking.job_run(cfg) if channel.is_main else None  # report_to mlflow: its run, its params
+    if job.tracking_run is not None:
+        channel.log(f"mlflow: run {job.tracking_run.run_id} in experiment {cfg.mlflow_experiment!r} of "
+                    f"{job.tracking_run.uri}")
     if lmhead.install() and not torch.cuda.is_available():
         channel.log("LM head: TRL's fused log-probabilities computed by worker/lmhead.py on the CPU "
                     "(the same values, in a few passes per chunk of tokens)")
-    trainer, reporter = train_mod.build_trainer(
-        cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
-    )
+
+    def build() -> None:
+        job.trainer, job.reporter = train_mod.build_trainer(
+            cfg, job.model, job.processor, job.data, job.precision, job.gradient_checkpointing, channel, report_to)
+
+    build()
     # precision auto: measured on this model and a batch of this data (worker/calibrate.py); one process only,
     # so that every rank of a data-parallel job keeps the precision it was given
-    decision = known or (calibrate.for_job(cfg, trainer, cache_dir) if trainer.args.world_size == 1 else None)
+    decision = job.known or (calibrate.for_job(cfg, job.trainer, job.cache_dir)
+                             if job.trainer.args.world_size == 1 else None)
     if decision is not None:
         channel.log(decision.describe())
-        if decision.precision != precision.name:
-            precision = train_mod.precision_named(decision.precision)
-            data = dataclasses.replace(data, train=trainer.train_dataset, eval=trainer.eval_dataset or data.eval)
-            trainer, reporter = train_mod.build_trainer(
-                cfg, model, tokenizer, data, precision, gradient_checkpointing, channel, report_to
-            )
-    if isinstance(trainer.data_collator, batching.ChoosingCollator):
-        trainer.data_collator.reset()  # the batches calibration drew are not the job's
-    if run is not None:
-        trainer.add_callback(tracking.callback(run))  # after early stopping's: its generation metrics are logged
-    batches = batching.describe(trainer, cfg.padding_free)
-    if batches:
-        channel.log(batches)
-    if trainer.args.world_size > 1:
+        if decision.precision != job.precision.name:
+            job.precision = train_mod.precision_named(decision.precision)
+            job.data = dataclasses.replace(job.data, train=job.trainer.train_dataset,
+                                           eval=job.trainer.eval_dataset or job.data.eval)
+            build()
+    if isinstance(job.trainer.data_collator, batching.ChoosingCollator):
+        job.trainer.data_collator.reset()  # the batches calibration drew are not the job's
+    if job.tracking_run is not None:  # after early stopping's: its generation metrics are logged
+        job.trainer.add_callback(tracking.callback(job.tracking_run))
+    _describe_batches(job)
+    world = job.trainer.args.world_size
+    if world > 1:
         channel.log(
-            f"data parallel: {trainer.args.world_size} ranks ({'nccl' if trainer.args.n_gpu else 'gloo'}), "
-            f"global batch {cfg.batch_size * cfg.gradient_accumulation_steps * trainer.args.world_size} "
+            f"data parallel: {world} ranks ({'nccl' if job.trainer.args.n_gpu else 'gloo'}), "
+            f"global batch {cfg.batch_size * cfg.gradient_accumulation_steps * world} "
             f"({cfg.batch_size} per rank x {cfg.gradient_accumulation_steps} accumulation)"
         )
-    if channel.stop_request:
-        return _stopped_before_training(channel)
 
-    # 4. the base model, for comparison afterwards (by the one process that reports): the sample prompts,
-    # the eval loss, held-out answers; each a step of its own (worker/phases.py), with how far it is
-    steps = Steps(channel)
-    before = steps.each("generating_base", "the base model answers the sample prompts", cfg.sample_prompts,
-                        lambda p: train_mod.generate(trainer.model, tokenizer, p)) if channel.is_main else []
+
+def _describe_batches(job: _Run, after_training: bool = False) -> None:
+    """How batches are made (after training: how many were flattened, if it chose), when there is something to
+    say."""
+    from tunestudio.worker import batching
+
+    collator = job.trainer.data_collator
+    if after_training and not (isinstance(collator, batching.ChoosingCollator) and collator.batches):
+        return
+    batches = batching.describe(job.trainer, job.cfg.padding_free)
+    if batches:
+        job.channel.log(batches)
+
+
+def _measure_base(job: _Run, checkpoint: str | None) -> bool:
+    """The sample prompts, the eval loss and the held-out answers of the base model (by the one process that
+    reports), each a step of its own (worker/phases.py) with how far it is; False when a stop came meanwhile."""
+    cfg, channel, trainer, modality = job.cfg, job.channel, job.trainer, job.modality
+    job.steps = steps = Steps(channel)
+    if channel.is_main:
+        job.before = steps.each("generating_base", "the base model answers the sample prompts", cfg.sample_prompts,
+                                lambda p: modality.generate(trainer.model, job.processor, p))
     loss_before = None
     if trainer.eval_dataset is not None and checkpoint is None:  # eval loss at step 0, reported through the callback
         loss_before = steps.evaluate(trainer, "evaluating_base", "eval loss of the base model").get("eval_loss")
-    evaluator = evaluation_mod.Evaluator.for_job(held_eval if trainer.eval_dataset is not None else None,
-                                                 cfg.eval_generate_rows, data.eval_places, cfg.max_seq_length)
-    if evaluator is not None and evaluator.rows:
-        channel.log(f"evaluation: the base model answers {len(evaluator.rows)} held-out rows")
-    if evaluator is not None and not evaluator.answer_before(
-        trainer.model, tokenizer, loss_before, lambda: channel.stop_request is not None,
-        steps.counter("generating_base", "the base model answers held-out rows"),
-    ):
-        return _stopped_before_training(channel)
+    job.evaluator = modality.evaluator(job.held_eval if trainer.eval_dataset is not None else None,
+                                       cfg.eval_generate_rows, job.data.eval_places, cfg.max_seq_length)
+    if job.evaluator is None:
+        return True
+    if job.evaluator.rows:
+        channel.log(f"evaluation: the base model answers {len(job.evaluator.rows)} held-out rows")
+    return job.evaluator.answer_before(
+        trainer.model, job.processor, loss_before, lambda: channel.stop_request is not None,
+        steps.counter("generating_base", "the base model answers held-out rows"))
 
-    # 5. train
-    channel.phase("training")
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    collator = trainer.data_collator
-    if isinstance(collator, batching.ChoosingCollator) and collator.batches:  # how many batches were flattened
-        channel.log(batching.describe(trainer, cfg.padding_free))
-    stop = reporter.stop
-    stopper = best_mod.stopper_of(trainer)  # early stopping's watch, if the job has one
-    if stop is not None and not stop.save:
-        if run is not None:
-            run.end("KILLED")
-        channel.completed(output_dir=None, stopped=True, saved=False, global_step=trainer.state.global_step)
-        return 0
 
-    # 6. save
-    channel.phase("saving")
-    saved_checkpoint = _latest_checkpoint(output_dir) if stop is not None else None
+def _save(job: _Run, stopped: bool) -> tuple[str | None, int]:
+    """The weights (every rank calls the trainer's save; it writes on rank 0), then rank 0's processor, resolved
+    config and metrics; (the checkpoint a stop saved, the step whose weights were saved)."""
+    from tunestudio.worker import best as best_mod
+
+    job.channel.phase("saving")
+    output_dir, trainer = job.output_dir, job.trainer
+    saved_checkpoint = _latest_checkpoint(output_dir) if stopped else None
     # keep_best: the best step's weights back into the model (every rank), for the artefacts and the evaluation
+    stopper = best_mod.stopper_of(trainer)
     weights_step = stopper.restore_best(trainer) if stopper is not None else trainer.state.global_step
-    trainer.save_model(str(output_dir))  # every rank calls it; the trainer writes on rank 0 only
-    if not channel.is_main:
-        return 0  # under torchrun, rank 0 writes the rest and reports
-    tokenizer.save_pretrained(str(output_dir))
-    (output_dir / "job_config.json").write_text(json.dumps(cfg.public_dict(), indent=2) + "\n")
+    trainer.save_model(str(output_dir))
+    if not job.channel.is_main:
+        return saved_checkpoint, weights_step
+    job.processor.save_pretrained(str(output_dir))
+    (output_dir / "job_config.json").write_text(json.dumps(job.cfg.public_dict(), indent=2) + "\n")
     with (output_dir / "metrics.jsonl").open("w", encoding="utf-8") as fh:
-        for record in reporter.records:
+        for record in job.reporter.records:
             fh.write(json.dumps(record) + "\n")
+    return saved_checkpoint, weights_step
 
-    # 7. the result
+
+def _report(job: _Run, result: Any, stop: Any, saved_checkpoint: str | None, weights_step: int) -> None:
+    """The fine-tuned model's samples and evaluation, the job's run closed, and the Completed event."""
+    from tunestudio.worker import best as best_mod
+
+    cfg, trainer, steps = job.cfg, job.trainer, job.steps
+    assert steps is not None
     after = steps.each("generating", "the fine-tuned model answers the sample prompts", cfg.sample_prompts,
-                       lambda p: train_mod.generate(trainer.model, tokenizer, p))
-    samples = [Sample(prompt=p, before=b, after=a) for p, b, a in zip(cfg.sample_prompts, before, after, strict=True)]
+                       lambda p: job.modality.generate(trainer.model, job.processor, p))
+    samples = [Sample(prompt=p, before=b, after=a) for p, b, a in zip(cfg.sample_prompts, job.before, after,
+                                                                       strict=True)]
     evaluation = None
-    if evaluator is not None and stop is None:  # a stopped job is not judged: the stop asked for a quick end
-        evaluation = evaluator.result(trainer.model, tokenizer,
-                                      _final_eval_loss(trainer, reporter.records, weights_step, steps),
-                                      steps.counter("generating", "the fine-tuned model answers held-out rows"),
-                                      rows_file=output_dir / EVAL_ROWS_FILE)
+    if job.evaluator is not None and stop is None:  # a stopped job is not judged: the stop asked for a quick end
+        evaluation = job.evaluator.result(trainer.model, job.processor,
+                                          _final_eval_loss(trainer, job.reporter.records, weights_step, steps),
+                                          steps.counter("generating", "the fine-tuned model answers held-out rows"),
+                                          rows_file=job.output_dir / EVAL_ROWS_FILE)
     metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     if cfg.dedupe != "off":
-        metrics["dedupe_removed"] = float(data.deduplicated)  # the job's summary (final_metrics) says how many
+        metrics["dedupe_removed"] = float(job.data.deduplicated)  # the job's summary (final_metrics) says how many
+    stopper = best_mod.stopper_of(trainer)  # early stopping's watch, if the job has one
     best = stopper.best() if stopper is not None else None
-    if run is not None:
-        tracking.finish(run, stopped=stop is not None, output_dir=str(output_dir), metrics=metrics,
-                        evaluation=evaluation, best=best, reason=stopper.reason if stopper is not None else "")
-    channel.completed(
-        output_dir=str(output_dir),
-        stopped=stop is not None,
-        saved=True,
-        checkpoint=saved_checkpoint,
-        global_step=trainer.state.global_step,
-        metrics=metrics,
-        samples=samples,
-        evaluation=evaluation,
-        best=best,
-        reason=stopper.reason if stopper is not None else "",
-        held_out=held_out,
+    reason = stopper.reason if stopper is not None else ""
+    if job.tracking_run is not None:
+        tracking.finish(job.tracking_run, stopped=stop is not None, output_dir=str(job.output_dir), metrics=metrics,
+                        evaluation=evaluation, best=best, reason=reason)
+    job.channel.completed(
+        output_dir=str(job.output_dir), stopped=stop is not None, saved=True, checkpoint=saved_checkpoint,
+        global_step=trainer.state.global_step, metrics=metrics, samples=samples, evaluation=evaluation, best=best,
+        reason=reason, held_out=job.held_out,
     )
-    return 0
 
 
 def _final_eval_loss(trainer: Any, records: list[dict[str, Any]], step: int, steps: Steps) -> float | None:

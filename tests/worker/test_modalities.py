@@ -1,0 +1,59 @@
+"""Kinds of data (worker/modalities/): the config names a job's modality, the worker's object of that name runs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tunestudio.config.vocabulary import TRAINED_MODALITIES
+from tunestudio.worker import modalities
+from tunestudio.worker.modalities.text import TextModality
+
+from ..helpers.jobs import job_config
+
+
+def test_the_config_and_the_worker_name_the_same_modalities(tiny_model: Path, tmp_path: Path) -> None:
+    assert tuple(modalities.MODALITIES) == TRAINED_MODALITIES
+    cfg = job_config(tiny_model, tmp_path / "out")
+    assert cfg.modality == "text" and isinstance(modalities.for_job(cfg), TextModality)
+    with pytest.raises(KeyError, match="image data has no implementation in this worker"):
+        modalities.named("image")
+
+
+@pytest.mark.parametrize("field", ["is_dataset_image", "is_dataset_audio"])
+def test_a_modality_the_worker_cannot_train_is_refused_at_submit(tiny_model: Path, tmp_path: Path,
+                                                                field: str) -> None:
+    with pytest.raises(ValidationError, match=f"{field}: .* datasets are not supported yet"):
+        job_config(tiny_model, tmp_path / "out", **{field: True})
+
+
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # peft's own call
+def test_the_recipe_asks_the_jobs_modality(tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job runs through its modality object: each of the recipe's data-dependent steps is its call."""
+    from tunestudio.events import Completed, parse_event
+    from tunestudio.worker import main
+
+    from ..helpers.channel import ListChannel
+
+    asked: list[str] = []
+
+    class Recording(TextModality):
+        def __getattribute__(self, name: str) -> Any:
+            if name in ("load_processor", "load_model", "prepare_data", "generate", "evaluator"):
+                asked.append(name)
+            return super().__getattribute__(name)
+
+    monkeypatch.setitem(modalities.MODALITIES, "text", Recording())
+    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
+        monkeypatch.delenv(name, raising=False)  # the worker sets them; they go again after the test
+    cfg = job_config(tiny_model, tmp_path / "out", max_steps=2, eval_steps=2, eval_generate_rows=2,
+                     sample_prompts=["What is the opposite of hot?"], precision="fp32")
+    channel = ListChannel()
+    assert main.run(cfg, channel) == 0, channel.lines[-3:]
+    done = parse_event(channel.lines[-1])
+    assert isinstance(done, Completed) and done.evaluation is not None and len(done.samples) == 1
+    assert asked[:4] == ["load_processor", "load_model", "prepare_data", "generate"]
+    assert "evaluator" in asked and asked.count("generate") == 2  # the sample, before and after

@@ -1,0 +1,66 @@
+"""Kinds of data: one object per modality, which the worker's recipes ask instead of branching on the data.
+
+A job's modality (`JobConfig.modality`: text, image, audio; tool calls and reasoning are properties of chat data,
+not modalities) decides how its processor and model are loaded, how its dataset is read, checked and split,
+how a prompt is answered (the before/after samples), how held-out rows are scored, and which classes the chat
+worker loads a finished job with. Text is the first implementation (`text.py`); a new kind of data is a new
+module here and one entry in MODALITIES, and `config/vocabulary.py`'s MODALITIES names it for the parent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tunestudio.worker.modalities.text import TextModality
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import torch
+
+    from tunestudio.config import JobConfig
+    from tunestudio.worker.data import PreparedData
+    from tunestudio.worker.evaluation import Evaluator
+
+__all__ = ["MODALITIES", "Modality", "for_job", "named"]
+
+
+class Modality(Protocol):
+    """What the recipes and the chat worker ask of a kind of data."""
+
+    name: str
+
+    def load_processor(self, cfg: JobConfig) -> Any:
+        """The processing class the trainer takes (a tokenizer for text, a processor for images and audio)."""
+
+    def load_model(self, cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
+        """The base model, for training (before adapters)."""
+
+    def prepare_data(self, cfg: JobConfig, processor: Any) -> PreparedData:
+        """The job's rows read, checked (file and row named), converted for the trainer and split."""
+
+    def generate(self, model: torch.nn.Module, processor: Any, prompt: str) -> str:
+        """One greedy answer to a sample prompt (the job's before/after samples)."""
+
+    def evaluator(self, held_eval: Any, limit: int, places: Sequence[dict[str, Any]] | None,
+                  max_length: int) -> Evaluator | None:
+        """What scores the held-out rows before and after training (None: nothing held out)."""
+
+    def serving_loaders(self) -> tuple[Any, Any]:
+        """(processor class, model class) the chat worker loads a finished job's folder with."""
+
+
+MODALITIES: dict[str, Modality] = {m.name: m for m in (TextModality(),)}
+
+
+def named(name: str) -> Modality:
+    """The modality of that name; a UserError-worthy KeyError for one with no implementation in this worker."""
+    try:
+        return MODALITIES[name]
+    except KeyError:
+        raise KeyError(f"{name} data has no implementation in this worker (there are: {', '.join(MODALITIES)})") \
+            from None
+
+
+def for_job(cfg: JobConfig) -> Modality:
+    return named(cfg.modality)
