@@ -18,7 +18,7 @@ round; the figures are medians of the rounds and the ratios are taken round by r
           trl_lp   the same with the log-probabilities only (not by default: --variants ...,trl_lp)
           chunked  chunked_lm_loss below: tokens in chunks of --chunk, the head fused in, the gradients made
                    in the forward (one pass, no recompute), never more than chunk × vocab logits
-          tunestudio  worker/lmhead.py's CpuLogProb, what tunestudio's worker runs in place of `trl` on a
+          tunestudio  worker/train/lmhead.py's CpuLogProb, what tunestudio's worker runs in place of `trl` on a
                    CPU (the same outputs, chunks of 2^25 logits, gradients made in the forward)
           torch    torch 2.13's F.linear_cross_entropy with LinearCrossEntropyOptions(batch_chunk_size=chunk)
                    (not by default either)
@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tunestudio.worker.lmhead, from a checkout
+sys.path.insert(0, str(REPO))  # tunestudio.worker.train.lmhead, from a checkout
 
 HIDDEN, BATCH, IGNORE = 576, 4, -100
 LOSS_TOLERANCE = 1e-5  # relative, fp32: "without changing the loss"
@@ -152,10 +152,10 @@ def trl_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor
 
 
 def tunestudio_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """worker/lmhead.py's CpuLogProb with SFTTrainer's outputs, reduced as TRL's fused forward does."""
+    """worker/train/lmhead.py's CpuLogProb with SFTTrainer's outputs, reduced as TRL's fused forward does."""
     from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
 
-    from tunestudio.worker.lmhead import CpuLogProb
+    from tunestudio.worker.train.lmhead import CpuLogProb
 
     mask = labels != IGNORE
     log_probs, *_ = CpuLogProb.apply(torch.is_grad_enabled(), hidden[mask], weight, None, labels[mask], 1.0,

@@ -132,7 +132,7 @@ def tunestudio_worker(model_dir: Path, data: Path, steps: int) -> dict[str, Any]
     assert outcome is not None and outcome.kind == "completed", outcome
     progress = [e for e in events if isinstance(e, Progress) and e.loss is not None]
     logs = [e.message for e in events if isinstance(e, Log)]
-    decided = [m for m in logs if m.startswith("precision auto → ")]  # worker/calibrate.py's log line
+    decided = [m for m in logs if m.startswith("precision auto → ")]  # worker/train/calibrate.py's log line
     precision = decided[0].split("→ ")[1].split()[0] if decided else "fp32"
     return {"tokens_per_s": progress[-1].tokens_per_second, "losses": [e.loss for e in progress],
             "precision": precision}

@@ -59,7 +59,7 @@ def test_a_fused_head_never_holds_the_full_logits() -> None:
 
 
 def test_weights_are_fp32_as_loaded_and_qlora_blocks_are_four_bit() -> None:
-    """worker/model.py loads every model in fp32 (bf16 is autocast): the precision sizes activations only."""
+    """worker/train/model.py loads every model in fp32 (bf16 is autocast): the precision sizes activations only."""
     fp32 = memory(SHAPES["1B-like"], precision="fp32")
     bf16 = memory(SHAPES["1B-like"], precision="bf16")
     assert fp32.weights_bytes == bf16.weights_bytes == 4 * fp32.parameters

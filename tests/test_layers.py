@@ -4,6 +4,9 @@
     rooms of a side-by-side floor reach each other only through a door listed in DOORS.
 (b) No two modules import each other (`from package import module` counts as importing the module).
 (c) No module imports a private name (`_x`) of another, as `from module import _x` or as `module._x`.
+(d) Inside worker/ the same holds one level down (WORKER_FLOORS): its rooms (packages) and loose modules import
+    only down; and a room is reached from outside it, worker/ or not, only through its face (the package's
+    `__init__`), for a name the face gives.
 
 Every import counts, wherever it stands: inside a function and under TYPE_CHECKING too.
 """
@@ -43,10 +46,35 @@ DOORS = {
     ("sweeps", "tunestudio.jobs.manager"),
 }
 
-# Violations known today, each to be deleted when fixed (test_known_violations_still_happen says when). None: the
-# inference wing came onto the floors in issue 24 (its protocol and process helpers in the base, its worker started
-# through the executor seam, its jobs through an interface the faces hand in).
-KNOWN: set[str] = set()
+# The floors inside worker/ (issue 39), top first, read as FLOORS is: its rooms, each a package whose `__init__` is
+# its face (`__all__`, or a lazy face's `_FACE`: tunestudio.worker.lazy_face), and its loose modules.
+WORKER = "tunestudio.worker"
+WORKER_FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
+    # a job on a Ray cluster: its driver and its ranks run main's recipe; started as a process, imported by none
+    ("ray", frozenset({"ray"}), False),
+    # what a process starts with: the recipes (main: training, bench), the child's door, `python -m
+    # tunestudio.worker`, the torchrun launcher and rank, the tiny model's maker (tunestudio make-tiny-model)
+    ("entries", frozenset({"__main__", "main", "bench", "child", "launch", "rank", "tiny", "tiny_methods"}), False),
+    # the chat worker, and the export recipe (which loads a base model through train/'s face)
+    ("wings", frozenset({"serve", "export"}), True),
+    # one object per kind of data: loads, prepares and scores through train/ and data/
+    ("modalities", frozenset({"modalities"}), False),
+    ("train", frozenset({"train"}), False),
+    ("data", frozenset({"data"}), False),
+    # what every room stands on (__init__: worker/'s own, lazy_face); rewards here, not in train/, because data/
+    # checks a GRPO row's answer with it
+    ("ground", frozenset({"__init__", "channel", "errors", "hub", "phases", "resources", "rewards"}), False),
+)
+
+# Violations known today, each to be deleted when fixed (test_known_violations_still_happen says when). The inference
+# wing came onto the floors in issue 24. Left: modules of data/ reached past its face, whose `__all__` does not give
+# them yet (data/ is reworked beside issue 39's rooms; they go when its face gives what these use).
+KNOWN: set[str] = {
+    "tunestudio.api.preview -> tunestudio.worker.data.formats",
+    "tunestudio.api.preview -> tunestudio.worker.data.sources",
+    "tunestudio.data_report.runner -> tunestudio.worker.data.report",
+    "tunestudio.worker.main -> tunestudio.worker.data.held_out",
+}
 
 
 @dataclass(frozen=True)
@@ -74,12 +102,79 @@ def room(module: str) -> str:
     return module.split(".")[1]
 
 
-def floor_of(name: str) -> int:
-    for number, (_, rooms, _) in enumerate(FLOORS):
+def floor_of(name: str, floors: tuple[tuple[str, frozenset[str], bool], ...] = FLOORS) -> int:
+    for number, (_, rooms, _) in enumerate(floors):
         if name in rooms:
             return number
-    raise AssertionError(f"tunestudio/{name} is on no floor: add it to FLOORS in tests/test_layers.py and to the "
+    where, table = ("tunestudio/worker/", "WORKER_FLOORS") if floors is WORKER_FLOORS else ("tunestudio/", "FLOORS")
+    raise AssertionError(f"{where}{name} is on no floor: add it to {table} in tests/test_layers.py and to the "
                          "picture in docs/ARCHITECTURE.md")
+
+
+def above_or_beside(floors: tuple[tuple[str, frozenset[str], bool], ...], here: str, there: str) -> bool:
+    """Whether room `here` may not import room `there`: it stands on a higher floor, or beside it."""
+    mine, theirs = floor_of(here, floors), floor_of(there, floors)
+    return theirs < mine or (theirs == mine and floors[mine][2])
+
+
+def worker_room(module: str) -> str | None:
+    """tunestudio.worker.train.model -> train; tunestudio.worker.main -> main; tunestudio.worker -> __init__;
+    None outside worker/."""
+    if module == WORKER:
+        return "__init__"
+    return module.split(".")[2] if module.startswith(f"{WORKER}.") else None
+
+
+@cache
+def faces() -> dict[str, dict[str, str | None]]:
+    """Each room of worker/ (a package) and what its face gives: name -> the module defining it (None: the face)."""
+    return {m.split(".")[2]: face_of(m) for m, path in modules().items()
+            if m.count(".") == 2 and m.startswith(f"{WORKER}.") and path.name == "__init__.py"}
+
+
+def face_of(package: str, source: str | None = None) -> dict[str, str | None]:
+    """The names a face gives: its `_FACE` (module -> names, a lazy face), else its `__all__`, written out."""
+    tree = ast.parse(source if source is not None else modules()[package].read_text(encoding="utf-8"))
+    assigned = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and node.value:
+            assigned[target.id] = node.value
+    if "_FACE" in assigned:
+        return {name: f"{package}.{module}" for module, names in ast.literal_eval(assigned["_FACE"]).items()
+                for name in names}
+    if isinstance(assigned.get("__all__"), (ast.List, ast.Tuple)):
+        return dict.fromkeys(ast.literal_eval(assigned["__all__"]))
+    raise AssertionError(f"{package} has no face: write its __all__ (or a lazy face's _FACE)")
+
+
+def defined(module: str) -> set[str]:
+    """The names `module` binds at its top level (under if/try too)."""
+    names: set[str] = set()
+    body = list(ast.parse(modules()[module].read_text(encoding="utf-8")).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.If, ast.Try)):
+            body += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                     *(n for h in getattr(node, "handlers", []) for n in h.body)]
+    return names
+
+
+def face_gaps(package: str, source: str | None = None) -> set[str]:
+    """Names a face gives that the module it names (the face itself for an `__all__`) does not define."""
+    gaps = set()
+    for name, home in face_of(package, source).items():
+        where = home or package
+        if where not in modules() or name not in defined(where):
+            gaps.add(f"{package}.{name}")
+    return gaps
 
 
 def owner(dotted: str) -> str | None:
@@ -142,6 +237,24 @@ def violations_of(module: str, found: list[Import], edges: dict[str, set[str]]) 
         if module in edges.get(target, set()):
             broken.add(" <-> ".join(sorted((module, target))))
     broken |= {f"{module} -> {i.module}.{i.name}" for i in found if private(i.name) and i.module != module}
+    return broken | worker_violations_of(module, found)
+
+
+def worker_violations_of(module: str, found: list[Import]) -> set[str]:
+    """(d): what `module` breaks of worker/'s inner floors, and of its rooms' faces."""
+    broken: set[str] = set()
+    here = worker_room(module)
+    for i in found:
+        there = worker_room(i.module)
+        if there is None or there == here or i.module == module:
+            continue
+        if here is not None and above_or_beside(WORKER_FLOORS, here, there):
+            broken.add(f"{module} -> {i.module}")
+        if there in faces():
+            if i.module != f"{WORKER}.{there}":  # past the face: a module of the room
+                broken.add(f"{module} -> {i.module}")
+            elif i.name is not None and i.name not in faces()[there]:
+                broken.add(f"{module} -> {i.module}.{i.name}")
     return broken
 
 
@@ -165,6 +278,17 @@ def test_every_room_is_on_a_floor() -> None:
         floor_of(name)
     listed = set().union(*(rooms_ for _, rooms_, _ in FLOORS))
     assert listed <= rooms, f"FLOORS names rooms that are gone: {sorted(listed - rooms)}"
+
+
+def test_every_room_of_the_worker_is_on_a_floor_and_has_a_face() -> None:
+    inner = {worker_room(m) or "" for m in modules() if m.startswith(WORKER)}
+    for name in sorted(inner):
+        floor_of(name, WORKER_FLOORS)
+    listed = set().union(*(rooms_ for _, rooms_, _ in WORKER_FLOORS))
+    assert listed <= inner, f"WORKER_FLOORS names rooms that are gone: {sorted(listed - inner)}"
+    assert set(faces()) == {"data", "export", "modalities", "ray", "serve", "train"}
+    gaps = set().union(*(face_gaps(f"{WORKER}.{name}") for name in faces()))
+    assert not gaps, f"faces give names their rooms do not define: {sorted(gaps)}"
 
 
 def test_imports_point_down_with_no_circles_and_no_private_names() -> None:
@@ -198,12 +322,13 @@ def test_the_door_to_the_worker_stays_light() -> None:
 
 
 def test_the_scan_sees_each_kind_of_import() -> None:
-    """The reader itself, on a module that is not there: relative imports, `from package import module`, an
-    import inside a function and under TYPE_CHECKING, a private name taken both ways, a circle, a door."""
+    """The reader itself, on a source that is not there (read as worker/rank.py): relative imports, `from package
+    import module`, an import inside a function and under TYPE_CHECKING, a private name taken both ways, a circle,
+    a door."""
     source = """
 from typing import TYPE_CHECKING
 from . import main
-from .model import _from_somewhere, load_model
+from .hub import _from_somewhere, load_model
 from .. import ownership
 if TYPE_CHECKING:
     from tunestudio.jobs.manager import JobManager
@@ -212,16 +337,16 @@ def f():
     import tunestudio.worker.export as export
     return main._hidden, export.run, main.__doc__
 """
-    found = imports_of("tunestudio.worker.probe", source)
-    assert {i.module for i in found} == {"tunestudio.worker.main", "tunestudio.worker.model", "tunestudio.ownership",
+    found = imports_of("tunestudio.worker.rank", source)  # a loose module of worker/: on its floors
+    assert {i.module for i in found} == {"tunestudio.worker.main", "tunestudio.worker.hub", "tunestudio.ownership",
                                          "tunestudio.jobs.manager", "tunestudio.worker.child",
                                          "tunestudio.worker.export"}
-    circle = {"tunestudio.worker.export": {"tunestudio.worker.probe"}}
-    assert violations_of("tunestudio.worker.probe", found, circle) == {
-        "tunestudio.worker.probe -> tunestudio.jobs.manager",  # sideways: the wings stand side by side
-        "tunestudio.worker.probe -> tunestudio.worker.model._from_somewhere",
-        "tunestudio.worker.probe -> tunestudio.worker.main._hidden",
-        "tunestudio.worker.export <-> tunestudio.worker.probe",
+    circle = {"tunestudio.worker.export": {"tunestudio.worker.rank"}}
+    assert violations_of("tunestudio.worker.rank", found, circle) == {
+        "tunestudio.worker.rank -> tunestudio.jobs.manager",  # sideways: the wings stand side by side
+        "tunestudio.worker.rank -> tunestudio.worker.hub._from_somewhere",
+        "tunestudio.worker.rank -> tunestudio.worker.main._hidden",
+        "tunestudio.worker.export <-> tunestudio.worker.rank",
     }
     upward = imports_of("tunestudio.config.probe", "import tunestudio.api.deps\nfrom tunestudio.jobs import status")
     assert violations_of("tunestudio.config.probe", upward, {}) == {
@@ -230,3 +355,41 @@ def f():
     assert violations_of("tunestudio.jobs.probe", imports_of("tunestudio.jobs.probe", door), {}) == set()
     assert violations_of("tunestudio.inference.probe", imports_of("tunestudio.inference.probe", door), {}) == {
         "tunestudio.inference.probe -> tunestudio.worker.child"}  # the door is jobs/' alone
+
+
+def test_the_scan_sees_the_worker_floors_and_faces() -> None:
+    """(d) on sources that are not there, read as modules of worker/ and api/: past a face (a module of the room,
+    `from room import module`, a name the face does not give; from inside worker/ and from outside it), up a worker
+    floor, beside it; a room's own modules reach each other freely. And a face giving a name its module lacks."""
+    def broken(module: str, source: str) -> set[str]:
+        return violations_of(module, imports_of(module, source), {})
+
+    past = """
+from tunestudio.worker.train import build_trainer
+from tunestudio.worker.train.model import load_model
+from tunestudio.worker import train
+from tunestudio.worker.export import gguf
+def f():
+    return train.prepare_model, train.not_on_the_face
+"""
+    assert broken("tunestudio.worker.main", past) == {
+        "tunestudio.worker.main -> tunestudio.worker.train.model",
+        "tunestudio.worker.main -> tunestudio.worker.export.gguf",
+        "tunestudio.worker.main -> tunestudio.worker.train.not_on_the_face",
+    }
+    assert broken("tunestudio.api.probe", "from tunestudio.worker.serve.generation import Models") == {
+        "tunestudio.api.probe -> tunestudio.worker.serve.generation"}  # outside worker/ too
+    up = "from tunestudio.worker.train.model import load_model\nfrom tunestudio.worker import modalities, serve"
+    assert broken("tunestudio.worker.train.probe", up) == {  # its own room's module is its own business
+        "tunestudio.worker.train.probe -> tunestudio.worker.modalities",
+        "tunestudio.worker.train.probe -> tunestudio.worker.serve",
+    }
+    assert broken("tunestudio.worker.serve.probe", "from tunestudio.worker.export import run") == {
+        "tunestudio.worker.serve.probe -> tunestudio.worker.export"}  # the wings inside stand side by side too
+    from_ground = "from tunestudio.worker.data import prepare\nimport tunestudio.worker.main"
+    assert broken("tunestudio.worker.hub", from_ground) == {  # the ground imports no room
+        "tunestudio.worker.hub -> tunestudio.worker.data", "tunestudio.worker.hub -> tunestudio.worker.main"}
+    assert broken("tunestudio.worker.export.probe", "from tunestudio.worker.train import from_pretrained") == set()
+    face = '_FACE = {"model": ("load_model", "no_such_name")}'
+    assert face_gaps("tunestudio.worker.train", face) == {"tunestudio.worker.train.no_such_name"}
+    assert face_gaps("tunestudio.worker.data", '__all__ = ["prepare", "gone"]') == {"tunestudio.worker.data.gone"}

@@ -5,7 +5,7 @@ picks it) and the worker (`resume_from_checkpoint: "latest"`). A checkpoint-N
 folder is complete when its trainer state, its weights and its optimizer state
 are all present and parse. A worker killed while saving leaves at most a
 staging folder (the worker saves into one and renames it when done, see
-worker/checkpointing.py) or, from an older version, a half-written folder: both
+worker/train/checkpointing.py) or, from an older version, a half-written folder: both
 are skipped, so the previous checkpoint is the one used.
 
 "Parse" is checked without torch: JSON for the state, the safetensors header

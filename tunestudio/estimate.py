@@ -1,14 +1,14 @@
 """What a job will need, from arithmetic on the model's config.json alone (no torch: the parent calls it too).
 
 One memory model for the whole project: the worker's `gradient_checkpointing:
-auto` (worker/memory.py) and the page's estimate before Start (api/estimate.py)
+auto` (worker/train/memory.py) and the page's estimate before Start (api/estimate.py)
 both read it, so the page says what the worker will decide.
 
 Parameters and trainable parameters follow the layout most causal LMs share
 (embeddings, per-layer attention with grouped KV heads, a gated MLP or a
 two-matrix one, an untied or tied head); `tests/test_estimate.py` holds them to
 what torch and peft count. Memory is what the worker holds:
-- weights as loaded: fp32 (worker/model.py loads every model in fp32; bf16 and
+- weights as loaded: fp32 (worker/train/model.py loads every model in fp32; bf16 and
   fp16 are autocast over fp32 master weights), QLoRA's block linears in nf4
   (half a byte a weight and its scales);
 - what trains: LoRA adapters in fp32, the gradients in fp32, the optimizer

@@ -33,7 +33,7 @@ WorkerStep = Literal["evaluating_base", "generating_base", "evaluating", "genera
 
 # Files a training job leaves in its output folder that the parent reads: which rows it held out for evaluation
 # (written before training, so a resume of a stopped or failed job finds it; worker/data/held_out.py), and its
-# held-out rows one by one after the final evaluation (worker/evaluation.py).
+# held-out rows one by one after the final evaluation (worker/train/evaluation.py).
 HELD_OUT_FILE = "held_out.json"
 EVAL_ROWS_FILE = "eval_rows.json"
 
@@ -123,7 +123,7 @@ class EvalExample(BaseModel):
 
 
 class Evaluation(BaseModel):
-    """Before/after metrics on up to `eval_generate_rows` held-out rows (see tunestudio/worker/evaluation.py).
+    """Before/after metrics on up to `eval_generate_rows` held-out rows (see tunestudio/worker/train/evaluation.py).
 
     metrics: exact_match, token_f1, rouge_l (means over the generated rows, 0..1), eval_loss and perplexity
     (over the whole eval split); a metric that could not be measured is absent or None.
@@ -151,7 +151,7 @@ class HeldOut(BaseModel):
 
 
 class Best(BaseModel):
-    """The best evaluation of a job with early stopping (worker/best.py): its step, the metric and its value.
+    """The best evaluation of a job with early stopping (worker/train/best.py): its step, the metric and its value.
 
     checkpoint: the checkpoint of that step (keep_best), whose weights the job's artefacts are; None when the job
     kept the last step's weights instead.

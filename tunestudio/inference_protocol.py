@@ -1,8 +1,8 @@
 """The messages between the inference pool (parent) and the inference worker (child), and nothing else.
 
 Beside `events.py` (a training worker's messages) and for the same reason: the
-parent's `inference/pool.py` and the child's `worker/inference.py` and
-`worker/generation.py` both import only this module to talk, so neither wing
+parent's `inference/pool.py` and the child's `worker/serve/inference.py` and
+`worker/serve/generation.py` both import only this module to talk, so neither wing
 reaches into the other. Plain frozen dataclasses, carried pickled by the
 executor's channels (jobs/executor.py, kind "inference"). Parent → child
 (`Command`): `Generate` (a chat answer), `Complete` (a text completion of one or

@@ -172,7 +172,7 @@ class Settings(BaseSettings):
         return self.mlflow_uri or f"sqlite:///{self.data_dir() / 'mlflow' / 'mlflow.db'}"
 
     def cache_dir(self) -> Path:
-        """Where workers keep what they measured between jobs (worker/calibrate.py: `precision.json`)."""
+        """Where workers keep what they measured between jobs (worker/train/calibrate.py: `precision.json`)."""
         return self.data_dir() / "cache"
 
     def uploads_dir(self) -> Path:

@@ -152,7 +152,7 @@ def test_models_and_the_estimate_from_config_json(client: TestClient, settings: 
 
     assert got["seconds_source"] == "arithmetic" and got["seconds_per_step"] > 0
 
-    # A time per step measured by an earlier job's precision calibration (worker/calibrate.py's cache, as the
+    # A time per step measured by an earlier job's precision calibration (worker/train/calibrate.py's cache, as the
     # worker writes it under the data directory) replaces the arithmetic for the same model, method and type.
     name = str(tmp_path / "models" / "small")
     cache = settings.data_dir() / "cache" / "precision.json"

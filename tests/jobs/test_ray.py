@@ -50,7 +50,7 @@ def test_worker_resources_are_a_json_object_of_non_negative_amounts(monkeypatch:
 
 
 def test_a_failure_ray_train_reports_is_said_in_one_line_naming_each_rank_and_its_exception() -> None:
-    from tunestudio.worker.ray_job import failure_cause
+    from tunestudio.worker.ray.job import failure_cause
 
     text = """Training failed due to worker errors:
 [Rank 1 Error Snippet]:

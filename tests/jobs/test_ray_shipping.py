@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tunestudio.worker.ray_ship import (
+from tunestudio.worker.ray.ship import (
     Input,
     PathMap,
     TooLarge,
@@ -115,11 +115,11 @@ def test_a_node_stage_whose_ranks_were_killed_is_swept_by_the_next_rank_there(
     import sys
     import tempfile
 
-    from tunestudio.worker.ray_rank import STAGE_ROOT, NodeStage
+    from tunestudio.worker.ray.rank import STAGE_ROOT, NodeStage
 
     def rank_of(run: str) -> subprocess.Popen:
         """A rank of `run` on this 'node' that entered its stage and lives until killed."""
-        code = ("import sys, time\nfrom tunestudio.worker.ray_rank import NodeStage\n"
+        code = ("import sys, time\nfrom tunestudio.worker.ray.rank import NodeStage\n"
                 f"stage = NodeStage({run!r})\nstage.enter(0, [])\nprint('in', flush=True)\ntime.sleep(600)\n")
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "TMPDIR": str(tmp_path)})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tunestudio.judge.core import judge_row
 from tunestudio.judge.prompts import held_out, read
-from tunestudio.worker.evaluation import SHOWN_EXAMPLES, Evaluator, eval_rows, write_rows
+from tunestudio.worker.train.evaluation import SHOWN_EXAMPLES, Evaluator, eval_rows, write_rows
 
 SYSTEM = {"role": "system", "content": "Answer in one word."}
 

@@ -35,7 +35,7 @@ def _losses(model_type: str, implementation: str) -> tuple[float, float]:
 
 @pytest.mark.timeout(300)
 def test_every_verified_model_type_keeps_its_loss_flattened() -> None:
-    from tunestudio.worker.batching import PADDING_FREE_MODEL_TYPES
+    from tunestudio.worker.train.batching import PADDING_FREE_MODEL_TYPES
 
     for model_type in sorted(PADDING_FREE_MODEL_TYPES):
         for implementation in ("sdpa", "eager"):
@@ -45,7 +45,7 @@ def test_every_verified_model_type_keeps_its_loss_flattened() -> None:
 
 def test_a_model_whose_attention_crosses_rows_is_not_verified() -> None:
     """gpt2 ignores packed position ids in its mask: the flattened loss differs, so it is left out."""
-    from tunestudio.worker.batching import PADDING_FREE_MODEL_TYPES
+    from tunestudio.worker.train.batching import PADDING_FREE_MODEL_TYPES
 
     padded, flat = _losses("gpt2", "sdpa")
     assert abs(padded - flat) > 1e-4 * padded
@@ -86,13 +86,13 @@ REAL = SimpleNamespace(hidden_size=576, num_hidden_layers=12, num_attention_head
     ([64], False),  # one row: nothing to flatten
 ])
 def test_the_cost_model_picks_what_was_measured_faster(lengths: list[int], flat: bool) -> None:
-    from tunestudio.worker.batching import Costs
+    from tunestudio.worker.train.batching import Costs
 
     assert Costs.of(REAL).flat_pays(lengths) is flat
 
 
 def test_flash_attention_flattens_whenever_there_is_padding() -> None:
-    from tunestudio.worker.batching import Costs
+    from tunestudio.worker.train.batching import Costs
 
     costs = Costs.of(SimpleNamespace(**{**vars(REAL), "_attn_implementation": "flash_attention_2"}))
     assert costs.varlen and costs.flat_pays([512, 500]) and not costs.flat_pays([512, 512])
@@ -101,7 +101,7 @@ def test_flash_attention_flattens_whenever_there_is_padding() -> None:
 def test_the_collator_chooses_per_batch_and_counts() -> None:
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from tunestudio.worker.batching import ChoosingCollator, Costs
+    from tunestudio.worker.train.batching import ChoosingCollator, Costs
 
     collator = ChoosingCollator(DataCollatorForLanguageModeling(pad_token_id=0),
                                 DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True), Costs.of(REAL))
@@ -116,7 +116,7 @@ def test_padding_free_true_on_an_unverified_model_is_refused() -> None:
     from transformers import GPT2Config
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from tunestudio.worker import batching
+    from tunestudio.worker.train import batching
 
     trainer = SimpleNamespace(data_collator=DataCollatorForLanguageModeling(pad_token_id=0),
                               args=SimpleNamespace(packing=False), model=SimpleNamespace(config=GPT2Config()))
@@ -142,7 +142,7 @@ def test_a_job_trains_padding_free_with_the_same_first_loss(tiny_model: Path, tm
     assert on[0] == "padding-free batches: on"
     assert re.fullmatch(r"padding-free batches: (\d+) of \1 flattened", on[-1]) and int(on[-1].split()[2]) >= 4
     assert not any(e.message.startswith("padding-free") for e in runs[False].of(Log))
-    # the worker computes TRL's fused head with worker/lmhead.py on a CPU (tests/worker/test_lmhead.py)
+    # the worker computes TRL's fused head with worker/train/lmhead.py on a CPU (tests/worker/test_lmhead.py)
     assert any(e.message.startswith("LM head: TRL's fused log-probabilities") for e in runs[True].of(Log))
     first_on, first_off = runs[True].losses[0][1], runs[False].losses[0][1]
     assert abs(first_on - first_off) <= 1e-4 * first_off

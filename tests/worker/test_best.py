@@ -1,4 +1,4 @@
-"""Early stopping and keep-best (worker/best.py): the watch's arithmetic, the callback's decisions, one real job."""
+"""Early stopping and keep-best (worker/train/best.py): the watch's arithmetic, the callback's decisions, a real job."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from tunestudio.events import Progress
-from tunestudio.worker.best import EarlyStopper, Watch
+from tunestudio.worker.train.best import EarlyStopper, Watch
 
 from ..helpers.channel import ListChannel
 from ..helpers.jobs import job_config, run_job
@@ -152,7 +152,7 @@ def test_early_stopping_stops_when_exact_match_stalls_and_the_artefacts_are_the_
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tunestudio.worker import data as data_mod
-    from tunestudio.worker.evaluation import eval_rows, generate_answers, score
+    from tunestudio.worker.train.evaluation import eval_rows, generate_answers, score
 
     kept, at_best = load_file(out / "adapter_model.safetensors"), load_file(Path(best.checkpoint) /
                                                                               "adapter_model.safetensors")

@@ -13,7 +13,7 @@ def test_decide_measures_caches_and_leaves_weights_and_rng_alone(tiny_model: Pat
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tunestudio.worker import calibrate
+    from tunestudio.worker.train import calibrate
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
@@ -70,7 +70,7 @@ def test_a_decision_measured_on_a_busy_machine_is_used_but_not_kept(tiny_model: 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tunestudio.worker import calibrate
+    from tunestudio.worker.train import calibrate
 
     if len(calibrate.candidates()) < 2:
         pytest.skip("one precision on this hardware: nothing is measured")
@@ -86,7 +86,7 @@ def test_a_decision_measured_on_a_busy_machine_is_used_but_not_kept(tiny_model: 
 
 
 def test_a_reduced_precision_must_win_by_the_margin_and_agree_on_the_loss() -> None:
-    from tunestudio.worker.calibrate import REDUCED_MARGIN, choose
+    from tunestudio.worker.train.calibrate import REDUCED_MARGIN, choose
 
     losses = {"fp32": 2.0, "bf16": 2.01}
     clearly = {"fp32": 1.0, "bf16": 0.5}
@@ -105,7 +105,7 @@ def test_a_cached_decision_is_in_force_before_the_model_loads(tiny_model: Path, 
     """A decision an earlier job measured is read first: the job is built once, in that precision, and does not
     measure again (its log names the precision from the first line about the model)."""
     from tunestudio.events import Log
-    from tunestudio.worker import calibrate
+    from tunestudio.worker.train import calibrate
 
     from ..helpers.jobs import job_config, run_job
 

@@ -37,7 +37,7 @@ def test_a_save_that_fails_leaves_no_staging_folder(tmp_path: Path) -> None:
 
     import pytest
 
-    from tunestudio.worker.checkpointing import STAGING, save_checkpoints_atomically
+    from tunestudio.worker.train.checkpointing import STAGING, save_checkpoints_atomically
 
     class Trainer:
         args = SimpleNamespace(world_size=1, should_save=True, save_total_limit=None)

@@ -355,8 +355,8 @@ KNOWN_ROWS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 def _trainer(tiny_model: Path, tmp_path: Path, rows: list[dict], tok: Any = None, **overrides: Any) -> Any:
     import torch
 
-    from tunestudio.worker import model as model_mod
-    from tunestudio.worker import train
+    from tunestudio.worker.train import model as model_mod
+    from tunestudio.worker.train import train
 
     from ..helpers.channel import ListChannel
 

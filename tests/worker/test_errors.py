@@ -117,7 +117,7 @@ def test_a_job_whose_training_runs_out_of_gpu_memory_fails_with_advice(
 ) -> None:
     """The real worker, in this process, up to the trainer; its first step raises what CUDA would."""
     from tunestudio.worker import main
-    from tunestudio.worker import train as train_mod
+    from tunestudio.worker.train import train as train_mod
 
     build_trainer = train_mod.build_trainer
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tunestudio.events import Evaluation
-from tunestudio.worker.evaluation import Evaluator, eval_rows, exact_match, normalise, rouge_l, score, token_f1
+from tunestudio.worker.train.evaluation import Evaluator, eval_rows, exact_match, normalise, rouge_l, score, token_f1
 
 
 def test_exact_match_ignores_case_and_whitespace_only() -> None:
@@ -68,7 +68,7 @@ def test_eval_rows_from_each_dataset_shape() -> None:
 
 
 def test_evaluation_record_holds_before_after_and_perplexity(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tunestudio.worker.evaluation as module
+    import tunestudio.worker.train.evaluation as module
 
     # The answers are given, not generated: the arithmetic of the record is what is checked here.
     monkeypatch.setattr(module, "generate_answers", lambda *args, **kwargs: ["a b", "c"])
@@ -88,7 +88,7 @@ def test_row_losses_are_each_rows_reference_cross_entropy_under_the_full_logits(
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tunestudio.worker.evaluation import EvalRow, row_losses, row_tokens
+    from tunestudio.worker.train.evaluation import EvalRow, row_losses, row_tokens
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)

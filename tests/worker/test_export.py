@@ -23,7 +23,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tunestudio import ownership
 from tunestudio.events import Completed, Failed, Phase, Progress, Stop, parse_event
 from tunestudio.export_config import ExportConfig
-from tunestudio.worker import export, hub
+from tunestudio.worker import hub
+from tunestudio.worker.export import job as export
 
 from ..helpers.channel import ListChannel
 from ..helpers.jobs import Run, job_config, run_job
@@ -359,8 +360,8 @@ def test_hub_that_drops_the_connection_is_reported_by_the_real_client(
 
 
 def test_model_card_is_built_from_the_job(lora_job: Run) -> None:
-    from tunestudio.worker.export import find_source
-    from tunestudio.worker.export_hub import model_card
+    from tunestudio.worker.export.hub import model_card
+    from tunestudio.worker.export.job import find_source
 
     cfg = ExportConfig(source_dir=lora_job.completed.output_dir, target="hub", repo="me/tiny-export")
     card = model_card(find_source(cfg), cfg)

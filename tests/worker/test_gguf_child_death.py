@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # its pid and then sleeps far longer than the test waits.
 WORKER = textwrap.dedent("""
     import sys
-    from tunestudio.worker import export_gguf
+    from tunestudio.worker.export import gguf as export_gguf
 
     class Quiet:
         def warn(self, message): pass

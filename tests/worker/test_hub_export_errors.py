@@ -14,8 +14,8 @@ from huggingface_hub.errors import HfHubHTTPError
 from pydantic import ValidationError
 
 from tunestudio.export_config import ExportConfig, ExportOptions
-from tunestudio.worker import export_hub
 from tunestudio.worker.errors import UserError
+from tunestudio.worker.export import hub as export_hub
 
 from ..helpers.channel import ListChannel
 

@@ -42,7 +42,7 @@ def _trl(*args):
 def _ours(*args):
     import torch
 
-    from tunestudio.worker.lmhead import CpuLogProb
+    from tunestudio.worker.train.lmhead import CpuLogProb
 
     return CpuLogProb.apply(torch.is_grad_enabled(), *args)
 
@@ -77,7 +77,7 @@ def _weighted(out):  # unequal weights per row and a gradient through the entrop
 @pytest.mark.parametrize("grad_w", [False, True], ids=["frozen-head", "trained-head"])
 @pytest.mark.parametrize("loss_of", [_mean_nll, _weighted], ids=["nll", "weighted-with-entropy"])
 def test_matches_trl_outputs_and_gradients(monkeypatch, head, grad_w, loss_of) -> None:
-    from tunestudio.worker import lmhead
+    from tunestudio.worker.train import lmhead
 
     monkeypatch.setattr(lmhead, "CHUNK_ELEMENTS", 301 * 8)  # chunks of 8 rows: the last one partial
     args = _inputs(bias=grad_w)
@@ -123,7 +123,7 @@ def test_installed_the_fused_forward_keeps_loss_and_gradients(monkeypatch) -> No
     from transformers import LlamaConfig, LlamaForCausalLM
     from trl.trainer import utils as trl_utils
 
-    from tunestudio.worker import lmhead
+    from tunestudio.worker.train import lmhead
 
     config = LlamaConfig(vocab_size=700, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)

@@ -21,7 +21,7 @@ def _cfg(**fields: object) -> JobConfig:
 
 
 def test_auto_is_the_default_and_off_when_the_job_fits() -> None:
-    from tunestudio.worker import memory
+    from tunestudio.worker.train import memory
 
     cfg = _cfg(batch_size=2, max_seq_length=512)
     assert cfg.gradient_checkpointing == "auto"
@@ -32,7 +32,7 @@ def test_auto_is_the_default_and_off_when_the_job_fits() -> None:
 
 
 def test_auto_turns_on_when_only_checkpointing_makes_the_job_fit() -> None:
-    from tunestudio.worker import memory
+    from tunestudio.worker.train import memory
 
     cfg = _cfg(training_type="full", batch_size=8, max_seq_length=2048)
     without = memory.needs(cfg, ONE_B, "bf16", checkpointing=False).beyond_weights
@@ -46,7 +46,7 @@ def test_auto_turns_on_when_only_checkpointing_makes_the_job_fit() -> None:
 
 
 def test_preference_methods_count_two_rows_per_example() -> None:
-    from tunestudio.worker import memory
+    from tunestudio.worker.train import memory
 
     sft = memory.needs(_cfg(batch_size=4), ONE_B, "fp32", False)
     dpo = memory.needs(_cfg(method="dpo", batch_size=4), ONE_B, "fp32", False)
@@ -55,14 +55,14 @@ def test_preference_methods_count_two_rows_per_example() -> None:
 
 
 def test_unknown_memory_or_shape_leaves_it_off() -> None:
-    from tunestudio.worker import memory
+    from tunestudio.worker.train import memory
 
     assert not memory.decide(_cfg(), ONE_B, "fp32", free=None).on
     assert "shape is unknown" in memory.decide(_cfg(), {"model_type": "odd"}, "fp32", free=GIB).note
 
 
 def test_available_memory_is_read_and_shared_by_the_ranks_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tunestudio.worker import memory
+    from tunestudio.worker.train import memory
 
     alone = memory.available_bytes()
     assert alone is not None and alone > 0
@@ -74,7 +74,7 @@ def test_available_memory_is_read_and_shared_by_the_ranks_here(monkeypatch: pyte
 def test_the_worker_resolves_auto_on_the_loaded_model(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoModelForCausalLM
 
-    from tunestudio.worker import memory, train
+    from tunestudio.worker.train import memory, train
 
     from ..helpers.channel import ListChannel
 
@@ -96,7 +96,7 @@ def test_the_page_says_what_the_worker_will_decide(free_gib: int) -> None:
     for the same free memory once the weights are loaded."""
     from tunestudio.api.estimate import estimate
     from tunestudio.estimate import RUNTIME_BYTES
-    from tunestudio.worker import memory
+    from tunestudio.worker.train import memory
 
     cfg = _cfg(training_type="full", batch_size=4, max_seq_length=2048)
     worker = memory.decide(cfg, ONE_B, "fp32", free=free_gib * GIB)

@@ -16,8 +16,8 @@ import pytest
 
 from tunestudio.events import Progress, WarningEvent
 from tunestudio.jobs.supervisor import Supervisor
-from tunestudio.worker.reward_signal import FLAT_STEPS, ZERO_STD_KEY
 from tunestudio.worker.tiny import SOUNDS
+from tunestudio.worker.train.reward_signal import FLAT_STEPS, ZERO_STD_KEY
 
 from ..helpers.jobs import DATA, Run, job_config, run_job
 

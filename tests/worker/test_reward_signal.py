@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from tunestudio.worker.reward_signal import FLAT_SHARE, FLAT_STEPS, ZERO_STD_KEY, flat_streak, no_signal_warning
+from tunestudio.worker.train.reward_signal import FLAT_SHARE, FLAT_STEPS, ZERO_STD_KEY, flat_streak, no_signal_warning
 
 
 def train(step: int, zero_std: float, reward: float = 0.0) -> dict[str, Any]:
@@ -48,7 +48,7 @@ def test_records_without_groups_never_warn() -> None:
 
 
 def test_the_reporting_callback_warns_once_while_it_reports() -> None:
-    from tunestudio.worker.train import ReportingCallback
+    from tunestudio.worker.train.train import ReportingCallback
 
     class Channel:
         def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""worker/serving.py: chat's int8 copy (issue 29) beside the exact fp32 one, and which one answers what."""
+"""worker/serve/serving.py: chat's int8 copy (issue 29) beside the exact fp32 one, and which one answers what."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from peft import LoraConfig, get_peft_model
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 from transformers import AutoModelForCausalLM
 
-from tunestudio.worker import serving
-from tunestudio.worker.serving import Int8Head, Served, int8_chat
+from tunestudio.worker.serve import serving
+from tunestudio.worker.serve.serving import Int8Head, Served, int8_chat
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -120,7 +120,7 @@ def test_chat_answers_from_the_int8_copy_and_log_probabilities_from_the_exact_on
     import queue
 
     from tunestudio.inference_protocol import ModelSpec
-    from tunestudio.worker.generation import Models
+    from tunestudio.worker.serve.generation import Models
 
     peft_model.save_pretrained(tmp_path / "adapter", selected_adapters=["job"])
     (tmp_path / "adapter" / "job").rename(tmp_path / "job")  # save_pretrained puts a named adapter in a subfolder

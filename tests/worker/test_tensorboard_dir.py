@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tunestudio.config import JobConfig
-from tunestudio.worker import integrations
+from tunestudio.worker.train import integrations
 
 
 def test_a_relative_tensorboard_dir_lands_in_the_output_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

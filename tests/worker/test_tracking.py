@@ -1,5 +1,5 @@
 """report_to: [mlflow]: the config's words, the store filled in at submit, the API's confinement, and a run written
-through worker/tracking.py read back with MLflow's own search."""
+through worker/train/tracking.py read back with MLflow's own search."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tunestudio.config import JobConfig
 from tunestudio.events import Best, Evaluation
 from tunestudio.jobs import admission
 from tunestudio.settings import Settings
-from tunestudio.worker import tracking
+from tunestudio.worker.train import tracking
 
 from ..helpers.jobs import DATA
 

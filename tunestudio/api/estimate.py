@@ -9,7 +9,7 @@ view: the device and its free memory, whether the job fits, and time:
   report's mean, cut at max_seq_length) when the page knows it, else max_seq_length;
 - a speed measured on this machine, in this order: earlier finished jobs of the same
   model, training type and method (their tokens per second); the precision
-  calibration of an earlier job (worker/calibrate.py); earlier jobs of other models,
+  calibration of an earlier job (worker/train/calibrate.py); earlier jobs of other models,
   as effective FLOP/s scaled by FLOPs per token (estimate.flops_per_token); only
   when nothing ran here yet, FLOP arithmetic at an assumed speed;
 - the total: training, the evaluations (forward passes over the held-out rows),
@@ -108,7 +108,7 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
     gpus = machine.get("gpus") or []
     on_gpu = bool(gpus)
     notes: list[str] = []
-    # auto: a CPU starts from fp32 and a GPU from bf16/fp16 (worker/train.py); the activations are sized so
+    # auto: a CPU starts from fp32 and a GPU from bf16/fp16 (worker/train/train.py); the activations are sized so
     precision = str(job["precision"])
     compute = precision if precision != "auto" else ("bf16" if on_gpu else "fp32")
 
@@ -125,7 +125,7 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
     plain = needs(False)
     checkpointing = job.get("gradient_checkpointing")
     if checkpointing == "auto":
-        # worker/memory.py's rule on the same figures: on only if the job would not fit without it, in what is
+        # worker/train/memory.py's rule on the same figures: on only if the job would not fit without it, in what is
         # free once the weights are loaded
         free = None if available is None else available - plain.weights_bytes - RUNTIME_BYTES
         checkpointing = free is not None and checkpointing_needed(plain, free)
@@ -258,7 +258,7 @@ def _generation_seconds(job: dict[str, Any], dataset: dict[str, Any], cost: floa
 
 def measured_step(calibrations: dict[str, Any], job: dict[str, Any]) -> tuple[float, str] | None:
     """Seconds per micro-batch for this job from what `precision: auto` measured on this machine (forward and
-    backward of one batch, worker/calibrate.py) for the same model, method and training type: the timing of the
+    backward of one batch, worker/train/calibrate.py) for the same model, method and training type: the timing of the
     job's fixed precision if it was measured, else of the precision auto chose; from the measurement nearest in
     batch × length, scaled to this job's. None when no job has measured one."""
     wanted = job.get("batch_size", 0) * job.get("max_seq_length", 0)

@@ -1,6 +1,6 @@
 """The training methods, one `MethodSpec` each: what the config, the worker and the page know of a method.
 
-Adding a method means adding an entry here (and its trainer builder in worker/methods.py): the validator
+Adding a method means adding an entry here (and its trainer builder in worker/train/methods.py): the validator
 reads its formats, options, mapping fields, defaults and checks; the worker picks the trainer family; the
 page (GET /api/web/defaults) shows its label, summary, formats, defaults and main metric.
 """

@@ -1,6 +1,6 @@
 """The parent's side of chat: one inference worker process, started on demand, kept warm, put away when idle.
 
-The worker (tunestudio/worker/inference.py) loads models and generates; this
+The worker (tunestudio/worker/serve/inference.py) loads models and generates; this
 process only queues requests to it and routes its replies back, so it never
 imports torch. Where the worker runs is an executor's business, as for any
 worker: the pool is handed a factory of them (`jobs.executor.inference_executor`,

@@ -1,6 +1,6 @@
 """A job on a Ray cluster: Ray Train's TorchTrainer with `num_processes` workers.
 
-The driver (`python -m tunestudio.worker.ray_job`) is a subprocess of the
+The driver (`python -m tunestudio.worker.ray.job`) is a subprocess of the
 manager, launched and watched exactly like the torchrun launcher (see
 `LauncherExecutor`): its own process group, death with the manager, the job
 over a token-checked Unix socket, events and Stop commands as JSON lines. The
@@ -10,7 +10,7 @@ job, and Ray removes a job's actors when its driver exits.
 
 The cluster need not share a disk with this machine: the driver ships the
 job's local inputs through Ray's object store and writes what the ranks send
-back into the job's output folder (worker/ray_job.py).
+back into the job's output folder (worker/ray/job.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 
 from tunestudio.jobs.torchrun import LauncherExecutor
 
-# What the driver reads (worker/ray_job.py); set from the settings, so a value set in code reaches it too.
+# What the driver reads (worker/ray/job.py); set from the settings, so a value set in code reaches it too.
 ADDRESS_ENV = "TUNESTUDIO_RAY_ADDRESS"
 RESOURCES_ENV = "TUNESTUDIO_RAY_WORKER_RESOURCES"
 STORAGE_ENV = "TUNESTUDIO_RAY_STORAGE"
@@ -39,7 +39,7 @@ class RayExecutor(LauncherExecutor):
         self.storage = storage
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-m", "tunestudio.worker.ray_job"]
+        return [sys.executable, "-m", "tunestudio.worker.ray.job"]
 
     def _environment(self) -> dict[str, str]:
         # No address: "auto", the cluster this machine's `ray start` joined. Empty values override what the

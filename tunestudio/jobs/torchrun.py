@@ -307,7 +307,7 @@ class TorchrunExecutor(LauncherExecutor):
 
     def _environment(self) -> dict[str, str]:
         cores = usable_cores()
-        # N ranks share the cores: torch threads per rank (worker/performance.py makes the same split).
+        # N ranks share the cores: torch threads per rank (worker/train/performance.py makes the same split).
         env = {"OMP_NUM_THREADS": str(max(1, cores // self.num_processes))}
         if self.private_network:
             env["TUNESTUDIO_LOOPBACK_UP"] = "1"  # the launcher brings the namespace's lo up first

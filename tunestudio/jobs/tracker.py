@@ -173,4 +173,4 @@ class Tracker:
             return
         loss["before"] = base
         if "perplexity" in metrics and math.isfinite(base):
-            metrics["perplexity"]["before"] = math.exp(min(base, 700.0))  # as worker/evaluation.py computes it
+            metrics["perplexity"]["before"] = math.exp(min(base, 700.0))  # as worker/train/evaluation.py computes it

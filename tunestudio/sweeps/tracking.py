@@ -1,7 +1,7 @@
 """A sweep's MLflow parent run (its base has report_to: [mlflow]): its trials' runs are children of it.
 
 The server never imports mlflow (it brings pandas, seconds of import): the parent run is opened and closed by a
-short child, `python -m tunestudio.worker.tracking`, and each trial's job gets the parent's id
+short child, `python -m tunestudio.worker.train.tracking`, and each trial's job gets the parent's id
 (`mlflow_parent_run_id`), its name and the store, so its worker logs a child run.
 """
 
@@ -31,8 +31,8 @@ def store(config: SweepConfig, default_uri: str) -> tuple[str, str]:
 
 
 def _child(action: str, uri: str, experiment: str, data: dict[str, Any], *extra: str) -> dict[str, Any]:
-    command = [sys.executable, "-m", "tunestudio.worker.tracking", action, "--uri", uri, "--experiment", experiment,
-               "--data", json.dumps(data), *extra]
+    command = [sys.executable, "-m", "tunestudio.worker.train.tracking", action, "--uri", uri,
+               "--experiment", experiment, "--data", json.dumps(data), *extra]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -34,10 +34,10 @@ PARENT_POLL_S = 0.5
 PRELOAD = (
     "tunestudio.worker.channel",
     "tunestudio.worker.main",
-    "tunestudio.worker.model",
-    "tunestudio.worker.performance",
+    "tunestudio.worker.train.model",
+    "tunestudio.worker.train.performance",
     "tunestudio.worker.data",
-    "tunestudio.worker.train",
+    "tunestudio.worker.train.train",
 )
 
 
@@ -51,7 +51,7 @@ class WorkerArgs:
     write end and the command queue of `tunestudio.inference_protocol`).
     parent_pid: the process the worker must not outlive. kind: which recipe
     runs: a kind of job of `tunestudio.kinds` (its entry names the recipe and
-    the config it reads), or "inference" (worker/inference.py: chat, no config).
+    the config it reads), or "inference" (worker/serve/inference.py: chat, no config).
     cache_dir: where the worker may keep measured decisions between jobs.
     """
 
@@ -135,7 +135,7 @@ def main(args: WorkerArgs) -> None:
 def run(args: WorkerArgs) -> int:
     """The recipe of the worker's kind (tunestudio.kinds), or the chat worker's loop; its exit code."""
     if args.kind == "inference":
-        from tunestudio.worker.inference import run as serve
+        from tunestudio.worker.serve import run as serve
 
         return serve(args.commands, args.events)
 

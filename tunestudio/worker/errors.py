@@ -30,7 +30,7 @@ class UserError(Exception):
 
 class UserFacing(Exception):
     """A chat request the inference worker cannot answer, for a reason its sender can act on: an `Error` reply
-    with this message, HTTP status and code (worker/inference.py), never a traceback."""
+    with this message, HTTP status and code (worker/serve/inference.py), never a traceback."""
 
     def __init__(self, message: str, status: int = 400, code: str = "invalid_request", **extra: Any) -> None:
         super().__init__(message)

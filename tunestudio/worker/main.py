@@ -25,10 +25,11 @@ from pydantic import ValidationError
 from tunestudio import ownership, paths
 from tunestudio.config import JobConfig, format_validation_error, summary
 from tunestudio.events import EVAL_ROWS_FILE, HELD_OUT_FILE, HeldOut, Sample
-from tunestudio.worker import errors, tracking
+from tunestudio.worker import errors
 from tunestudio.worker.channel import Channel, quiet_libraries
 from tunestudio.worker.errors import UserError, disk_full, out_of_memory
 from tunestudio.worker.phases import Steps
+from tunestudio.worker.train import end_open_runs
 
 
 def run(
@@ -44,7 +45,7 @@ def run(
         cfg = _validate(config, secrets)
         quiet_libraries()
         code = _train(cfg, channel, Path(cache_dir) if cache_dir else None)
-        tracking.end_open_runs("KILLED")  # an MLflow run a stop before training left open
+        end_open_runs("KILLED")  # an MLflow run a stop before training left open
         return code
     except UserError as exc:
         channel.failed(str(exc), traceback.format_exc())
@@ -58,7 +59,7 @@ def run(
                            "its last checkpoint", traceback.format_exc())
         else:
             channel.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
-    tracking.end_open_runs("FAILED")
+    end_open_runs("FAILED")
     return 1
 
 
@@ -67,7 +68,7 @@ def _peak_memory_mb() -> float | None:
     if "torch" not in sys.modules:
         return None
     try:
-        from tunestudio.worker.performance import peak_memory_mb
+        from tunestudio.worker.train import peak_memory_mb
 
         return peak_memory_mb()
     except Exception:  # a CUDA context broken by the failure itself: the message goes without the figure
@@ -115,7 +116,7 @@ class _Run:
     model: Any = None
     precision: Any = None
     gradient_checkpointing: bool = False
-    known: Any = None  # precision auto, measured by an earlier job (worker/calibrate.py)
+    known: Any = None  # precision auto, measured by an earlier job (worker/train/calibrate.py)
     data: Any = None
     held_eval: Any = None  # the converted held-out rows, as they were split (the trainer's copy is tokenised)
     held_out: HeldOut | None = None
@@ -129,10 +130,10 @@ class _Run:
 
 def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_dir: Path) -> int:
     from tunestudio.worker import modalities
-    from tunestudio.worker import train as train_mod
+    from tunestudio.worker.train import resolve_checkpoint
 
     job = _Run(cfg, channel, output_dir, cache_dir, modality=modalities.for_job(cfg))
-    checkpoint = train_mod.resolve_checkpoint(cfg)
+    checkpoint = resolve_checkpoint(cfg)
     _load_model(job)  # 1. processor and model, prepared for LoRA / QLoRA / full
     if channel.stop_request:
         return _stopped_before_training(channel)
@@ -159,25 +160,34 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
 
 
 def _load_model(job: _Run) -> None:
-    from tunestudio.worker import calibrate, performance
-    from tunestudio.worker import model as model_mod
-    from tunestudio.worker import train as train_mod
+    from tunestudio.worker.train import (
+        cached,
+        configure_threads,
+        count_4bit_layers,
+        count_parameters,
+        hidden_size,
+        precision_named,
+        prepare_model,
+        resolve_gradient_checkpointing,
+        resolve_precision,
+    )
 
     cfg, channel = job.cfg, job.channel
     channel.phase("loading_model", f"loading {cfg.model_name}")
-    threads = performance.configure_threads()
-    job.precision = train_mod.resolve_precision(cfg, model_mod.hidden_size(cfg))
-    # precision auto, measured by an earlier job (worker/calibrate.py): in force from the start, one process only
-    job.known = calibrate.cached(cfg, job.cache_dir) if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
+    threads = configure_threads()
+    job.precision = resolve_precision(cfg, hidden_size(cfg))
+    # precision auto, measured by an earlier job (worker/train/calibrate.py): in force from the start, one process
+    # only
+    job.known = cached(cfg, job.cache_dir) if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
     if job.known is not None:
-        job.precision = train_mod.precision_named(job.known.precision)
+        job.precision = precision_named(job.known.precision)
     job.processor = job.modality.load_processor(cfg)
     model = job.modality.load_model(cfg, job.precision.compute_dtype)
-    job.gradient_checkpointing = train_mod.resolve_gradient_checkpointing(cfg, channel, model, job.precision)
+    job.gradient_checkpointing = resolve_gradient_checkpointing(cfg, channel, model, job.precision)
     errors.decided["gradient_checkpointing"] = job.gradient_checkpointing
-    job.model = model_mod.prepare_model(model, cfg, job.gradient_checkpointing)
-    trainable, total = model_mod.count_parameters(job.model)
-    four_bit = model_mod.count_4bit_layers(job.model)
+    job.model = prepare_model(model, cfg, job.gradient_checkpointing)
+    trainable, total = count_parameters(job.model)
+    four_bit = count_4bit_layers(job.model)
     channel.log(
         f"model: {total:,} parameters, {trainable:,} trainable ({cfg.training_type.value}, {job.precision.name}"
         + (f", {four_bit} 4-bit layers" if four_bit else "") + f", {threads} threads)"
@@ -204,41 +214,45 @@ def _load_data(job: _Run) -> None:
 def _build_trainer(job: _Run) -> None:
     import torch
 
-    from tunestudio.worker import batching, calibrate, integrations, lmhead
-    from tunestudio.worker import train as train_mod
+    from tunestudio.worker.train import ChoosingCollator, build_trainer, precision_named
+    from tunestudio.worker.train import callback as mlflow_callback
+    from tunestudio.worker.train import for_job as calibrate
+    from tunestudio.worker.train import install as install_lm_head
+    from tunestudio.worker.train import job_run as mlflow_run
+    from tunestudio.worker.train import setup as setup_integrations
 
     cfg, channel = job.cfg, job.channel
-    report_to, integration_notes = integrations.setup(cfg)
+    report_to, integration_notes = setup_integrations(cfg)
     for note in integration_notes:
         channel.log(note)
-    job.tracking_run = tracking.job_run(cfg) if channel.is_main else None  # report_to mlflow: its run, its params
+    job.tracking_run = mlflow_run(cfg) if channel.is_main else None  # report_to mlflow: its run, its params
     if job.tracking_run is not None:
         channel.log(f"mlflow: run {job.tracking_run.run_id} in experiment {cfg.mlflow_experiment!r} of "
                     f"{job.tracking_run.uri}")
-    if lmhead.install() and not torch.cuda.is_available():
-        channel.log("LM head: TRL's fused log-probabilities computed by worker/lmhead.py on the CPU "
+    if install_lm_head() and not torch.cuda.is_available():
+        channel.log("LM head: TRL's fused log-probabilities computed by worker/train/lmhead.py on the CPU "
                     "(the same values, in a few passes per chunk of tokens)")
 
     def build() -> None:
-        job.trainer, job.reporter = train_mod.build_trainer(
+        job.trainer, job.reporter = build_trainer(
             cfg, job.model, job.processor, job.data, job.precision, job.gradient_checkpointing, channel, report_to)
 
     build()
-    # precision auto: measured on this model and a batch of this data (worker/calibrate.py); one process only,
-    # so that every rank of a data-parallel job keeps the precision it was given
-    decision = job.known or (calibrate.for_job(cfg, job.trainer, job.cache_dir)
+    # precision auto: measured on this model and a batch of this data (worker/train/calibrate.py); one process
+    # only, so that every rank of a data-parallel job keeps the precision it was given
+    decision = job.known or (calibrate(cfg, job.trainer, job.cache_dir)
                              if job.trainer.args.world_size == 1 else None)
     if decision is not None:
         channel.log(decision.describe())
         if decision.precision != job.precision.name:
-            job.precision = train_mod.precision_named(decision.precision)
+            job.precision = precision_named(decision.precision)
             job.data = dataclasses.replace(job.data, train=job.trainer.train_dataset,
                                            eval=job.trainer.eval_dataset or job.data.eval)
             build()
-    if isinstance(job.trainer.data_collator, batching.ChoosingCollator):
+    if isinstance(job.trainer.data_collator, ChoosingCollator):
         job.trainer.data_collator.reset()  # the batches calibration drew are not the job's
     if job.tracking_run is not None:  # after early stopping's: its generation metrics are logged
-        job.trainer.add_callback(tracking.callback(job.tracking_run))
+        job.trainer.add_callback(mlflow_callback(job.tracking_run))
     _describe_batches(job)
     world = job.trainer.args.world_size
     if world > 1:
@@ -252,12 +266,13 @@ def _build_trainer(job: _Run) -> None:
 def _describe_batches(job: _Run, after_training: bool = False) -> None:
     """How batches are made (after training: how many were flattened, if it chose), when there is something to
     say."""
-    from tunestudio.worker import batching
+    from tunestudio.worker.train import ChoosingCollator
+    from tunestudio.worker.train import describe as describe_batches
 
     collator = job.trainer.data_collator
-    if after_training and not (isinstance(collator, batching.ChoosingCollator) and collator.batches):
+    if after_training and not (isinstance(collator, ChoosingCollator) and collator.batches):
         return
-    batches = batching.describe(job.trainer, job.cfg.padding_free)
+    batches = describe_batches(job.trainer, job.cfg.padding_free)
     if batches:
         job.channel.log(batches)
 
@@ -287,13 +302,13 @@ def _measure_base(job: _Run, checkpoint: str | None) -> bool:
 def _save(job: _Run, stopped: bool) -> tuple[str | None, int]:
     """The weights (every rank calls the trainer's save; it writes on rank 0), then rank 0's processor, resolved
     config and metrics; (the checkpoint a stop saved, the step whose weights were saved)."""
-    from tunestudio.worker import best as best_mod
+    from tunestudio.worker.train import stopper_of
 
     job.channel.phase("saving")
     output_dir, trainer = job.output_dir, job.trainer
     saved_checkpoint = _latest_checkpoint(output_dir) if stopped else None
     # keep_best: the best step's weights back into the model (every rank), for the artefacts and the evaluation
-    stopper = best_mod.stopper_of(trainer)
+    stopper = stopper_of(trainer)
     weights_step = stopper.restore_best(trainer) if stopper is not None else trainer.state.global_step
     trainer.save_model(str(output_dir))
     if not job.channel.is_main:
@@ -308,7 +323,8 @@ def _save(job: _Run, stopped: bool) -> tuple[str | None, int]:
 
 def _report(job: _Run, result: Any, stop: Any, saved_checkpoint: str | None, weights_step: int) -> None:
     """The fine-tuned model's samples and evaluation, the job's run closed, and the Completed event."""
-    from tunestudio.worker import best as best_mod
+    from tunestudio.worker.train import finish as finish_mlflow_run
+    from tunestudio.worker.train import stopper_of
 
     cfg, trainer, steps = job.cfg, job.trainer, job.steps
     assert steps is not None
@@ -325,11 +341,11 @@ def _report(job: _Run, result: Any, stop: Any, saved_checkpoint: str | None, wei
     metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     if cfg.dedupe != "off":
         metrics["dedupe_removed"] = float(job.data.deduplicated)  # the job's summary (final_metrics) says how many
-    stopper = best_mod.stopper_of(trainer)  # early stopping's watch, if the job has one
+    stopper = stopper_of(trainer)  # early stopping's watch, if the job has one
     best = stopper.best() if stopper is not None else None
     reason = stopper.reason if stopper is not None else ""
     if job.tracking_run is not None:
-        tracking.finish(job.tracking_run, stopped=stop is not None, output_dir=str(job.output_dir), metrics=metrics,
+        finish_mlflow_run(job.tracking_run, stopped=stop is not None, output_dir=str(job.output_dir), metrics=metrics,
                         evaluation=evaluation, best=best, reason=reason)
     job.channel.completed(
         output_dir=str(job.output_dir), stopped=stop is not None, saved=True, checkpoint=saved_checkpoint,

@@ -146,7 +146,7 @@ def _find_model_folder(name: str, settings: Settings) -> Path:
 
 
 def _calibrations(settings: Settings) -> dict[str, Any]:
-    """The worker's measured precision decisions (worker/calibrate.py's cache), {} when none can be read."""
+    """The worker's measured precision decisions (worker/train/calibrate.py's cache), {} when none can be read."""
     try:
         data = json.loads((settings.cache_dir() / "precision.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from tunestudio.config import JobConfig
     from tunestudio.worker.data import PreparedData
-    from tunestudio.worker.evaluation import Evaluator
+    from tunestudio.worker.train import Evaluator
 
 __all__ = ["MODALITIES", "Modality", "for_job", "named"]
 

@@ -15,19 +15,19 @@ if TYPE_CHECKING:
     import torch
 
     from tunestudio.worker.data import PreparedData
-    from tunestudio.worker.evaluation import Evaluator
+    from tunestudio.worker.train import Evaluator
 
 
 class TextModality:
     name = "text"
 
     def load_processor(self, cfg: JobConfig) -> Any:
-        from tunestudio.worker.model import load_tokenizer
+        from tunestudio.worker.train import load_tokenizer
 
         return load_tokenizer(cfg)
 
     def load_model(self, cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
-        from tunestudio.worker.model import load_model
+        from tunestudio.worker.train import load_model
 
         return load_model(cfg, compute_dtype)
 
@@ -43,7 +43,7 @@ class TextModality:
 
     def evaluator(self, held_eval: Any, limit: int, places: Sequence[dict[str, Any]] | None,
                   max_length: int) -> Evaluator | None:
-        from tunestudio.worker.evaluation import Evaluator
+        from tunestudio.worker.train import Evaluator
 
         return Evaluator.for_job(held_eval, limit, places, max_length)
 

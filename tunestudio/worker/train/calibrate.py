@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from tunestudio.worker import performance
+from tunestudio.worker.train import performance
 
 BUDGET_S = 6.0  # measuring rounds after the first stop once they would pass this (warm-ups and one round: always)
 MIN_JOB_S = 30.0  # a job whose fp32 estimate is shorter than this is not measured

@@ -1,7 +1,7 @@
 """MLflow (report_to: [mlflow]): a job's run, and a sweep's parent run, in the job's tracking store.
 
 Worker side only: mlflow (with pandas) is imported here, in a worker or in the short child a sweep starts
-(`python -m tunestudio.worker.tracking`), never in the server. A job's run holds its params (the config without
+(`python -m tunestudio.worker.train.tracking`), never in the server. A job's run holds its params (the config without
 secrets), every logged figure per step (the loss, the learning rate, each evaluation's, generation metrics
 included), and at the end the evaluation before and after training (`before_<metric>`, `after_<metric>`), the
 best step of early stopping, and where the artefacts are (the tag `tunestudio.output_dir`). A sweep's trial is a
@@ -193,8 +193,8 @@ def finish(run: MlflowRun, *, stopped: bool, output_dir: str | None, metrics: di
 
 # --- a sweep's parent run, from a short child of the server ---------------------------------
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tunestudio.worker.tracking open|close ...`: a sweep's parent run; prints JSON on stdout."""
-    parser = argparse.ArgumentParser(prog="python -m tunestudio.worker.tracking")
+    """`python -m tunestudio.worker.train.tracking open|close ...`: a sweep's parent run; prints JSON on stdout."""
+    parser = argparse.ArgumentParser(prog="python -m tunestudio.worker.train.tracking")
     parser.add_argument("action", choices=["open", "close"])
     parser.add_argument("--uri", required=True)
     parser.add_argument("--experiment", required=True)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tunestudio.worker.rank import RankChannel
-from tunestudio.worker.ray_ship import Ack, Input, Placed, Returned, localise, pack, shippable, unpack
+from tunestudio.worker.ray.ship import Ack, Input, Placed, Returned, localise, pack, shippable, unpack
 
 POLL_S = 0.2
 ACK_TIMEOUT_S = 3600.0  # the driver writes what rank 0 sent; it ends the job (and this rank) if it dies

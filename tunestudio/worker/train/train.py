@@ -17,12 +17,12 @@ from tunestudio.checkpoints import is_complete, latest_checkpoint
 from tunestudio.config import JobConfig, reward_name
 from tunestudio.events import Progress, Stop
 from tunestudio.paths import expand
-from tunestudio.worker import batching, memory, methods, performance, reward_signal
-from tunestudio.worker.best import EarlyStopper
 from tunestudio.worker.channel import Channel
-from tunestudio.worker.checkpointing import save_checkpoints_atomically
 from tunestudio.worker.data import PreparedData
 from tunestudio.worker.errors import UserError
+from tunestudio.worker.train import batching, memory, methods, performance, reward_signal
+from tunestudio.worker.train.best import EarlyStopper
+from tunestudio.worker.train.checkpointing import save_checkpoints_atomically
 
 _BNB_OPTIMIZERS = {"adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "lion_8bit", "lion_32bit"}
 
@@ -38,7 +38,7 @@ class Precision:
 def resolve_precision(cfg: JobConfig, hidden_size: int | None = None) -> Precision:
     """The mixed-precision flags, set explicitly (SFTConfig turns bf16 on by default, even on CPU).
 
-    auto: provisional; worker/calibrate.py measures and may change it before training (a GPU starts
+    auto: provisional; worker/train/calibrate.py measures and may change it before training (a GPU starts
     from bf16, or fp16 without bf16; a CPU from fp32; QLoRA on a CPU keeps performance.py's rule).
     """
     cuda = torch.cuda.is_available()
@@ -48,7 +48,7 @@ def resolve_precision(cfg: JobConfig, hidden_size: int | None = None) -> Precisi
             choice = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         elif cfg.training_type.value == "qlora":  # its compute dtype is fixed at load: the rule decides
             choice = "bf16" if performance.cpu_prefers_bf16(hidden_size) else "fp32"
-        else:  # fp32 until worker/calibrate.py has measured
+        else:  # fp32 until worker/train/calibrate.py has measured
             choice = "fp32"
     if choice == "fp16" and not cuda:
         raise UserError("precision: fp16 needs a CUDA GPU; use fp32 or bf16 on a CPU")
@@ -74,7 +74,7 @@ def resolve_optimizer(cfg: JobConfig, channel: Channel) -> str:
 def resolve_gradient_checkpointing(
     cfg: JobConfig, channel: Channel, model: torch.nn.Module, precision: Precision
 ) -> bool:
-    """The job's activation checkpointing; `auto` decides from the estimated memory (worker/memory.py)."""
+    """The job's activation checkpointing; `auto` decides from the estimated memory (worker/train/memory.py)."""
     if cfg.gradient_checkpointing == "unsloth":
         channel.warn(
             'gradient_checkpointing "unsloth" is Unsloth\'s own variant; using standard gradient checkpointing'
@@ -220,7 +220,7 @@ def build_trainer(
         eval_steps=eval_steps,
         save_strategy="steps" if cfg.save_steps > 0 else "no",
         save_steps=cfg.save_steps if cfg.save_steps > 0 else 500,
-        # keep_best saves at each new best (worker/best.py); with no periodic checkpoints only the best one and
+        # keep_best saves at each new best (worker/train/best.py); with no periodic checkpoints only the best one and
         # the newest are kept (rotation never deletes the best)
         save_total_limit=1 if keeps_best and cfg.save_steps == 0 else None,
         report_to=report_to or [],

@@ -7,7 +7,7 @@ Each builder takes the arguments every method shares (train.py builds them from
 the JobConfig: precision, schedule, logging, checkpoints) and adds its own. The
 model arrives prepared (LoRA, QLoRA or full), the data in the method's format
 (data/method_formats.py), and the callbacks (the one that turns logs into
-Progress events and obeys stop commands; early stopping's, worker/best.py), so
+Progress events and obeys stop commands; early stopping's, worker/train/best.py), so
 stop/save, cancel, resume and early stopping work the same for every method.
 """
 

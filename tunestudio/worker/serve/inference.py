@@ -91,8 +91,8 @@ class Server:
                 return command
 
     def serve(self) -> None:
-        from tunestudio.worker.completion import complete
-        from tunestudio.worker.generation import Models, answer, render
+        from tunestudio.worker.serve.completion import complete
+        from tunestudio.worker.serve.generation import Models, answer, render
 
         models = Models(self.replies)
         threading.Thread(target=self.read_commands, name="commands", daemon=True).start()

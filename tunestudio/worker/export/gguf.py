@@ -2,7 +2,7 @@
 
 The converters come from the `llama-cpp-python` source distribution that
 `make setup` fetches (third_party/llama.cpp, or $TUNESTUDIO_LLAMA_CPP). They
-run as a child process (`tunestudio.worker.gguf_driver`) with llama.cpp's
+run as a child process (`tunestudio.worker.export.gguf_driver`) with llama.cpp's
 bundled gguf-py on their path; this process keeps the PyPI one. That child
 (and llama-quantize) dies with this worker (PR_SET_PDEATHSIG): a worker killed
 with its server takes its converter along.
@@ -26,8 +26,8 @@ from pathlib import Path
 from tunestudio.paths import expand
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
-from tunestudio.worker.export_source import ExportStep, Source
-from tunestudio.worker.modelfile import write_modelfile
+from tunestudio.worker.export.modelfile import write_modelfile
+from tunestudio.worker.export.source import ExportStep, Source
 
 LLAMA_CPP_VERSION = "0.3.36"  # the llama-cpp-python release pinned in the Makefile
 POLL_S = 0.1
@@ -39,7 +39,7 @@ def llama_cpp_dir() -> Path:
     configured = os.environ.get("TUNESTUDIO_LLAMA_CPP")
     if configured:
         return expand(configured)
-    return Path(__file__).resolve().parents[2] / "third_party" / "llama.cpp"
+    return Path(__file__).resolve().parents[3] / "third_party" / "llama.cpp"
 
 
 def require_converter() -> Path:
@@ -98,7 +98,7 @@ def write_gguf_lora(source: Source, staging: Path, quantization: str, step: Expo
 
 def _convert(which: str, args: list[str], model_dir: Path | None, step: ExportStep) -> None:
     root = require_converter()
-    command = [sys.executable, "-m", "tunestudio.worker.gguf_driver", which]
+    command = [sys.executable, "-m", "tunestudio.worker.export.gguf_driver", which]
     if model_dir is not None:
         command.append(f"--pre-tokenizer-fallback={model_dir}")
     env = {"TUNESTUDIO_LLAMA_CPP": str(root)}

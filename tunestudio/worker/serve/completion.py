@@ -21,7 +21,7 @@ import torch
 
 from tunestudio.inference_protocol import ChoiceDelta, Complete, CompletionParams, Done, Started, TokenLogprob
 from tunestudio.worker.errors import UserFacing
-from tunestudio.worker.generation import Models, context_length, held_back
+from tunestudio.worker.serve.generation import Models, context_length, held_back
 
 
 def complete(models: Models, request: Complete, replies: Any, halt: threading.Event) -> None:

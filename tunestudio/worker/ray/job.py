@@ -1,4 +1,4 @@
-"""A job on a Ray cluster: the driver, `python -m tunestudio.worker.ray_job`, on the studio's machine.
+"""A job on a Ray cluster: the driver, `python -m tunestudio.worker.ray.job`, on the studio's machine.
 
 The driver is a subprocess of the manager (jobs/ray_cluster.py), so the manager
 never imports ray or torch. It takes the job over the same link as torchrun's
@@ -6,9 +6,9 @@ rank 0 (worker/rank.py: a token-checked Unix socket, the job as the first
 line), connects to the cluster at TUNESTUDIO_RAY_ADDRESS, and runs Ray Train's
 `TorchTrainer` with `num_processes` workers, each asking for
 TUNESTUDIO_RAY_WORKER_RESOURCES; each runs the ordinary recipe
-(worker/ray_rank.py). The cluster need not see this machine's files:
+(worker/ray/rank.py). The cluster need not see this machine's files:
 
-1. the job's local inputs go into the object store (worker/ray_ship.py), at
+1. the job's local inputs go into the object store (worker/ray/ship.py), at
    most half the object store of this node, else the job fails before anything
    is shipped;
 2. events and commands cross the cluster in two Ray queues (actors of this
@@ -46,8 +46,8 @@ from tunestudio.events import Failed, Log, WarningEvent
 from tunestudio.worker.child import die_with_parent
 from tunestudio.worker.launch import RESULT_ENV
 from tunestudio.worker.rank import MANAGER_PID_ENV, connect_link
-from tunestudio.worker.ray_rank import train_loop
-from tunestudio.worker.ray_ship import (
+from tunestudio.worker.ray.rank import train_loop
+from tunestudio.worker.ray.ship import (
     STAGING,
     Ack,
     Input,

@@ -1,6 +1,6 @@
 """Runs one of llama.cpp's converters in a child process, with two additions.
 
-`python -m tunestudio.worker.gguf_driver hf|lora ARGS...` runs
+`python -m tunestudio.worker.export.gguf_driver hf|lora ARGS...` runs
 `convert_hf_to_gguf.py` or `convert_lora_to_gguf.py` (from the llama.cpp
 source that `make setup` fetches) with ARGS, as its own command line would.
 
@@ -100,7 +100,7 @@ def _patch_progress() -> None:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("hf", "lora"):
-        print("usage: python -m tunestudio.worker.gguf_driver hf|lora [--pre-tokenizer-fallback=DIR] ARGS...",
+        print("usage: python -m tunestudio.worker.export.gguf_driver hf|lora [--pre-tokenizer-fallback=DIR] ARGS...",
               file=sys.stderr)
         return 2
     which, args = argv[0], argv[1:]

@@ -6,9 +6,8 @@ step (merge, GGUF conversion, hub upload) works with: the channel it reports
 on, the stop check it calls between pieces of work (raising `Cancelled`), and
 the part of the export's one 0–100 progress scale it fills.
 
-worker/export.py (the recipe) and its steps, export_model.py, export_gguf.py
-and export_hub.py, all import this module; none of them imports another's
-recipe.
+job.py (the recipe) and its steps, model.py, gguf.py and hub.py, all import
+this module; none of them imports another's recipe.
 """
 
 from __future__ import annotations

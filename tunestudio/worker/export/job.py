@@ -31,7 +31,7 @@ from tunestudio.export_config import ExportConfig
 from tunestudio.paths import expand
 from tunestudio.worker.channel import Channel, quiet_libraries
 from tunestudio.worker.errors import UserError
-from tunestudio.worker.export_source import Cancelled, ExportStep, Source, find_source
+from tunestudio.worker.export.source import Cancelled, ExportStep, Source, find_source
 
 __all__ = ["MARKER", "find_source", "run", "staging_dir"]
 
@@ -75,7 +75,9 @@ def _scrub(text: str, cfg: ExportConfig | None) -> str:
 
 
 def _export(cfg: ExportConfig, channel: Channel) -> int:
-    from tunestudio.worker import export_gguf, export_hub, export_model
+    from tunestudio.worker.export import gguf as export_gguf
+    from tunestudio.worker.export import hub as export_hub
+    from tunestudio.worker.export import model as export_model
 
     source = find_source(cfg)
     output = expand(cfg.resolved_output_dir())

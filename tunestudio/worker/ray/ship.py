@@ -1,7 +1,7 @@
 """Files between the studio's machine and a Ray cluster that shares no disk with it, through Ray's object store.
 
-Both ends of a Ray job use it (worker/ray_job.py, the driver on the studio's
-machine; worker/ray_rank.py, each rank on its node):
+Both ends of a Ray job use it (worker/ray/job.py, the driver on the studio's
+machine; worker/ray/rank.py, each rank on its node):
 
 - to the cluster: the job's local inputs (`local_inputs`: a local model folder,
   dataset files and folders, an eval file, reward function files, the
@@ -38,7 +38,7 @@ from tunestudio.checkpoints import CHECKPOINT, latest_checkpoint
 from tunestudio.config import reward_source
 
 CHUNK_BYTES = 64 << 20  # one object per 64 MiB of a file: bounded memory on both ends
-STAGING = ".checkpoint-staging"  # as worker/checkpointing.py names it: never taken for a checkpoint
+STAGING = ".checkpoint-staging"  # as worker/train/checkpointing.py names it: never taken for a checkpoint
 REWRITTEN = (".json", ".md")  # files whose node-local paths are turned back into the studio's
 REWRITE_MAX_BYTES = 16 << 20
 NOT_SHIPPED = {ownership.MARKER, f"{ownership.MARKER}.tmp", STAGING}

@@ -51,7 +51,7 @@ from tunestudio.inference_protocol import (
 )
 from tunestudio.worker import modalities
 from tunestudio.worker.errors import UserFacing
-from tunestudio.worker.serving import GreedyHead, Served, int8_chat, serving_dtype
+from tunestudio.worker.serve.serving import GreedyHead, Served, int8_chat, serving_dtype
 
 log = logging.getLogger(__name__)
 MAX_MODELS = 2

@@ -11,8 +11,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tunestudio.worker.channel import Channel
-from tunestudio.worker.export_source import ExportStep, Source
-from tunestudio.worker.model import from_pretrained
+from tunestudio.worker.export.source import ExportStep, Source
+from tunestudio.worker.train import from_pretrained
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

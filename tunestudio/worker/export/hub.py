@@ -23,8 +23,8 @@ from tunestudio.export_config import ExportConfig, hub_repo_problem
 from tunestudio.worker import hub
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
-from tunestudio.worker.export_model import write_merged
-from tunestudio.worker.export_source import ExportStep, Source
+from tunestudio.worker.export.model import write_merged
+from tunestudio.worker.export.source import ExportStep, Source
 
 # What an adapter folder holds that belongs on the hub (checkpoints' optimizer states do not).
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",

@@ -3,12 +3,12 @@
 At each evaluation (the trainer's own, every eval_steps) the watched metric is read from the evaluation's
 figures: eval_loss, or the method's metric (eval_rewards/margins, eval_reward). A generation metric is measured
 here: the model answers up to `early_stopping_rows` held-out rows greedily and the answers are scored
-(worker/evaluation.py); the three scores join the evaluation's figures as eval_exact_match, eval_token_f1 and
+(worker/train/evaluation.py); the three scores join the evaluation's figures as eval_exact_match, eval_token_f1 and
 eval_rouge_l, so the job's metric records (charts, metrics.jsonl) hold them.
 
 A value better than the best so far by more than `min_delta` (lower for min, higher for max) is a new best. With
 keep_best the trainer saves a checkpoint at that step (its own save, staged and renamed into place by
-worker/checkpointing.py) and marks it as the trainer state's `best_model_checkpoint`, which checkpoint rotation
+worker/train/checkpointing.py) and marks it as the trainer state's `best_model_checkpoint`, which checkpoint rotation
 never deletes; with no periodic checkpoints (save_steps 0) rotation keeps only the best one and the newest.
 `patience` evaluations in a row without a new best stop training. After training the best checkpoint's weights
 are loaded back (`restore_best`), so the saved artefacts, the final evaluation, chat and export are the best
@@ -33,9 +33,9 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from tunestudio.checkpoints import is_complete
 from tunestudio.config import JobConfig
 from tunestudio.events import Best
-from tunestudio.worker import evaluation
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
+from tunestudio.worker.train import evaluation
 
 
 @dataclass
