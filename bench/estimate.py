@@ -15,9 +15,12 @@ answers a sample prompt before and after: every part the estimate names. Prints 
 measured, ratios measured / estimated), the phases, and one JSON line. Goal (issue 38): memory within 25 %, time
 within 2x, for both estimates of both models.
 
-    .venv/bin/python bench/estimate.py [--models tiny,real] [--keep]
+    .venv/bin/python bench/estimate.py [--models tiny,real] [--rounds 1] [--max-others 0.15 --retries 2] [--keep]
 
-About 3-4 minutes on 2 cores (the real-shaped model is built once, into /tmp/tunestudio-bench-real-shaped).
+About 2 minutes a round on 2 quiet cores (the real-shaped model is built once, into
+/tmp/tunestudio-bench-real-shaped). The machine is shared: each job also measures the share of the machine other
+processes took meanwhile (/proc/stat); a round above --max-others is run again, up to --retries times, and the
+verdict counts the quiet rounds only (all rounds are printed and in the JSON line).
 """
 
 from __future__ import annotations
@@ -209,11 +212,17 @@ def bench_model(name: str, model: Path, work: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per job (model and A or B): the median ratios over the rounds, and whether they meet the goal."""
+def summary(rows: list[dict[str, Any]], max_others: float) -> dict[str, Any]:
+    """Per job (model and A or B): the median ratios over the rounds in which other processes took at most
+    max_others of the machine (a loaded machine slows a 2-core job 5-10x: not the estimate's error to judge), and
+    whether they meet the goal."""
     out: dict[str, Any] = {}
     for job in dict.fromkeys(r["job"] for r in rows):
-        mine = [r for r in rows if r["job"] == job]
+        mine = [r for r in rows if r["job"] == job and r["others_share"] <= max_others]
+        if not mine:
+            print(f"{job:7s} no round quiet enough (others took more than {max_others:.0%} of the machine)")
+            out[job] = {"met": None, "rounds": 0}
+            continue
         time_ratio = statistics.median(r["time_ratio"] for r in mine)
         memory_ratio = statistics.median(r["memory_ratio"] for r in mine)
         out[job] = {"source": mine[0]["seconds_source"], "time_ratio": round(time_ratio, 3),
@@ -228,6 +237,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="tiny,real")
     parser.add_argument("--rounds", type=int, default=1, help="each round on fresh data directories")
+    parser.add_argument("--max-others", type=float, default=0.15,
+                        help="a round whose jobs shared the machine with more than this (0..1) is run again")
+    parser.add_argument("--retries", type=int, default=2, help="runs again of a disturbed round, at most")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-estimate-"))
@@ -240,9 +252,14 @@ def main() -> None:
     rows = []
     for round_ in range(args.rounds):
         for name in args.models.split(","):
-            rows.extend({"round": round_, **r} for r in bench_model(name, models[name], work / f"round-{round_}"))
+            for attempt in range(args.retries + 1):
+                got = bench_model(name, models[name], work / f"round-{round_}-{attempt}")
+                rows.extend({"round": round_, "attempt": attempt, **r} for r in got)
+                if all(r["others_share"] <= args.max_others for r in got):
+                    break
+                print(f"         (disturbed: others took more than {args.max_others:.0%} of the machine)")
     print(f"load average after: {os.getloadavg()}")
-    verdicts = summary(rows)
+    verdicts = summary(rows, args.max_others)
     print(json.dumps({"bench": "estimate", "goal_met": all(v["met"] for v in verdicts.values()),
                       "summary": verdicts, "rows": rows}))
     if not args.keep:
