@@ -24,9 +24,9 @@ PACKAGE = ROOT / "tunestudio"
 # may, and (b) still refuses a circle.
 FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # name, rooms, side by side
-    # data_report/: the dataset report for the CLI and the API (its spawned child runs the worker's data code,
-    # as api/preview.py's does)
-    ("faces", frozenset({"cli", "cli_chat", "cli_sweep", "cli_bench", "cli_judge", "api", "data_report"}), False),
+    # cli/: the command line, a module per verb. data_report/: the dataset report for the CLI and the API (its
+    # spawned child runs the worker's data code, as api/preview.py's does), imported through its __init__
+    ("faces", frozenset({"cli", "api", "data_report"}), False),
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
                         "ownership", "export_config", "bench_config", "estimate", "kinds", "openai_client"}), False),

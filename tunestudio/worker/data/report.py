@@ -186,7 +186,7 @@ def _lengths(train: Tally, max_seq_length: int, measure: int) -> dict[str, Any]:
         "max_seq_length": max_seq_length,
         # bin i holds the lengths edges[i] <= n < edges[i + 1]. A row is cut when n > max_seq_length (one of
         # exactly max_seq_length tokens fits), so bin i holds only lengths that are cut exactly when
-        # edges[i] > max_seq_length: the faces mark those bins (data_report/cli.py, report.js)
+        # edges[i] > max_seq_length: the faces mark those bins (cli/data.py, report.js)
         "histogram": {"edges": [low + i * width for i in range(bins + 1)],
                       "counts": np.bincount((lengths - low) // width, minlength=bins).tolist()},
         "cut_rows": int(over.size),

@@ -16,18 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from tunestudio.cli.common import console, err
 from tunestudio.judge.core import Judgement, Prompt, Row, Summary
 
 if TYPE_CHECKING:
     from tunestudio.jobs.manager import JobManager
 
 T = TypeVar("T")
-
-console = Console()
-err = Console(stderr=True)
 
 
 def _rate(rate: object) -> str:
