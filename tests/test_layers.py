@@ -4,6 +4,8 @@
     rooms of a side-by-side floor reach each other only through a door listed in DOORS.
 (b) No two modules import each other (`from package import module` counts as importing the module).
 (c) No module imports a private name (`_x`) of another, as `from module import _x` or as `module._x`.
+(d) A face imports a wing of the parent's side (FACED) only through the wing's face, its package
+    (`from tunestudio.jobs import JobManager`, not `tunestudio.jobs.manager`).
 
 Every import counts, wherever it stands: inside a function and under TYPE_CHECKING too.
 """
@@ -42,6 +44,10 @@ DOORS = {
     # A sweep's trials are ordinary jobs: sweeps/ uses the jobs' public face (the manager, its Job and errors).
     ("sweeps", "tunestudio.jobs.manager"),
 }
+
+# The wings a face reaches only through their package's face (__init__ with __all__). The worker is not among
+# them: a face runs worker code only in a child it spawns (api/preview.py, data_report/), module by module.
+FACED = frozenset({"jobs", "sweeps", "judge", "inference"})
 
 # Violations known today, each to be deleted when fixed (test_known_violations_still_happen says when). None: the
 # inference wing came onto the floors in issue 24 (its protocol and process helpers in the base, its worker started
@@ -141,6 +147,8 @@ def violations_of(module: str, found: list[Import], edges: dict[str, set[str]]) 
                 broken.add(f"{module} -> {target}")
         if module in edges.get(target, set()):
             broken.add(" <-> ".join(sorted((module, target))))
+        if floor_of(here) == 0 and there in FACED and target != f"tunestudio.{there}":
+            broken.add(f"{module} -> {target} (a face goes through tunestudio.{there})")
     broken |= {f"{module} -> {i.module}.{i.name}" for i in found if private(i.name) and i.module != module}
     return broken
 
@@ -226,6 +234,10 @@ def f():
     upward = imports_of("tunestudio.config.probe", "import tunestudio.api.deps\nfrom tunestudio.jobs import status")
     assert violations_of("tunestudio.config.probe", upward, {}) == {
         "tunestudio.config.probe -> tunestudio.api.deps", "tunestudio.config.probe -> tunestudio.jobs.status"}
+    faced = imports_of("tunestudio.api.probe", "from tunestudio.jobs.manager import JobManager\n"
+                                               "from tunestudio.jobs import JobStatus")
+    assert violations_of("tunestudio.api.probe", faced, {}) == {
+        "tunestudio.api.probe -> tunestudio.jobs.manager (a face goes through tunestudio.jobs)"}
     door = "from tunestudio.worker.child import PRELOAD"
     assert violations_of("tunestudio.jobs.probe", imports_of("tunestudio.jobs.probe", door), {}) == set()
     assert violations_of("tunestudio.inference.probe", imports_of("tunestudio.inference.probe", door), {}) == {

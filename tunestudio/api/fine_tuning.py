@@ -35,11 +35,8 @@ from tunestudio.config import (
     method_spec,
     openai_method,
 )
-from tunestudio.inference.models import SUFFIX, fine_tuned_name
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
-from tunestudio.jobs.status import JobStatus
-from tunestudio.jobs.store import StoreUnavailable
+from tunestudio.inference import SUFFIX, fine_tuned_name
+from tunestudio.jobs import Job, JobConflict, JobManager, JobNotFound, JobStatus, QueueFull, StoreUnavailable
 from tunestudio.paths import PathRefused
 from tunestudio.settings import Settings
 

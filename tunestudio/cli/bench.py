@@ -26,8 +26,7 @@ from tunestudio.cli.common import console, err
 
 if TYPE_CHECKING:
     from tunestudio.bench_config import BenchOptions
-    from tunestudio.jobs.manager import JobManager
-    from tunestudio.jobs.models import Job
+    from tunestudio.jobs import Job, JobManager
 SERVER_START_S = 30.0
 
 
@@ -66,7 +65,7 @@ def completions_server(settings: Any, manager: Any) -> Iterator[tuple[str, Any]]
     from tunestudio.api.deps import require_token
     from tunestudio.api.routes import completions, openai
     from tunestudio.inference import InferencePool
-    from tunestudio.jobs.executor import inference_executor
+    from tunestudio.jobs import inference_executor
 
     app = FastAPI(title="tunestudio bench")
     app.state.settings, app.state.manager = settings, manager
@@ -105,7 +104,7 @@ def bench(
     """Run lm-evaluation-harness on a job and its base model: per task and metric, before, after, difference."""
     import json
 
-    from tunestudio.jobs.status import JobStatus
+    from tunestudio.jobs import JobStatus
 
     options = _options(tasks, eval_file, limit, chat_template)
     final = _run(job_id, options)
@@ -138,8 +137,7 @@ def _run(job_id: str, options: BenchOptions) -> Job:
     its end; exit 2 for a job or model that cannot be benchmarked."""
     from tunestudio.api.benchmarks import bench_config
     from tunestudio.inference import UnknownModel
-    from tunestudio.jobs.manager import JobManager
-    from tunestudio.jobs.models import JobConflict, JobNotFound, QueueFull
+    from tunestudio.jobs import JobConflict, JobManager, JobNotFound, QueueFull
     from tunestudio.paths import PathRefused
     from tunestudio.settings import Settings
 
@@ -162,7 +160,7 @@ def _run(job_id: str, options: BenchOptions) -> Job:
 def _watch(manager: JobManager, job_id: str) -> None:
     """Print the job's status, phases and logs until it ends; Ctrl-C cancels it."""
     from tunestudio.events import Log, Phase, StatusEvent, WarningEvent, parse_stream_event
-    from tunestudio.jobs.models import JobConflict
+    from tunestudio.jobs import JobConflict
 
     cancelled = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancelled.set())  # the handler records; the loop acts

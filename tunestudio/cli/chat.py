@@ -50,7 +50,7 @@ def chat(
     """Chat with a job's result in the terminal, with streaming replies. Ctrl-C stops a reply; Ctrl-D ends."""
     from tunestudio.inference import InferencePool
     from tunestudio.inference_protocol import GenerateParams
-    from tunestudio.jobs.executor import inference_executor
+    from tunestudio.jobs import inference_executor
     from tunestudio.settings import Settings
 
     if base and (compare or step is not None):
@@ -77,7 +77,7 @@ def _sides(settings: Settings, job_id: str, base: bool, compare: bool, step: int
     """The models that answer, in order: the job's (at step N), or its base, or the base then the job; exit 2
     naming one that cannot be talked to."""
     from tunestudio.inference import UnknownModel, resolve
-    from tunestudio.jobs.manager import JobManager
+    from tunestudio.jobs import JobManager
 
     model = job_id if step is None else f"{job_id}:step-{step}"
     manager = JobManager(settings)

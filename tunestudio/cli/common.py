@@ -12,9 +12,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from tunestudio.events import Best
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job, JobNotFound
-from tunestudio.jobs.store import StoreError, open_error
+from tunestudio.jobs import Job, JobManager, JobNotFound, StoreError, open_error
 from tunestudio.settings import Settings
 
 console = Console(stderr=False)

@@ -14,8 +14,7 @@ from tunestudio.cli.common import err, own_manager
 from tunestudio.cli.follow import follow
 from tunestudio.config import format_validation_error
 from tunestudio.export_config import ExportOptions
-from tunestudio.jobs.models import JobConflict, JobNotFound, QueueFull
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import JobConflict, JobNotFound, JobStatus, QueueFull
 from tunestudio.paths import PathRefused
 
 

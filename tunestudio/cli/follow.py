@@ -17,9 +17,7 @@ from tunestudio.events import Completed, Evaluation, Event, Failed, Log, StatusE
 from tunestudio.events import Phase as PhaseEvent
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.export_config import ExportConfig
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job, JobConflict
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import Job, JobConflict, JobManager, JobStatus
 
 _LABELS = {"exact_match": "exact match", "token_f1": "token F1", "rouge_l": "ROUGE-L", "eval_loss": "eval loss",
            "perplexity": "perplexity"}

@@ -24,10 +24,7 @@ from tunestudio.cli.common import (
 )
 from tunestudio.cli.follow import follow
 from tunestudio.events import Best
-from tunestudio.jobs import artefacts
-from tunestudio.jobs.evalrows import ORDER_KEYS
-from tunestudio.jobs.models import JobConflict, JobNotFound, QueueFull
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import ORDER_KEYS, JobConflict, JobNotFound, JobStatus, QueueFull, owned_artefacts
 from tunestudio.paths import PathRefused
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Jobs recorded in the data directory.")
@@ -87,7 +84,7 @@ def jobs_show(job_id: str) -> None:
         for text in warnings:  # rows the dataset dropped, a converter's doubts: said where they are seen
             console.print(f"[bold yellow]warning[/] {text}", highlight=False)
         console.print("[bold]config[/]", job.config.public_dict())
-        names = [path.name for path in artefacts.owned(job)]  # what it wrote: never a file the user put there
+        names = [path.name for path in owned_artefacts(job)]  # what it wrote: never a file the user put there
         if names:
             console.print("[bold]artefacts[/]", ", ".join(names))
     finally:

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from tunestudio.cli.common import console, err
 from tunestudio.config import field_errors
-from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs import JobManager
 from tunestudio.paths import PathRefused, resolve
 from tunestudio.settings import Settings
 from tunestudio.sweeps import BeforeAfter, SweepConfig, Sweeps, SweepView

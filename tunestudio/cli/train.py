@@ -12,8 +12,7 @@ from tunestudio.cli.common import err, own_manager
 from tunestudio.cli.follow import follow
 from tunestudio.config import ConfigError
 from tunestudio.config.files import load_job_file
-from tunestudio.jobs.models import QueueFull
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import JobStatus, QueueFull
 from tunestudio.paths import PathRefused, resolve
 
 

@@ -38,8 +38,7 @@ from tunestudio.api.fine_tuning import (
 from tunestudio.api.fine_tuning_history import CheckpointList, EventList, checkpoints_page, events_page
 from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.api.security import confine_paths
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import JobManager, JobStatus
 from tunestudio.settings import Settings
 
 router = APIRouter(prefix="/v1/fine_tuning/jobs", tags=["OpenAI-compatible fine-tuning"],

@@ -30,7 +30,7 @@ from tunestudio.config.job import (
     OutputPart,
     SeedMediaPart,
 )
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import JobStatus
 from tunestudio.paths import expand
 from tunestudio.settings import Settings
 
