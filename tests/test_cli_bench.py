@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tunestudio.cli_bench import results_table
+from tunestudio.cli.bench import results_table
 from tunestudio.jobs.models import Job
 from tunestudio.worker.tiny import alpaca_user_text
 

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from rich.console import Console
 
 from tunestudio.api import create_app
-from tunestudio.data_report import cli
+from tunestudio.cli import data as data_cli
 from tunestudio.settings import Settings
 
 from .helpers.hub_cache import hub_planted
@@ -106,8 +106,8 @@ def test_the_histogram_marks_only_the_bins_max_seq_length_cuts_whole(monkeypatch
     """A row of exactly max_seq_length tokens fits: its bin is not marked (the page marks the same bins)."""
     console = Console(record=True, force_terminal=True, color_system="standard", highlight=False, width=120,
                       file=io.StringIO())
-    monkeypatch.setattr(cli, "console", console)
-    cli._histogram({"max_seq_length": 256, "histogram": {"edges": [254, 255, 256, 257, 258, 259],
+    monkeypatch.setattr(data_cli, "console", console)
+    data_cli._histogram({"max_seq_length": 256, "histogram": {"edges": [254, 255, 256, 257, 258, 259],
                                                          "counts": [1, 2, 3, 4, 5]}})
     marked = [line.split()[0] for line in console.export_text(styles=True).splitlines() if "\x1b[31m" in line]
     assert marked == ["257–257", "258–258"]

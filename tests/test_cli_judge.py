@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tunestudio.cli_judge import cancel_on_interrupt
+from tunestudio.cli.judge import cancel_on_interrupt
 from tunestudio.jobs.models import Job
 
 from .helpers.chat import ChatHome

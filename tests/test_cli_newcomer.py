@@ -6,18 +6,18 @@ import logging
 
 import pytest
 
-from tunestudio import cli
+from tunestudio.cli import follow
 from tunestudio.jobs.models import Job
 from tunestudio.jobs.status import JobStatus
 
 
 def test_the_summary_line_says_the_status_once(capsys: pytest.CaptureFixture[str]) -> None:
     done = Job(id="j1", status=JobStatus.completed, message="completed", config={}, created_at=0)
-    cli._summary(done, None, [], None)
+    follow.summary(done, None, [], None)
     assert capsys.readouterr().out.splitlines()[0] == "completed"
 
     stopped = Job(id="j2", status=JobStatus.stopped, message="stopped at step 4: saved", config={}, created_at=0)
-    cli._summary(stopped, None, [], None)
+    follow.summary(stopped, None, [], None)
     assert capsys.readouterr().out.splitlines()[0] == "stopped: stopped at step 4: saved"
 
 

@@ -7,6 +7,8 @@
 (d) Inside worker/ the same holds one level down (WORKER_FLOORS): its rooms (packages) and loose modules import
     only down; and a room is reached from outside it, worker/ or not, only through its face (the package's
     `__init__`), for a name the face gives.
+(e) A face imports a wing of the parent's side (FACED) only through the wing's face, its package
+    (`from tunestudio.jobs import JobManager`, not `tunestudio.jobs.manager`).
 
 Every import counts, wherever it stands: inside a function and under TYPE_CHECKING too.
 """
@@ -27,9 +29,9 @@ PACKAGE = ROOT / "tunestudio"
 # may, and (b) still refuses a circle.
 FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # name, rooms, side by side
-    # data_report/: the dataset report for the CLI and the API (its spawned child runs the worker's data code,
-    # as api/preview.py's does)
-    ("faces", frozenset({"cli", "cli_chat", "cli_sweep", "cli_bench", "cli_judge", "api", "data_report"}), False),
+    # cli/: the command line, a module per verb. data_report/: the dataset report for the CLI and the API (its
+    # spawned child runs the worker's data code, as api/preview.py's does), imported through its __init__
+    ("faces", frozenset({"cli", "api", "data_report"}), False),
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
                         "ownership", "export_config", "bench_config", "estimate", "kinds", "openai_client"}), False),
@@ -45,6 +47,10 @@ DOORS = {
     # A sweep's trials are ordinary jobs: sweeps/ uses the jobs' public face (the manager, its Job and errors).
     ("sweeps", "tunestudio.jobs.manager"),
 }
+
+# The wings a face reaches only through their package's face (__init__ with __all__). The worker is not among
+# them: a face runs worker code only in a child it spawns (api/preview.py, data_report/), module by module.
+FACED = frozenset({"jobs", "sweeps", "judge", "inference"})
 
 # The floors inside worker/ (issue 39), top first, read as FLOORS is: its rooms, each a package whose `__init__` is
 # its face (`__all__`, or a lazy face's `_FACE`: tunestudio.worker.lazy_face), and its loose modules.
@@ -236,6 +242,8 @@ def violations_of(module: str, found: list[Import], edges: dict[str, set[str]]) 
                 broken.add(f"{module} -> {target}")
         if module in edges.get(target, set()):
             broken.add(" <-> ".join(sorted((module, target))))
+        if floor_of(here) == 0 and there in FACED and target != f"tunestudio.{there}":
+            broken.add(f"{module} -> {target} (a face goes through tunestudio.{there})")
     broken |= {f"{module} -> {i.module}.{i.name}" for i in found if private(i.name) and i.module != module}
     return broken | worker_violations_of(module, found)
 
@@ -351,6 +359,10 @@ def f():
     upward = imports_of("tunestudio.config.probe", "import tunestudio.api.deps\nfrom tunestudio.jobs import status")
     assert violations_of("tunestudio.config.probe", upward, {}) == {
         "tunestudio.config.probe -> tunestudio.api.deps", "tunestudio.config.probe -> tunestudio.jobs.status"}
+    faced = imports_of("tunestudio.api.probe", "from tunestudio.jobs.manager import JobManager\n"
+                                               "from tunestudio.jobs import JobStatus")
+    assert violations_of("tunestudio.api.probe", faced, {}) == {
+        "tunestudio.api.probe -> tunestudio.jobs.manager (a face goes through tunestudio.jobs)"}
     door = "from tunestudio.worker.child import PRELOAD"
     assert violations_of("tunestudio.jobs.probe", imports_of("tunestudio.jobs.probe", door), {}) == set()
     assert violations_of("tunestudio.inference.probe", imports_of("tunestudio.inference.probe", door), {}) == {

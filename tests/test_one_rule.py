@@ -14,7 +14,7 @@ def test_parent_modules_import_no_heavy_library() -> None:
 import sys
 from pathlib import Path
 import tunestudio.cli, tunestudio.jobs, tunestudio.jobs.supervisor, tunestudio.config, tunestudio.events
-import tunestudio.export_config, tunestudio.bench_config, tunestudio.cli_bench, tunestudio.api.benchmarks
+import tunestudio.export_config, tunestudio.bench_config, tunestudio.cli.bench, tunestudio.api.benchmarks
 import tunestudio.settings, tunestudio.worker.child, tunestudio.api
 tunestudio.api.create_app()
 print(",".join(m for m in {HEAVY!r} if m in sys.modules))

@@ -14,14 +14,14 @@ what torch and peft count. Memory is what the worker holds:
 - what trains: LoRA adapters in fp32, the gradients in fp32, the optimizer
   state (AdamW: two fp32 moments);
 - the activations of one micro-batch (preference methods run the chosen and the
-  rejected answer together: twice the rows): per token and layer about 24
+  rejected answer together: `MethodSpec.rows_per_example` rows): per token and layer about 24
   hidden-sized values and 5 intermediate-sized ones, in the compute precision
   (fitted to the memory a Llama's forward and backward take with sdpa attention,
   `bench/activations.py`), and with eager attention its scores, about 1.5 per
   head and key; with activation checkpointing only each layer's input and one
   layer live;
 - the logits of the head and loss, which dominate for large vocabularies unless
-  the loss is computed in tiles (TRL's fused head, SFTTrainer: `sft`, `pretrain`).
+  the loss is computed in tiles (TRL's fused head, SFTTrainer: `MethodSpec.fused_head`).
 It is an estimate to decide on, not a measurement: the worker reports the real
 peak in its progress events.
 """
@@ -45,9 +45,6 @@ _ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 _TWO_MATRIX_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "starcoder2", "gpt_bigcode"}
 # Optimizer state, bytes per trainable parameter (AdamW and the rest: two fp32 moments).
 _OPTIMIZER_BYTES = {"adamw_8bit": 2.0, "paged_adamw_8bit": 2.0, "sgd": 0.0, "adafactor": 0.5}
-_ROWS_PER_EXAMPLE = {"dpo": 2, "orpo": 2}  # the chosen and the rejected answer in one batch
-# SFTTrainer (sft, pretrain) computes the loss through TRL's fused LM head
-FUSED_HEAD_METHODS = tuple(name for name, spec in METHOD_SPECS.items() if spec.trainer == "sft")
 _ATTENTION = {"q_proj", "k_proj", "v_proj", "o_proj"}
 
 
@@ -185,7 +182,8 @@ def memory(
                                        if name in targets)
         adapter = trainable * 4
     width = _ACTIVATION_BYTES.get(precision, 4)
-    tokens = batch_size * _ROWS_PER_EXAMPLE.get(method, 1) * seq_len
+    spec = METHOD_SPECS[method]  # its rows per example (a pair's two answers) and whether its loss is fused
+    tokens = batch_size * spec.rows_per_example * seq_len
     kept = 24 * shape.hidden + 5 * shape.intermediate  # values per token and layer (bench/activations.py)
     if attention == "eager":  # the attention probabilities, per head and key
         kept += int(1.5 * shape.heads * seq_len)
@@ -193,7 +191,7 @@ def memory(
         layers = tokens * (shape.layers * 2 * shape.hidden + kept) * width
     else:
         layers = tokens * shape.layers * kept * width
-    if method in FUSED_HEAD_METHODS:
+    if spec.fused_head:
         # a tile of at most 4096 tokens x 32768 vocabulary entries, forward and backward, a few floats per token
         logits = min(tokens, 4096) * min(shape.vocab, 32768) * 4 * 2 + tokens * 16
     else:

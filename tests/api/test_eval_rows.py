@@ -5,18 +5,19 @@ rows; Clone to form holds out the same rows."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, Page, Route
 
 from tunestudio.events import HELD_OUT_FILE
 from tunestudio.settings import Settings
 
-from ..helpers.browser import browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
+from ..helpers.browser import ARTIFACTS, browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
 from ..helpers.wait import wait_until
@@ -116,6 +117,7 @@ def page(browser: Browser) -> Iterator[Page]:  # noqa: F811
 def test_the_job_page_lists_its_rows_worst_first_and_a_clone_holds_them_out_again(finished: Finished,
                                                                                   page: Page) -> None:
     page.goto(f"{finished.url}/#/jobs/{finished.job_id}")
+    page.locator("#fold-rows summary").click()  # 20 rows of text: folded at first, below the charts
     table = page.locator("#rows-table tbody tr")
     page.locator("#rows-note").filter(has_text="20 of 20 rows, worst loss first").wait_for()
     shown = [float(x) for x in table.evaluate_all("rows => rows.map(r => r.dataset.loss)")]
@@ -141,3 +143,125 @@ def test_the_job_page_lists_its_rows_worst_first_and_a_clone_holds_them_out_agai
     page.wait_for_url("**/#/new")
     assert page.locator("#f-held_out_rows").input_value() == finished.job["held_out"]["file"]
     assert finished.job["held_out"]["file"].endswith(HELD_OUT_FILE)
+
+
+# --- issue 38: what the page writes (2), where the chart is (7), the badge (12), the job list's names (13) -------
+# Text nodes that read null, undefined or NaN: a null child handed to the DOM, or a figure that is not one.
+# A model's answers and a file's rows (pre, code, textarea) and the logs may say anything.
+STRAY_TEXT = """() => {
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const found = [];
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    if (node.parentElement.closest("pre, code, textarea, script, style, #events-log, #log-file")) continue;
+    if (/\\b(null|undefined|NaN)\\b|\\[object Object\\]/.test(node.data)) {
+      found.push(`${node.parentElement.tagName}#${node.parentElement.id}: ${node.data.trim().slice(0, 60)}`);
+    }
+  }
+  return found;
+}"""
+# Every table with headings: as many columns in its heading row as in each of its rows. A text node in a row is a
+# column of its own on the screen (the browser wraps it in a cell): "null" there shifted every heading after it.
+UNEVEN_TABLES = """() => [...document.querySelectorAll("table")].filter((t) => t.tHead && t.tHead.rows.length)
+  .flatMap((t) => {
+    const width = (row) => [...row.childNodes].reduce((n, node) => n + (node.nodeType === Node.TEXT_NODE
+      ? (node.data.trim() ? 1 : 0) : node.colSpan || 0), 0);
+    const head = width(t.tHead.rows[t.tHead.rows.length - 1]);
+    return [...t.tBodies].flatMap((b) => [...b.rows]).filter((r) => width(r) !== head)
+      .map((r) => `${t.id || t.className}: ${head} headings over ${width(r)} cells`);
+  })"""
+HEADINGS = "(table) => [...table.tHead.rows[0].cells].map((c) => c.textContent)"
+
+
+def column(page: Page, heading: str) -> dict[str, str]:
+    """What the held-out rows table shows under `heading` on the screen, by row index."""
+    return dict(page.locator("#rows-table").evaluate(
+        """(table, heading) => {
+          const th = [...table.tHead.rows[0].cells].find((c) => c.textContent === heading).getBoundingClientRect();
+          const x = th.left + th.width / 2;
+          return [...table.tBodies[0].rows].map((r) => [r.dataset.index, [...r.cells].find((c) => {
+            const box = c.getBoundingClientRect();
+            return box.left <= x && x < box.right;
+          })?.textContent]);
+        }""", heading))
+
+
+def assert_answers_under_their_models(page: Page, finished: Finished) -> None:
+    tuned, base = column(page, "fine-tuned"), column(page, "base model")
+    for row in finished.rows:
+        if str(row["index"]) in tuned and row["answer"] is not None:
+            assert tuned[str(row["index"])] == (row["answer"] or "(empty)")
+            assert base[str(row["index"])] == (row["answer_before"] or "(empty)")
+    references = column(page, "reference")
+    assert all(references[str(r["index"])] == r["reference"] for r in finished.rows if str(r["index"]) in references)
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(900)
+def test_the_page_writes_no_null_and_its_headings_stand_over_their_columns(finished: Finished, page: Page) -> None:
+    # A finished job: the loss chart and the before/after figures in the first screen, the rest folded below
+    page.goto(f"{finished.url}/#/jobs/{finished.job_id}")
+    page.locator("#evaluation").wait_for()
+    page.locator("#export-panel").wait_for()
+    height = page.evaluate("() => window.innerHeight")
+    assert page.locator("#loss-chart").bounding_box()["y"] < height
+    assert page.locator("#evaluation").bounding_box()["y"] < height
+    assert page.locator("#fold-chat").get_attribute("open") is not None
+    assert page.locator("#fold-rows").get_attribute("open") is None
+    page.locator("#fold-rows summary").click()
+    page.locator("#rows-note").filter(has_text="20 of 20 rows").wait_for()
+    assert page.evaluate(STRAY_TEXT) == [] and page.evaluate(UNEVEN_TABLES) == []
+    assert page.locator("#rows-table").evaluate(HEADINGS) == [
+        "row", "loss (base → tuned)", "prompt", "reference", "fine-tuned", "base model"]
+    assert_answers_under_their_models(page, finished)  # by loss: the answered rows among the 20
+    page.locator("#rows-by").select_option("rouge_l")
+    page.locator("#rows-note").filter(has_text="ROUGE-L first").wait_for()
+    assert page.locator("#rows-table").evaluate(HEADINGS) == [
+        "row", "loss (base → tuned)", "ROUGE-L", "prompt", "reference", "fine-tuned", "base model"]
+    assert_answers_under_their_models(page, finished)
+    assert page.evaluate(STRAY_TEXT) == [] and page.evaluate(UNEVEN_TABLES) == []
+    screenshot(page, "job-sections.png")
+
+    # The form, with a dataset's preview
+    page.goto(finished.url)
+    page.locator("#f-local_datasets").fill(str(DATA / "alpaca.jsonl"))
+    page.locator("#preview-format").wait_for(timeout=90_000)
+    page.locator("#estimate-fit").wait_for(timeout=60_000)
+    assert page.evaluate(STRAY_TEXT) == [] and page.evaluate(UNEVEN_TABLES) == []
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(900)
+def test_the_job_list_tells_alike_names_apart_and_badges_say_the_step(finished: Finished, page: Page) -> None:
+    names = [*(f"stop and resume a long run, take {n}" for n in (1, 2, 3)),
+             "stop and resume a long run on the bundled alpaca rows, take 4"]
+
+    def listed(route: Route) -> None:
+        real = route.fetch().json()
+        job = next(j for j in real["items"] if j["id"] == finished.job_id)
+        alike = [{**job, "id": f"{job['id']}{n}", "name": name} for n, name in enumerate(names)]
+        # evaluating the base model: its status is still loading_dataset, its phase the step
+        running = {**job, "id": f"{job['id']}run", "name": "running", "status": "loading_dataset",
+                   "phase": "evaluating_base", "is_terminal": False}
+        route.fulfill(json={**real, "items": [*alike, running], "total": len(alike) + 1})
+
+    page.route(re.compile(r".*/api/jobs\?limit=.*"), listed)
+    page.goto(finished.url)
+    cells = page.locator(".job-row .cell-model")
+    cells.nth(len(names)).wait_for()
+    page.locator(".job-list").screenshot(path=str(ARTIFACTS / "job-list-names.png"))
+    shown = []
+    for n, name in enumerate(names):
+        cell = cells.nth(n)
+        assert name in (cell.get_attribute("title") or "")  # the whole name on hover
+        assert cell.evaluate("(c) => c.scrollHeight <= c.clientHeight + 1"), cell.evaluate(
+            "(c) => [c.scrollHeight, c.clientHeight, c.getBoundingClientRect().width, getComputedStyle(c).display]")
+        shown.append(cell.text_content())
+    assert shown[:3] == names[:3]  # on two lines, whole
+    assert "…" in shown[3] and shown[3].endswith(", take 4") and shown[3].startswith("stop and resume")
+    page.locator(".job-list").screenshot(path=str(ARTIFACTS / "job-list-names.png"))
+    badge = page.locator('.job-row[data-job-id$="run"] .badge')
+    assert badge.inner_text() == "evaluating base" and badge.get_attribute("data-status") == "loading_dataset"
+    said = page.evaluate("""async () => (await import("/js/util.js")).jobActivity(
+        {status: "stopping", phase: "evaluating_base"})""")
+    assert said == "stopping"  # a step is said only while the job runs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from tunestudio.api import create_app
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.status import CANCELLABLE, STOPPABLE, JobStatus
 from tunestudio.settings import Settings
+from tunestudio.worker import child
+from tunestudio.worker.child import WorkerArgs
 
 from ..helpers import fake_workers
 from ..helpers.jobs import DATA
@@ -187,6 +190,72 @@ def test_models_and_the_estimate_from_config_json(client: TestClient, settings: 
     # "~user" of no user on this machine (pathlib raises RuntimeError): refused by name, not a server error
     no_user = client.post("/api/models/estimate", json={"model_name": "~no-such-user-here/model"})
     assert no_user.status_code == 422 and no_user.json()["detail"]["field"] == "model_name"
+
+
+def test_the_memory_total_is_bytes_its_parts_whatever_the_step_count(client: TestClient, tmp_path: Path) -> None:
+    # The memory total was the time total (issue 38): null without a step count, the seconds with one.
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+              "vocab_size": 100, "tie_word_embeddings": True}
+    _fake_model(tmp_path / "models" / "small", config, {"embed": [100, 64]})
+    ask = {"model_name": str(tmp_path / "models" / "small"), "batch_size": 4, "max_seq_length": 32}
+    untimed = client.post("/api/models/estimate", json=ask).json()
+    timed = client.post("/api/models/estimate", json={**ask, "max_steps": 40}).json()
+    assert untimed["total_seconds"] is None and timed["total_seconds"] > 0
+    for got in (untimed, timed):
+        parts = ("weights_bytes", "adapter_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                 "runtime_bytes")
+        assert isinstance(got["total_bytes"], int) and got["total_bytes"] == sum(got[p] for p in parts)
+        assert got["runtime_bytes"] > 0 and got["fits"] is True
+    assert timed["total_bytes"] == untimed["total_bytes"]
+
+
+def trains_then_evaluates(args: WorkerArgs) -> None:
+    """A training job of max_steps steps, 0.1 s and 120 tokens each, evaluating for 1 s at its last step: its last
+    metric record is an eval-only one (no loss, no tokens), as a real job's is when it evaluates at its end."""
+    from tunestudio.events import Progress
+    from tunestudio.worker.channel import QueueChannel
+
+    child.become_worker(args)
+    channel = QueueChannel(args.events, args.commands)
+    channel.phase("training")
+    steps = int(args.public_config["max_steps"])
+    for step in range(1, steps + 1):
+        channel.emit(Progress, step=step, total_steps=steps, loss=1.0, num_tokens=120 * step,
+                     tokens_per_second=1200.0, elapsed_seconds=0.1 * step)
+    channel.emit(Progress, step=steps, total_steps=steps, eval_loss=0.9, elapsed_seconds=0.1 * steps + 1.0)
+    channel.completed(output_dir=None, global_step=steps)
+    channel.close()
+    sys.exit(0)
+
+
+def test_the_estimate_learns_from_a_finished_job_whose_last_record_is_an_evaluation(settings: Settings,
+                                                                                     tmp_path: Path) -> None:
+    # It once read a job's speed from its last record alone: after a job that evaluated at its end it said
+    # "arithmetic" as if nothing had run here.
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+              "vocab_size": 100, "tie_word_embeddings": True}
+    model = tmp_path / "models" / "small"
+    _fake_model(model, config, {"embed": [100, 64]})
+    shape = {"model_name": str(model), "batch_size": 4, "max_steps": 10, "max_seq_length": 64, "eval_steps": 0,
+             "sample_prompts": [], "gradient_accumulation_steps": 1, "training_type": "lora", "lora_r": 8}
+    manager = JobManager(settings, worker_target=trains_then_evaluates)
+    with TestClient(create_app(settings, manager), base_url=BASE, headers={"Origin": BASE}) as client:
+        before = client.post("/api/models/estimate", json=shape).json()
+        assert before["seconds_source"] == "arithmetic"
+        created = client.post("/api/jobs", json={**shape, "local_datasets": [str(DATA / "alpaca.jsonl")]}).json()
+        wait_until(lambda: client.get(f"/api/jobs/{created['id']}").json()["status"] == "completed", 60, "the end")
+        job = client.get(f"/api/jobs/{created['id']}").json()
+        after = client.post("/api/models/estimate", json={**shape, "dataset": {"tokens_per_row": 30}}).json()
+        assert after["seconds_source"] == "measured" and any(job["id"] in line for line in after["basis"])
+        assert after["seconds_per_step"] == pytest.approx(0.1)  # its steps, its evaluation left out
+        assert after["tokens_per_step"] == 120
+        # the same job again: as long as it took, start to end
+        assert after["total_seconds"] == pytest.approx(job["finished_at"] - job["started_at"], rel=0.01)
+        as_it_stood = client.post("/api/models/estimate", json={**shape, "as_of": job["created_at"]}).json()
+        assert as_it_stood["seconds_source"] == "arithmetic"  # the job's page: the estimate before it ran
+    manager.close()
 
 
 def test_a_resumed_job_links_to_its_child_and_offers_no_second_resume(settings: Settings) -> None:

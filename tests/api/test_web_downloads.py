@@ -22,7 +22,7 @@ from tunestudio.settings import Settings
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerArgs
 
-from ..helpers.browser import browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
+from ..helpers.browser import browser, narrowed, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
 from ..helpers.chat import ChatHome
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
@@ -33,7 +33,6 @@ from .test_web_studio import axe_serious
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 NAME = "données 東京"
-WIDE = "() => document.scrollingElement.scrollWidth"
 
 
 def samples_until_go(args: WorkerArgs) -> None:
@@ -132,8 +131,7 @@ def test_downloads_of_a_job_and_of_its_export(server: str, job: Job, page: Page)
     assert page.locator("#download-weights").count() == 0  # an export is its files, no zip of its own
     assert axe_serious(page) == []
 
-    page.set_viewport_size({"width": 390, "height": 844})
-    assert page.evaluate(WIDE) <= 390
+    assert narrowed(page) <= 390
     page.goto(f"{server}/#/jobs/{job.id}")
     page.locator(f"#download-export-{export_id}").wait_for()
     page.wait_for_function("() => Number(document.querySelector('#resources-chart').dataset.samples) >= 2")

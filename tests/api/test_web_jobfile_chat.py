@@ -16,7 +16,7 @@ from tunestudio.config.files import parse_config_text
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
-from ..helpers.browser import browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
+from ..helpers.browser import browser, narrowed, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
 from ..helpers.chat import PROMPT, ChatHome, add_saved_step
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
@@ -25,7 +25,6 @@ from .test_web_studio import axe_serious
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 SECRET = "hf_NeverInCopiedText42"
 SYSTEM = "You answer like a farmer."
-WIDE = "() => document.scrollingElement.scrollWidth"
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +115,7 @@ def test_without_a_clipboard_the_text_is_selected_for_copying(server: str, job: 
       return box.id === 'copy-text' && box.selectionStart === 0 && box.selectionEnd === box.value.length; }""")
     assert selected
     assert "learning_rate: 0.002" in page.locator("#copy-text").input_value()
-    page.set_viewport_size({"width": 390, "height": 844})
-    assert page.evaluate(WIDE) <= 390
+    assert narrowed(page) <= 390
     screenshot(page, "form-copy-fallback-390.png")
 
 
@@ -151,6 +149,5 @@ def test_chat_with_a_system_prompt_and_a_saved_step_shows_the_template_and_the_p
     assert page.locator(f'.chat-log[data-model="{job.id}:step-20"] .chat-msg.assistant').count() == 1
     assert page.locator("#chat-error").is_hidden()
     page.locator("#chat-prompt-note", has_text=f"for {job.id}:step-20").wait_for()
-    page.set_viewport_size({"width": 390, "height": 844})
-    assert page.evaluate(WIDE) <= 390
+    assert narrowed(page) <= 390
     screenshot(page, "job-chat-settings-390.png")

@@ -73,6 +73,8 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
         page.locator("#f-sample_prompts").fill("Reverse the letters of the word.\n\ngarden")
         page.locator("#estimate-fit").filter(has_text="Fits").wait_for()
         page.locator("#estimate-total-time").filter(has_text="in all").wait_for()  # max_steps set: a total
+        memory = page.locator("#estimate-total").inner_text()  # was the seconds in all, or "null", in "B"
+        assert re.fullmatch(r"\d+(\.\d+)? (MiB|GiB)", memory), memory
         assert page.locator("#estimate-basis li").count() >= 3  # what the time rests on, one line each
         screenshot(page, "studio-form-upload-estimate.png")
         page.locator("#start").click()

@@ -7,12 +7,14 @@ a full-page picture under tests/artifacts.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -53,3 +55,13 @@ def screenshot(page: Page, name: str) -> Path:
     path = ARTIFACTS / name
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def narrowed(page: Page, width: int = 390, height: int = 844, timeout_ms: int = 10_000) -> int:
+    """Resize the viewport, then wait (a deadline, not a sleep) until the page fits it: a chart follows its box
+    through a ResizeObserver, a frame after the resize, so a measure taken at once can see the old width.
+    Returns the page's scroll width; the caller asserts it."""
+    page.set_viewport_size({"width": width, "height": height})
+    with contextlib.suppress(PlaywrightTimeout):  # the caller's assertion names the width
+        page.wait_for_function(f"() => document.scrollingElement.scrollWidth <= {width}", timeout=timeout_ms)
+    return page.evaluate("() => document.scrollingElement.scrollWidth")

@@ -306,3 +306,14 @@ def sweep_trial(args: WorkerArgs) -> None:
     channel.emit(Completed, output_dir=str(output), stopped=False, saved=True, global_step=total, metrics=metrics)
     channel.close()
     sys.exit(0)
+
+
+def reports_its_config(args: WorkerArgs) -> None:
+    """Says what it was handed: the typed job's type, its model and whether its secret arrived whole."""
+    _setup(args)
+    emit = _Emitter(args.events)
+    token = args.config.hf_token.get_secret_value() if args.config is not None and args.config.hf_token else None
+    emit("log", level="info", message=f"{type(args.config).__name__} {getattr(args.config, 'model_name', None)} "
+                                      f"token={hashlib.sha256((token or '').encode()).hexdigest()[:12]}")
+    emit("completed", output_dir=None, stopped=False, saved=False, global_step=0)
+    emit.close()

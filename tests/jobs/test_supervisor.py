@@ -81,3 +81,15 @@ def test_malformed_events_leave_the_pump_alive(tmp_path: Path) -> None:
     assert [e.step for e in run.of(Progress)] == [1, 2, 3, 4, 5]
     logs = run.of(Log)
     assert len(logs) == 1 and len(logs[0].message) == 5_000_000  # garbage and the replayed seq were skipped
+
+
+def test_the_worker_receives_the_typed_job_its_secret_inside(tmp_path: Path) -> None:
+    """One typed hand-off (issue 39): the supervisor hands a local worker the JobConfig validated at submit, its
+    secret whole, not a dict to validate again."""
+    import hashlib
+
+    cfg = job_config("org/fake", tmp_path / "out", hf_token="hf_secret_value")
+    run = run_job(cfg, timeout=30, target=fake_workers.reports_its_config)
+    assert run.outcome.kind == "completed", run.outcome
+    digest = hashlib.sha256(b"hf_secret_value").hexdigest()[:12]
+    assert [e.message for e in run.of(Log)] == [f"JobConfig org/fake token={digest}"]

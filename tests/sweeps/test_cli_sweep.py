@@ -10,8 +10,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tunestudio import cli_sweep
 from tunestudio.cli import app
+from tunestudio.cli import sweep as cli_sweep
 from tunestudio.jobs.manager import JobManager
 
 from ..helpers import fake_workers

@@ -226,3 +226,23 @@ def test_a_job_with_dedupe_exact_trains_without_the_planted_duplicates(planted: 
     assert any(f"dedupe exact: removed {len(planted.exact)} of {planted.usable} rows" in m for m in messages)
     assert any(f"dropped {len(planted.refused)} of {planted.usable + len(planted.refused)} rows" in m
                for m in messages)
+
+
+def test_the_report_finds_rows_that_differ_only_in_punctuation_case_or_spacing(tmp_path: Path) -> None:
+    """Issue 38 finding 6: five rows that repeat others but for punctuation, case and spacing are near duplicates,
+    named with the rows they repeat; rows sharing only some words are not merged."""
+    rows = [{"instruction": f"Describe the cedar number {i} and its {kind}", "output": f"It grows {i} metres in "
+             f"{kind} soil near the {place} river"}
+            for i, (kind, place) in enumerate(zip(["bark", "roots", "leaves", "cones", "wood", "seeds"],
+                                                  ["Oak", "Elm", "Ash", "Yew", "Fir", "Bay"], strict=True))]
+    changed = [{"instruction": r["instruction"].upper(), "output": r["output"] + "."} for r in rows[:2]] + [
+        {"instruction": r["instruction"].replace(" ", " ,  ") + "?", "output": r["output"].replace(" ", "\t")}
+        for r in rows[2:4]]
+    changed.append({"instruction": "describe: the cedar-number 4, and its WOOD!", "output": rows[4]["output"]})
+    path = tmp_path / "cedar.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + changed), encoding="utf-8")
+    dup = build(config(path))["duplicates"]
+    assert (dup["exact"], dup["near"]) == (0, 5)
+    assert sorted((ex["rows"][0]["line"], ex["rows"][1]["line"]) for ex in dup["examples"]) == [
+        (1, 7), (2, 8), (3, 9), (4, 10), (5, 11)]
+    assert "casefolded" in dup["method"]

@@ -36,11 +36,9 @@ from tunestudio.api.routes import (
 from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import BodyLimit, RequestGuard
 from tunestudio.inference import InferencePool
-from tunestudio.jobs.executor import inference_executor
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.status import RUNNING
+from tunestudio.jobs import RUNNING, JobManager, inference_executor
+from tunestudio.judge import FOLDER as JUDGEMENTS
 from tunestudio.judge import Judgements
-from tunestudio.judge.service import FOLDER as JUDGEMENTS
 from tunestudio.settings import Settings
 from tunestudio.sweeps import Sweeps
 

@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 
 from tunestudio.api.errors import ApiError
 from tunestudio.api.security import EVENT_STREAM_ROUTES, token_ok
-from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs import JobManager
 from tunestudio.settings import Settings
 
 

@@ -17,8 +17,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunestudio.config import field_errors
-from tunestudio.jobs.models import JobConflict, JobNotFound, QueueFull
-from tunestudio.jobs.store import StoreUnavailable
+from tunestudio.jobs import JobConflict, JobNotFound, QueueFull, StoreUnavailable
 from tunestudio.paths import PathRefused
 
 log = logging.getLogger(__name__)

@@ -26,12 +26,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tunestudio.api.errors import ApiError
 from tunestudio.api.routes.openai import OpenAIRoute, error_response
 from tunestudio.api.upload_store import CONVERTED
-from tunestudio.config import JobConfig, format_validation_error
-from tunestudio.inference.models import SUFFIX, fine_tuned_name
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job, JobConflict, JobNotFound, QueueFull
-from tunestudio.jobs.status import JobStatus
-from tunestudio.jobs.store import StoreUnavailable
+from tunestudio.config import (
+    OPENAI_TYPES,
+    JobConfig,
+    MethodSpec,
+    OpenAIFile,
+    format_validation_error,
+    method_spec,
+    openai_method,
+)
+from tunestudio.inference import SUFFIX, fine_tuned_name
+from tunestudio.jobs import Job, JobConflict, JobManager, JobNotFound, JobStatus, QueueFull, StoreUnavailable
 from tunestudio.paths import PathRefused
 from tunestudio.settings import Settings
 
@@ -228,7 +233,7 @@ class MethodConfig(BaseModel):
 class MethodIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["supervised", "dpo"]
+    type: Literal["supervised", "dpo"]  # OpenAI's words; the methods they train: config.OPENAI_TYPES
     supervised: MethodConfig | None = None
     dpo: MethodConfig | None = None
 
@@ -252,6 +257,11 @@ class CreateJob(BaseModel):
     def kind(self) -> Literal["supervised", "dpo"]:
         return self.method.type if self.method else "supervised"
 
+    @property
+    def trains(self) -> tuple[MethodSpec, OpenAIFile]:
+        """The studio method this request's method type trains, and the rows and format of its files."""
+        return openai_method(self.kind)
+
     def hyper(self) -> HyperparametersIn:
         """The hyperparameters asked for: the method's, or the older top-level ones (not both)."""
         inner = getattr(self.method, self.kind) if self.method else None
@@ -273,13 +283,13 @@ def config_fields(body: CreateJob, training: Path, validation: Path | None, rows
     per-device batch the largest divisor of N up to the studio's default (2). learning_rate_multiplier scales
     the studio's default learning rate (2e-4, a LoRA rate). One checkpoint per epoch (save_steps).
     """
-    hyper = body.hyper()
-    if body.kind != "dpo" and _given(hyper.beta) is not None:
-        raise ApiError(400, "invalid_request", "beta is a hyperparameter of method dpo", field="beta")
+    hyper, (spec, file) = body.hyper(), body.trains
+    if "beta" not in spec.options and _given(hyper.beta) is not None:
+        with_beta = [t for t in OPENAI_TYPES if "beta" in openai_method(t)[0].options]
+        raise ApiError(400, "invalid_request", f"beta is a hyperparameter of method {' or '.join(with_beta)}",
+                       field="beta")
     fields: dict[str, Any] = {
-        "model_name": body.model, "local_datasets": [str(training)],
-        "method": "dpo" if body.kind == "dpo" else "sft",
-        "format_type": "preference" if body.kind == "dpo" else "messages",
+        "model_name": body.model, "local_datasets": [str(training)], "method": spec.name, "format_type": file.format,
         "eval_generate_rows": 0,
     }
     if (epochs := _given(hyper.n_epochs)) is not None:
@@ -369,14 +379,13 @@ def hyperparameters(config: JobConfig) -> Hyperparameters:
     epochs = float(config.num_epochs)
     batch = config.batch_size * config.gradient_accumulation_steps * config.num_processes
     multiplier = config.learning_rate / DEFAULT_LEARNING_RATE
-    beta = config.beta if config.method == "dpo" else None
+    beta = config.beta if method_spec(config.method).openai_kind == "dpo" else None  # OpenAI's dpo settings
     return Hyperparameters(n_epochs=int(epochs) if epochs.is_integer() else epochs, batch_size=batch,
                            learning_rate_multiplier=float(f"{multiplier:.6g}"), beta=beta)
 
 
 def method_of(config: JobConfig, hyper: Hyperparameters) -> MethodOut:
-    name = config.method
-    kind = {"sft": "supervised", "pretrain": "supervised", "dpo": "dpo", "grpo": "reinforcement"}.get(name, name)
+    kind = method_spec(config.method).openai_kind
     settings = MethodSettings(hyperparameters=hyper)
     return MethodOut(type=kind, supervised=settings if kind == "supervised" else None,
                      dpo=settings if kind == "dpo" else None)

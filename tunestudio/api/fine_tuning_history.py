@@ -23,9 +23,8 @@ from pydantic import BaseModel
 from tunestudio.api.errors import ApiError
 from tunestudio.api.fine_tuning import Chain
 from tunestudio.checkpoints import CHECKPOINT, TRAINER_STATE, is_complete
-from tunestudio.inference.models import fine_tuned_name
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job, JobEvent
+from tunestudio.inference import fine_tuned_name
+from tunestudio.jobs import Job, JobEvent, JobManager
 
 EVENT_PREFIX = "ftevent-"
 CHECKPOINT_PREFIX = "ftckpt-"

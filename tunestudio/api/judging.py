@@ -15,7 +15,7 @@ import time
 
 from tunestudio.inference import InferencePool, InferenceUnavailable, JobSource, UnknownModel, resolve
 from tunestudio.inference_protocol import Delta, Done, Error, GenerateParams, Reply
-from tunestudio.judge.core import Answerer, JudgeError, Messages
+from tunestudio.judge import Answerer, JudgeError, Messages
 
 MAX_ANSWER_TOKENS = 256
 ANSWER_IDLE_S = 300.0  # the worker's silence about one answer (a model's first load included) that ends it

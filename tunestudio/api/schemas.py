@@ -7,10 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from tunestudio.events import Best, Evaluation, HeldOut, Sample
-from tunestudio.inference.models import weights_folder
-from tunestudio.jobs import artefacts
-from tunestudio.jobs.models import Job, JobKind
-from tunestudio.jobs.status import JobStatus
+from tunestudio.inference import weights_folder
+from tunestudio.jobs import Job, JobKind, JobStatus, owned_artefacts
 
 
 class Artefact(BaseModel):
@@ -94,7 +92,7 @@ class JobOut(BaseModel):
 def _artefacts(job: Job) -> list[Artefact]:
     """What the job wrote in its output folder (jobs.artefacts.owned): a file the user put there is not listed."""
     out = []
-    for path in artefacts.owned(job):
+    for path in owned_artefacts(job):
         size = path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         out.append(Artefact(name=path.name, bytes=size, is_dir=path.is_dir()))
     return out

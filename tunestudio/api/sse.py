@@ -18,9 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from tunestudio.api.errors import ApiError
-from tunestudio.jobs.manager import JobManager, Subscription
-from tunestudio.jobs.models import JobEvent
-from tunestudio.jobs.store import INT64_MAX, StoreUnavailable
+from tunestudio.jobs import INT64_MAX, JobEvent, JobManager, StoreUnavailable, Subscription
 
 log = logging.getLogger(__name__)
 # What reading the store may raise when the disk is full or failing.

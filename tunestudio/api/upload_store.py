@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tunestudio.api.errors import ApiError
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import Job, JobManager, JobStatus
 
 __all__ = ["CONVERTED", "KINDS", "TEMPORARY", "copy_from", "free_name", "readers", "reserved", "safe_name",
            "size_of", "stored_bytes", "write_file"]

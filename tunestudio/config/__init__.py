@@ -2,7 +2,8 @@
 
 - `vocabulary.py`: the literals and enums a config is written in, their aliases, the bounds.
 - `methods.py`: one `MethodSpec` per training method (formats, options, mappings, defaults, main metric,
-  its own checks) and the reward grammar; the config, the worker and the page read it.
+  its own checks, rows per example, its OpenAI method type) and the reward grammar; the config, the worker,
+  the estimate, the OpenAI API and the page read it.
 - `seed.py`: every other spelling a field takes (the seed's, aliases, words for booleans), in one
   before-validator.
 - `parts.py`: the per-concern parts (model, data, optimisation, adapters, media, logging, outputs, method,
@@ -23,7 +24,11 @@ from tunestudio.config.methods import (
     METHOD_OPTIONS,
     METHOD_SPECS,
     METHODS,
+    OPENAI_TYPES,
     MethodSpec,
+    OpenAIFile,
+    method_spec,
+    openai_method,
     reward_name,
     reward_source,
 )
@@ -40,7 +45,8 @@ from tunestudio.config.vocabulary import (
 
 __all__ = [
     "ANSWER_REWARDS", "BUILTIN_REWARDS", "MAX_ROWS", "MAX_STEPS", "METHODS", "METHOD_FORMATS", "METHOD_MAIN_METRIC",
-    "METHOD_OPTIONS", "METHOD_SPECS", "SECRET_FIELDS", "ConfigError", "DataSpec", "FormatType", "JobConfig",
-    "MappingTarget", "Method", "MethodSpec", "ReportSpec", "TrainingType", "field_errors", "format_validation_error",
-    "load_config", "reward_name", "reward_source", "summary",
+    "METHOD_OPTIONS", "METHOD_SPECS", "OPENAI_TYPES", "SECRET_FIELDS", "ConfigError", "DataSpec", "FormatType",
+    "JobConfig", "MappingTarget", "Method", "MethodSpec", "OpenAIFile", "ReportSpec", "TrainingType", "field_errors",
+    "format_validation_error", "load_config", "method_spec", "openai_method", "reward_name", "reward_source",
+    "summary",
 ]

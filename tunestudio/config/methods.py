@@ -2,14 +2,16 @@
 
 Adding a method means adding an entry here (and its trainer builder in worker/train/methods.py): the validator
 reads its formats, options, mapping fields, defaults and checks; the worker picks the trainer family; the
-page (GET /api/web/defaults) shows its label, summary, formats, defaults and main metric.
+estimate reads its rows per example and whether its loss is fused; the OpenAI fine-tuning API its method type
+and the file it trains from; the page (GET /api/web/defaults) shows its label, summary, formats, defaults and
+main metric. Each field says what it means (`MethodSpec.help`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 # A check reads a whole JobConfig (config/job.py, which reads this registry: named here as Any, no circle).
@@ -17,7 +19,8 @@ JobConfig = Any
 
 __all__ = [
     "ANSWER_REWARDS", "BUILTIN_REWARDS", "METHODS", "METHOD_ALIASES", "METHOD_FORMATS", "METHOD_MAIN_METRIC",
-    "METHOD_OPTIONS", "METHOD_SPECS", "MethodSpec", "method_spec", "reward_name", "reward_source",
+    "METHOD_OPTIONS", "METHOD_SPECS", "OPENAI_TYPES", "MethodSpec", "OpenAIFile", "method_spec", "openai_method",
+    "reward_name", "reward_source",
 ]
 
 # Built-in GRPO reward functions (tunestudio/worker/rewards.py); the first three compare with a row's `answer`.
@@ -40,29 +43,67 @@ def reward_source(entry: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class OpenAIFile:
+    """How POST /v1/fine_tuning/jobs trains a method: the rows an OpenAI training file holds for it
+    (api/fine_tune_data.py: chat or preference rows) and the studio format they are converted to."""
+
+    rows: Literal["chat", "preference"]
+    format: str
+
+
+@dataclass(frozen=True)
 class MethodSpec:
-    """One training method.
+    """One training method: every fact the config, the worker, the estimate, the OpenAI API and the page know of
+    it, each field with its help (TRL's way: `field(metadata={"help": ...})`; `MethodSpec.help(name)`)."""
 
-    trainer: the TRL trainer family that builds it (sft and pretrain both train with SFTTrainer).
-    options: the JobConfig fields that mean something for this method (and perhaps others) only.
-    mappings: what custom_format_mapping may map columns to, as alternatives (each a tuple of the fields that
-        must all be mapped); empty: columns map to chat roles. optional_mappings: fields that may be mapped too.
-    defaults: JobConfig defaults that depend on the method (applied when the field is not given).
-    check: the method's own rule over a whole config (raises ValueError "field: reason").
-    """
+    name: str = field(metadata={"help": "JobConfig.method's value."})
+    label: str = field(metadata={"help": "The page's name for it."})
+    summary: str = field(metadata={"help": "One line the page shows under the label."})
+    trainer: Literal["sft", "dpo", "orpo", "kto", "grpo"] = field(metadata={
+        "help": "The TRL trainer family that builds it (worker/train/methods.py; sft and pretrain both train with "
+                "SFTTrainer)."})
+    formats: tuple[str, ...] = field(metadata={"help": "The dataset formats it trains on (auto picks one)."})
+    options: tuple[str, ...] = field(default=(), metadata={
+        "help": "The JobConfig fields that mean something for this method (and perhaps others) only; set for "
+                "another method, an error naming both."})
+    mappings: tuple[tuple[str, ...], ...] = field(default=(), metadata={
+        "help": "What custom_format_mapping may map columns to, as alternatives (each a tuple of the fields that "
+                "must all be mapped); empty: columns map to chat roles."})
+    optional_mappings: tuple[str, ...] = field(default=(), metadata={"help": "Fields that may be mapped too."})
+    defaults: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "JobConfig defaults that depend on the method (applied when the field is not given)."})
+    main_metric: str | None = field(default=None, metadata={
+        "help": "The metric it is watched by (TRL's name: the CLI's bar, the page's method chart, early stopping "
+                "as eval_<name>); None: the loss."})
+    aliases: tuple[str, ...] = field(default=(), metadata={"help": "Other spellings of its name."})
+    check: Callable[[JobConfig], None] | None = field(default=None, metadata={
+        "help": 'Its own rule over a whole config (raises ValueError "field: reason").'})
+    rows_per_example: int = field(default=1, metadata={
+        "help": "Sequences a batch runs per example: 2 where a pair's chosen and rejected answers run together. "
+                "The estimate counts it in a micro-batch's activations and logits, the tokens of a step and each "
+                "evaluation's forward pass."})
+    openai_type: str | None = field(default=None, metadata={
+        "help": "The OpenAI fine-tuning API's method.type a job of it is shown as (GET /v1/fine_tuning/jobs); "
+                "None: its own name."})
+    openai_file: OpenAIFile | None = field(default=None, metadata={
+        "help": "Set on the method POST /v1/fine_tuning/jobs trains when asked for its openai_type: the rows its "
+                "training file holds and the format they become; None: the API does not start it."})
 
-    name: str
-    label: str
-    summary: str
-    trainer: Literal["sft", "dpo", "orpo", "kto", "grpo"]
-    formats: tuple[str, ...]
-    options: tuple[str, ...] = ()
-    mappings: tuple[tuple[str, ...], ...] = ()
-    optional_mappings: tuple[str, ...] = ()
-    defaults: dict[str, Any] = field(default_factory=dict)
-    main_metric: str | None = None
-    aliases: tuple[str, ...] = ()
-    check: Callable[[JobConfig], None] | None = None
+    @property
+    def openai_kind(self) -> str:
+        """The method.type the OpenAI fine-tuning API shows a job of this method as."""
+        return self.openai_type or self.name
+
+    @property
+    def fused_head(self) -> bool:
+        """Whether its loss goes through TRL's fused LM head (SFTTrainer's), which never holds a whole batch's
+        logits: the estimate counts a tile of them instead."""
+        return self.trainer == "sft"
+
+    @classmethod
+    def help(cls, name: str) -> str:
+        """A field's help."""
+        return next(f.metadata["help"] for f in fields(cls) if f.name == name)
 
     def public(self) -> dict[str, Any]:
         """What the page reads of the method (GET /api/web/defaults)."""
@@ -116,22 +157,24 @@ _REWARD_OPTIONS = ("num_generations", "max_completion_length", "generation_tempe
 METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("sft", "SFT", "supervised fine-tuning on examples", "sft",
                formats=("alpaca", "sharegpt", "messages", "prompt_completion", "text"),
-               options=(*_SEQUENCE_OPTIONS, "train_on_completions"), aliases=("supervised",)),
+               options=(*_SEQUENCE_OPTIONS, "train_on_completions"), aliases=("supervised",),
+               openai_type="supervised", openai_file=OpenAIFile("chat", "messages")),
     MethodSpec("dpo", "DPO", "preference pairs: chosen over rejected", "dpo", formats=("preference",),
-               options=("beta", "dpo_loss_type"), mappings=(_PAIRS,), main_metric="rewards/margins"),
+               options=("beta", "dpo_loss_type"), mappings=(_PAIRS,), main_metric="rewards/margins",
+               rows_per_example=2, openai_type="dpo", openai_file=OpenAIFile("preference", "preference")),
     MethodSpec("orpo", "ORPO", "preference pairs, no reference model", "orpo", formats=("preference",),
-               options=("beta",), mappings=(_PAIRS,), main_metric="rewards/margins"),
-    # TRL's KTOTrainer splits each preference pair into a desirable and an undesirable row
+               options=("beta",), mappings=(_PAIRS,), main_metric="rewards/margins", rows_per_example=2),
+    # TRL's KTOTrainer splits each preference pair into a desirable and an undesirable row, each its own example
     MethodSpec("kto", "KTO", "replies labelled good or bad", "kto", formats=("unpaired", "preference"),
                options=("beta", "desirable_weight", "undesirable_weight"),
                mappings=(("prompt", "completion", "label"), _PAIRS), main_metric="rewards/margins",
                check=_check_kto),
     MethodSpec("grpo", "GRPO", "reward functions score sampled replies", "grpo", formats=("prompt_only",),
                options=_REWARD_OPTIONS, mappings=(("prompt",),), optional_mappings=("answer",),
-               main_metric="reward", check=_check_grpo),
+               main_metric="reward", check=_check_grpo, openai_type="reinforcement"),
     MethodSpec("pretrain", "Pretrain", "continued pretraining on plain text", "sft", formats=("text",),
                options=_SEQUENCE_OPTIONS, mappings=(("text",),), defaults={"packing": True},
-               aliases=("continued_pretraining", "pretraining", "cpt")),
+               aliases=("continued_pretraining", "pretraining", "cpt"), openai_type="supervised"),
 )}
 
 METHOD_ALIASES = {alias: spec.name for spec in METHOD_SPECS.values() for alias in spec.aliases}
@@ -153,3 +196,16 @@ METHOD_MAIN_METRIC: dict[str, str] = {n: s.main_metric for n, s in METHOD_SPECS.
 
 def method_spec(name: str) -> MethodSpec:
     return METHOD_SPECS[name]
+
+
+# The OpenAI fine-tuning API's method types that POST /v1/fine_tuning/jobs starts (MethodSpec.openai_file).
+OPENAI_TYPES: tuple[str, ...] = tuple(s.openai_kind for s in METHOD_SPECS.values() if s.openai_file is not None)
+
+
+def openai_method(openai_type: str) -> tuple[MethodSpec, OpenAIFile]:
+    """The method a POST /v1/fine_tuning/jobs of this method.type trains, and the file it trains from (KeyError:
+    a type the API does not start)."""
+    for spec in METHOD_SPECS.values():
+        if spec.openai_file is not None and spec.openai_kind == openai_type:
+            return spec, spec.openai_file
+    raise KeyError(openai_type)

@@ -8,7 +8,9 @@ answer the same object: each validates a `ReportSpec` (config/report.py: the job
 checks), the API confines its paths (`paths.confine_inputs`), and both resolve them (`resolved`).
 
 Bounded: the child is killed past REPORT_TIMEOUT_S seconds, or as soon as its resident memory (with any
-children of its own) passes REPORT_MAX_RSS bytes, checked every WATCH_S. Through the API at most
+children of its own) passes REPORT_MAX_RSS bytes, checked every WATCH_S. The child streams the rows and keeps
+about 300 bytes of each (worker/data/tally.py): a million short rows take about 95 s and 0.8 GiB with a
+tokenizer on two cores (bench/dataset_report.py --shape short). Through the API at most
 MAX_CHILDREN reports run at once and MAX_WAITING wait for their turn on the event loop (holding no
 thread); one more, or a wait longer than SLOT_WAIT_S, is ReportBusy.
 """
@@ -76,7 +78,8 @@ def run_report(spec: ReportSpec, *, timeout_s: float | None = None, max_rss: int
             if not proc.is_alive() and not receive.poll(0):
                 raise ReportError(f"the dataset report's process died (exit code {proc.exitcode})")
             if time.monotonic() - started > timeout_s:
-                raise ReportTimeout(f"the dataset report took longer than {timeout_s:.0f}s and was stopped")
+                raise ReportTimeout(f"the dataset report took longer than {timeout_s:.0f}s and was stopped; report on "
+                                    "fewer rows (dataset_slice_start/end) or a part of the files")
             used = _rss(proc.pid)
             if used > max_rss:
                 raise ReportTooLarge(f"the dataset report needed more than {max_rss / 2**30:.1f} GiB of memory "

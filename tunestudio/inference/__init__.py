@@ -7,12 +7,29 @@ factory); it imports nothing of jobs/ or worker/, and talks to its worker in `tu
 
 from __future__ import annotations
 
-from tunestudio.inference.models import BASE_SUFFIX, ChatJob, ChatModel, JobSource, UnknownModel, chat_models, resolve
+from tunestudio.inference.models import (
+    BASE_SUFFIX,
+    FINISHED,
+    SUFFIX,
+    ChatJob,
+    ChatModel,
+    JobSource,
+    UnknownModel,
+    chat_models,
+    checkpoint_steps,
+    fine_tuned_name,
+    resolve,
+    spec_for,
+    weights_folder,
+)
 from tunestudio.inference.pool import Generation, InferencePool, InferenceUnavailable, WorkerExecutor
+from tunestudio.inference.templates import chat_template
 from tunestudio.inference_protocol import CompletionParams, GenerateParams, ModelSpec
 
 __all__ = [
     "BASE_SUFFIX",
+    "FINISHED",
+    "SUFFIX",
     "ChatJob",
     "ChatModel",
     "CompletionParams",
@@ -25,5 +42,10 @@ __all__ = [
     "UnknownModel",
     "WorkerExecutor",
     "chat_models",
+    "chat_template",
+    "checkpoint_steps",
+    "fine_tuned_name",
     "resolve",
+    "spec_for",
+    "weights_folder",
 ]

@@ -34,9 +34,14 @@ class Executor(Protocol):
     """One worker's way of running: start, watch, talk, kill."""
 
     def start(
-        self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train"
+        self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train",
+        config: Any = None,
     ) -> None:
-        """Start the worker (the recipe `kind`: train, export or inference); raises if it could not be started."""
+        """Start the worker (the recipe `kind`: a kind of job, or inference); raises if it could not be started.
+
+        config: the typed job (a kinds.py config, secrets inside) for an executor whose worker is a process of
+        this machine's (it takes it as it is); one that crosses another boundary (torchrun's ranks, Ray) sends the
+        JSON form and secrets, which the worker validates."""
 
     @property
     def pid(self) -> int | None:
@@ -86,7 +91,8 @@ class LocalExecutor:
         self._proc: Any = None
 
     def start(
-        self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train"
+        self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train",
+        config: Any = None,
     ) -> None:
         self._pipe = kind == "inference"
         if self._pipe:
@@ -94,7 +100,7 @@ class LocalExecutor:
         else:
             self._events = events = self._ctx.Queue()
         args = WorkerArgs(public_config, secrets, events, self._commands, os.getpid(), log_path, kind,
-                          cache_dir=self.cache_dir)
+                          cache_dir=self.cache_dir, config=config)
         name = "tunestudio-inference" if self._pipe else "tunestudio-worker"
         self._proc = self._ctx.Process(target=self.target, args=(args,), name=name)
         self._proc.start()

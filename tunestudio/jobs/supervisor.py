@@ -105,7 +105,7 @@ class Supervisor:
     def start(self) -> None:
         log_path = str(self.log_path) if self.log_path else None
         kind = kind_of_config(self.config).name
-        self.executor.start(self.config.public_dict(), self.config.secrets(), log_path, kind)
+        self.executor.start(self.config.public_dict(), self.config.secrets(), log_path, kind, config=self.config)
         threading.Thread(target=self._pump, name=f"pump-{self.pid}", daemon=True).start()
 
     @property

@@ -93,8 +93,10 @@ class LauncherExecutor:
 
     # --- start -------------------------------------------------------------------
     def start(
-        self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train"
+        self, public_config: dict[str, Any], secrets: dict[str, str], log_path: str | None, kind: WorkerKind = "train",
+        config: Any = None,
     ) -> None:
+        """The JSON form crosses to the launcher (its ranks validate it); `config` is not sent."""
         if not spec_of(kind).distributed:  # exports run as one local process (executor_for)
             raise ValueError(f"a {type(self).__name__} runs training jobs only, not {kind}")
         self._dir = tempfile.mkdtemp(prefix="tunestudio-ddp-")  # 0700: only this user reaches the link

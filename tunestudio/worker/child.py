@@ -53,6 +53,10 @@ class WorkerArgs:
     runs: a kind of job of `tunestudio.kinds` (its entry names the recipe and
     the config it reads), or "inference" (worker/serve/inference.py: chat, no config).
     cache_dir: where the worker may keep measured decisions between jobs.
+    config: the typed job as the manager validated and resolved it at submit (its secrets inside), when the
+    worker is a process this machine starts for it: the recipe takes it as it is and re-checks only what can
+    change before the start (its inputs still there). None (a rank under torchrun or Ray, which receive the
+    JSON form across their own boundary; a scripted fake): the recipe validates public_config and secrets.
     """
 
     public_config: dict[str, Any]
@@ -63,6 +67,7 @@ class WorkerArgs:
     log_path: str | None = None
     kind: WorkerKind = "train"
     cache_dir: str | None = None
+    config: Any = None
 
 
 class WorkerEntry(Protocol):
@@ -147,7 +152,8 @@ def run(args: WorkerArgs) -> int:
     channel = QueueChannel(args.events, args.commands)
     sampler = Sampler(channel).start()  # CPU, memory (and GPU) of this worker and its children, over time
     try:
-        return recipe(args.public_config, channel, args.secrets, cache_dir=args.cache_dir)
+        given = args.config if args.config is not None else args.public_config
+        return recipe(given, channel, args.secrets, cache_dir=args.cache_dir)
     finally:
         sampler.stop()
         channel.close()

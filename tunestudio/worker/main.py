@@ -76,7 +76,10 @@ def _peak_memory_mb() -> float | None:
 
 
 def _validate(config: JobConfig | dict[str, Any], secrets: dict[str, str] | None) -> JobConfig:
-    """The config validated again, its paths checked again: the worker may start long after the submit."""
+    """The job as the recipe runs it. A typed JobConfig (a local worker: the one the manager validated and resolved
+    at submit) is taken as it is; a dict (a rank under torchrun or Ray, a worker run by hand) is validated here.
+    Either way its paths are checked again, the one thing that can change between submit and start (an input
+    deleted meanwhile): `paths.resolve` of a resolved config changes nothing else."""
     try:
         cfg = config if isinstance(config, JobConfig) else JobConfig.from_parts(config, secrets)
         return paths.resolve(cfg)

@@ -19,7 +19,7 @@ from tunestudio.api.errors import ApiError
 from tunestudio.api.schemas import ERRORS, JobOut
 from tunestudio.bench_config import BenchConfig, BenchOptions
 from tunestudio.inference import UnknownModel
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["benchmarks"], responses=ERRORS)
 MAX_LISTED = 200

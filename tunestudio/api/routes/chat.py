@@ -22,9 +22,16 @@ from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.routes.openai import ChatMessage, get_pool
 from tunestudio.api.schemas import ERRORS
-from tunestudio.inference import BASE_SUFFIX, InferenceUnavailable, UnknownModel, resolve
-from tunestudio.inference.models import FINISHED, checkpoint_steps, spec_for
-from tunestudio.inference.templates import chat_template
+from tunestudio.inference import (
+    BASE_SUFFIX,
+    FINISHED,
+    InferenceUnavailable,
+    UnknownModel,
+    chat_template,
+    checkpoint_steps,
+    resolve,
+    spec_for,
+)
 from tunestudio.inference_protocol import Done, Error, Rendered, Reply
 
 router = APIRouter(prefix="/api", tags=["chat"], responses=ERRORS)

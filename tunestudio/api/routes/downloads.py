@@ -32,9 +32,8 @@ from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.schemas import ERRORS
 from tunestudio.events import Progress
-from tunestudio.inference.models import weights_folder
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job
+from tunestudio.inference import weights_folder
+from tunestudio.jobs import Job, JobManager
 
 router = APIRouter(prefix="/api/jobs", tags=["downloads"], responses=ERRORS)
 

@@ -31,7 +31,7 @@ from tunestudio.api.fine_tuning_history import results_csv
 from tunestudio.api.routes.uploads import one_file
 from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.api.upload_store import CONVERTED
-from tunestudio.jobs.models import JobNotFound
+from tunestudio.jobs import JobNotFound
 
 router = APIRouter(prefix="/v1/files", tags=["OpenAI-compatible fine-tuning"], route_class=FineTuningRoute,
                    responses=OPENAI_ERRORS)

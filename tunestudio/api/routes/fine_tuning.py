@@ -38,22 +38,23 @@ from tunestudio.api.fine_tuning import (
 from tunestudio.api.fine_tuning_history import CheckpointList, EventList, checkpoints_page, events_page
 from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.api.security import confine_paths
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import JobManager, JobStatus
 from tunestudio.settings import Settings
 
 router = APIRouter(prefix="/v1/fine_tuning/jobs", tags=["OpenAI-compatible fine-tuning"],
                    route_class=FineTuningRoute, responses=OPENAI_ERRORS)
 
 
-def _studio_rows(settings: Settings, file_id: str, kind: fine_tune_data.RowKind, param: str) -> tuple[Path, int]:
-    """The studio's copy of an uploaded file (made now, unless one newer than the upload exists) and its rows."""
+def _studio_rows(settings: Settings, file_id: str, body: CreateJob, param: str) -> tuple[Path, int]:
+    """The studio's copy of an uploaded file (made now, unless one newer than the upload exists) and its rows: the
+    rows the request's method trains from, in its format (MethodSpec.openai_file)."""
+    _, file = body.trains
     try:
         source = upload_path(settings, file_id, param)
     except ApiError as exc:
         raise ApiError(400, "invalid_request", f"{param} {file_id!r}: no such file (GET /v1/files lists them)",
                        field=param) from exc
-    target = converted_path(settings, source, "messages" if kind == "chat" else "preference")
+    target = converted_path(settings, source, file.format)
     if target.is_file() and target.stat().st_mtime >= source.stat().st_mtime:
         with target.open("rb") as handle:
             return target, sum(1 for line in handle if line.strip())
@@ -63,15 +64,14 @@ def _studio_rows(settings: Settings, file_id: str, kind: fine_tune_data.RowKind,
     def write(out: BinaryIO) -> None:
         nonlocal count
         with source.open("rb") as handle:
-            count = fine_tune_data.convert(handle, out, kind)
+            count = fine_tune_data.convert(handle, out, file.rows)
 
     uploads = settings.uploads_dir()
     try:
         with upload_store.reserved(uploads, source.stat().st_size, settings.max_uploads_total_bytes):
             upload_store.write_file(target.parent, target.name, file_id, write, place=lambda folder, name: target)
     except fine_tune_data.BadFile as exc:
-        method = "supervised" if kind == "chat" else "dpo"
-        raise ApiError(400, "invalid_file_format", f"{param} {file_id!r} cannot train method {method}: {exc}",
+        raise ApiError(400, "invalid_file_format", f"{param} {file_id!r} cannot train method {body.kind}: {exc}",
                        field=param) from None
     return target, count
 
@@ -88,9 +88,8 @@ def create_job(body: CreateJob, settings: SettingsDep, manager: ManagerDep) -> F
     if body.suffix is not None and not SUFFIX.match(body.suffix):
         raise ApiError(400, "invalid_request", f"suffix {body.suffix!r}: up to 64 letters, digits, '.', '_' or '-'",
                        field="suffix")
-    kind: fine_tune_data.RowKind = "preference" if body.kind == "dpo" else "chat"
-    training, rows = _studio_rows(settings, body.training_file, kind, "training_file")
-    validation = (_studio_rows(settings, body.validation_file, kind, "validation_file")[0]
+    training, rows = _studio_rows(settings, body.training_file, body, "training_file")
+    validation = (_studio_rows(settings, body.validation_file, body, "validation_file")[0]
                   if body.validation_file else None)
     config = job_config(config_fields(body, training, validation, rows))
     try:

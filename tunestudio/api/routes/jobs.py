@@ -26,9 +26,12 @@ from tunestudio.api.schemas import (
 from tunestudio.api.security import confine_export, confine_paths
 from tunestudio.config import JobConfig
 from tunestudio.export_config import ExportOptions
-from tunestudio.jobs.evalrows import ORDER_KEYS, Order
-from tunestudio.jobs.status import JobStatus
-from tunestudio.jobs.store import INT64_MAX  # query parameters must fit SQLite's integers
+from tunestudio.jobs import (
+    INT64_MAX,  # query parameters must fit SQLite's integers
+    ORDER_KEYS,
+    JobStatus,
+    Order,
+)
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 

@@ -19,9 +19,18 @@ from tunestudio.api.errors import ApiError
 from tunestudio.api.judging import MAX_ANSWER_TOKENS
 from tunestudio.api.schemas import ERRORS
 from tunestudio.inference import UnknownModel, resolve
-from tunestudio.judge import Endpoint, JudgementOver, Judgements, JudgeNotConfigured, PromptsError, UnknownJudgement
-from tunestudio.judge import prompts as prompt_source
-from tunestudio.judge.core import Prompt as JudgedPrompt
+from tunestudio.judge import (
+    MAX_PROMPTS,
+    Endpoint,
+    JudgementOver,
+    Judgements,
+    JudgeNotConfigured,
+    PromptsError,
+    UnknownJudgement,
+    held_out_prompts,
+    read_prompts,
+)
+from tunestudio.judge import Prompt as JudgedPrompt
 from tunestudio.paths import expand
 
 router = APIRouter(tags=["judgements"], responses=ERRORS)
@@ -34,11 +43,11 @@ class JudgementRequest(BaseModel):
 
     against: str = Field(default="base", min_length=1, max_length=200,
                          description='"base" (the job\'s base model) or the id of another job.')
-    prompts: list[Prompt] | None = Field(default=None, min_length=1, max_length=prompt_source.MAX_PROMPTS,
+    prompts: list[Prompt] | None = Field(default=None, min_length=1, max_length=MAX_PROMPTS,
                                          description="The prompts to judge on; default: the job's held-out rows.")
     prompts_file: str | None = Field(default=None, max_length=4096,
                                      description="A prompt file (.txt, .jsonl, .json) inside the dataset folders.")
-    limit: int | None = Field(default=None, ge=1, le=prompt_source.MAX_PROMPTS, description="At most this many.")
+    limit: int | None = Field(default=None, ge=1, le=MAX_PROMPTS, description="At most this many.")
     max_tokens: int = Field(default=MAX_ANSWER_TOKENS, ge=1, le=4096, description="Each model's answer, at most.")
 
 
@@ -62,11 +71,11 @@ def _prompts(body: JudgementRequest, job_result: dict[str, Any] | None,
             raise ApiError(422, "path_not_allowed", f"prompts_file: {body.prompts_file!r} is outside the dataset "
                            "folders (TUNESTUDIO_DATASET_ROOTS)", field="prompts_file")
         try:
-            found, source = prompt_source.read(path), str(path)
+            found, source = read_prompts(path), str(path)
         except PromptsError as exc:
             raise ApiError(422, "invalid_request", f"prompts_file: {exc}", field="prompts_file") from None
     else:
-        found, source = prompt_source.held_out(job_result), "the job's held-out rows"
+        found, source = held_out_prompts(job_result), "the job's held-out rows"
         if not found:
             raise ApiError(409, "conflict", "the job has no held-out rows answered by its evaluation; give prompts "
                            "or prompts_file", field="prompts")

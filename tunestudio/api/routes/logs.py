@@ -18,7 +18,7 @@ from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError, error_body
 from tunestudio.api.routes.downloads import regular_file_in
 from tunestudio.api.schemas import ERRORS, ErrorOut
-from tunestudio.jobs.store import INT64_MAX
+from tunestudio.jobs import INT64_MAX
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 

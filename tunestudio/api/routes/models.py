@@ -16,7 +16,8 @@ from tunestudio import paths
 from tunestudio.api import modelinfo
 from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
-from tunestudio.api.estimate import EstimateUnavailable, Measured, estimate
+from tunestudio.api.estimate import EstimateUnavailable, Measured, estimate, measured_from
+from tunestudio.api.estimate_time import MEASURED_JOBS
 from tunestudio.api.hardware import hardware
 from tunestudio.api.schemas import ERRORS
 from tunestudio.config import format_validation_error, summary
@@ -29,8 +30,7 @@ from tunestudio.config.job import (
     OutputPart,
     SeedMediaPart,
 )
-from tunestudio.estimate import flops_per_token
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import JobStatus
 from tunestudio.paths import expand
 from tunestudio.settings import Settings
 
@@ -102,7 +102,7 @@ def list_models(settings: SettingsDep, manager: ManagerDep) -> ModelList:
     local = [LocalModel(**modelinfo.describe(folder)) for folder in modelinfo.local_models(roots)]
     recent: list[str] = []
     for job in manager.list(limit=50):
-        name = job.config.model_name if job.kind == "train" else None
+        name = job.config.model_name if job.spec.trains else None
         if name and name not in recent:
             recent.append(name)
     return ModelList(local=local, recent=recent[:10], cached=modelinfo.cached_hub_models(),
@@ -154,28 +154,44 @@ def _calibrations(settings: Settings) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _measured(manager: ManagerDep, settings: Settings, as_of: float | None) -> list[Measured]:
-    """Finished training jobs on this data directory with a measured speed, newest first."""
-    out = []
+def _measured(manager: ManagerDep, settings: Settings, wanted: dict[str, Any], as_of: float | None) -> list[Measured]:
+    """Finished training jobs on this data directory, newest first, as the estimate holds its formula against them:
+    up to MEASURED_JOBS of the wanted model, training type and method, and as many of others (each one's metrics
+    are read, so no more than that)."""
+    same: list[Measured] = []
+    others: list[Measured] = []
     for job in manager.list([JobStatus.completed, JobStatus.stopped], limit=200):
-        progress = job.progress or {}
-        tps = progress.get("tokens_per_second")
-        if job.kind != "train" or not isinstance(tps, (int, float)) or tps <= 0 or not job.finished_at:
+        if len(same) >= MEASURED_JOBS and len(others) >= MEASURED_JOBS:
+            break
+        if job.kind != "train" or job.resumed_from or not job.finished_at or not job.started_at:
             continue
         if as_of is not None and job.finished_at >= as_of:
             continue
         trained = job.train_config
-        name = trained.model_name
+        kind = same if (trained.model_name, trained.training_type.value, trained.method) == (
+            wanted["model_name"], wanted["training_type"], wanted["method"]) else others
+        if len(kind) >= MEASURED_JOBS:
+            continue
         try:
-            config = modelinfo.read_config(_find_model_folder(name, settings)) or {}
-            cost = flops_per_token(config, trained.training_type.value)
+            config = modelinfo.read_config(_find_model_folder(trained.model_name, settings)) or None
         except (ApiError, OSError, ValueError):
-            cost = None
-        elapsed = progress.get("elapsed_seconds")
-        beyond = (job.finished_at - job.started_at - elapsed
-                  if job.started_at and isinstance(elapsed, (int, float)) else None)
-        out.append(Measured(job.id, name, trained.training_type.value, trained.method, float(tps), cost, beyond))
-    return out
+            config = None
+        result = job.result or {}
+        held_out = (result.get("held_out") or {}).get("rows") or (result.get("evaluation") or {}).get("scored_rows")
+        found = measured_from(job.id, trained.model_name, _estimate_fields(trained), config, manager.metrics(job.id),
+                              job.finished_at - job.started_at if job.status is JobStatus.completed else None,
+                              held_out if isinstance(held_out, int) and held_out > 0 else None)
+        if found is not None:
+            kind.append(found)
+    return same + others
+
+
+def _estimate_fields(checked: BaseModel) -> dict[str, Any]:
+    """The fields the estimate reads, from a validated JobConfig or its parts."""
+    job = {name: getattr(checked, name) for name in ESTIMATE_FIELDS}
+    job["training_type"] = job["training_type"].value
+    job["model_name"] = checked.model_name  # type: ignore[attr-defined]
+    return job
 
 
 @router.post("/estimate")
@@ -190,9 +206,7 @@ def estimate_job(body: EstimateRequest, settings: SettingsDep, manager: ManagerD
     except ValidationError as exc:  # the form's numbers, checked as JobConfig checks them: a 422 naming the field
         errors = format_validation_error(exc)
         raise ApiError(422, "invalid_request", summary(errors), errors=errors) from None
-    job = {name: getattr(checked, name) for name in ESTIMATE_FIELDS}
-    job["training_type"] = checked.training_type.value
-    job["model_name"] = body.model_name
+    job = _estimate_fields(checked)
     config = modelinfo.read_config(folder) or {}
     try:
         parameters = modelinfo.safetensors_parameters(folder)
@@ -201,7 +215,8 @@ def estimate_job(body: EstimateRequest, settings: SettingsDep, manager: ManagerD
                        "job could not load it", field="model_name") from None
     try:
         result = estimate(config, job, hardware(), parameters, _calibrations(settings),
-                          _measured(manager, settings, body.as_of), body.dataset.model_dump() if body.dataset else None)
+                          _measured(manager, settings, job, body.as_of),
+                          body.dataset.model_dump() if body.dataset else None)
     except EstimateUnavailable as exc:
         raise ApiError(422, "unavailable", f"model_name: {exc}", field="model_name") from None
     return {"model": str(folder), **result.as_dict()}

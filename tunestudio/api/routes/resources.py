@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from tunestudio.api.deps import ManagerDep
 from tunestudio.api.schemas import ERRORS
-from tunestudio.jobs.store import INT64_MAX
+from tunestudio.jobs import INT64_MAX
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 

@@ -24,9 +24,7 @@ from tunestudio.api.errors import ApiError
 from tunestudio.api.hardware import hardware
 from tunestudio.api.security import confine_paths
 from tunestudio.config import JobConfig, format_validation_error, summary
-from tunestudio.jobs.manager import JobManager
-from tunestudio.jobs.models import Job, JobConflict
-from tunestudio.jobs.status import JobStatus
+from tunestudio.jobs import Job, JobConflict, JobManager, JobStatus
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/train", tags=["train (seed-compatible)"])

@@ -201,11 +201,11 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     dropped = len(problems)
     deduplicated = 0
     if cfg.dedupe != "off":  # before the split, so no held-out row repeats a training row it removes
-        gone = dedupe_mod.find(examples, near=cfg.dedupe == "near").removed(cfg.dedupe)
-        deduplicated = len(gone)
+        gone = dedupe_mod.find(examples, near=cfg.dedupe == "near").removed(cfg.dedupe).tolist()
+        deduplicated = sum(gone)
         notes.append(dedupe_mod.describe(cfg.dedupe, deduplicated, len(examples)))
-        examples = [e for i, e in enumerate(examples) if i not in gone]
-        sources = [r for i, r in enumerate(sources) if i not in gone]
+        examples = [e for e, out in zip(examples, gone, strict=True) if not out]
+        sources = [r for r, out in zip(sources, gone, strict=True) if not out]
 
     eval_examples: list[dict[str, Any]] = []
     eval_sources: list[Row] = []

@@ -1,30 +1,40 @@
-"""Duplicate rows: exact (the same after normalising whitespace) and near (MinHash LSH, `datasketch`).
+"""Duplicate rows: exact (the same after normalising whitespace) and near (MinHash LSH, `minhash.py`).
 
 One definition for the job (`JobConfig.dedupe`, applied to the usable rows before the eval split) and the
 dataset report (`worker/data/report.py`), so the report counts exactly the rows a job removes.
 
 - exact: two examples are the same once every string in them has its runs of whitespace made one space and
-  its ends stripped (case and punctuation count).
-- near: the estimated Jaccard similarity of their word 3-gram sets (lower-cased, whitespace-split, over all
-  the example's text in reading order) is at least NEAR_THRESHOLD, estimated from NUM_PERM MinHash
-  permutations; LSH finds the candidates, and each candidate is checked against the threshold. Which rows
-  are near duplicates is decided in row order: a row is a near duplicate of the first earlier row it matches
-  that is itself kept.
+  its ends stripped (case and punctuation count). Rows are compared by a 64-bit BLAKE2b hash of that
+  normalised content: two different contents share one with a chance of about n² / 2⁶⁵ (1 in 36 million for
+  a million rows).
+- near: the estimated Jaccard similarity of their word 3-gram sets (over all the example's text in reading
+  order, casefolded, with punctuation and spacing not counted: `minhash.words`) is at least NEAR_THRESHOLD,
+  estimated from NUM_PERM MinHash permutations; LSH finds the candidates, and each candidate is checked
+  against the threshold. Which rows are near duplicates is decided in row order: a row is a near duplicate
+  of the first earlier row it matches that is itself kept.
+
+Per row, the state is a hash and a signature in numpy arrays (`Duplicates`), so a million rows take a few
+hundred megabytes, not a Python object each.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import zlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
-NEAR_THRESHOLD = 0.8
-NUM_PERM = 128
-SHINGLE_WORDS = 3  # shingles() spells out three
-_SEED = 1  # the MinHash permutations: fixed, so a job and its report decide alike
+import numpy as np
+
+from tunestudio.worker.data import minhash
+from tunestudio.worker.data.minhash import NEAR_THRESHOLD, NUM_PERM, SHINGLE_WORDS, Signed
+
+__all__ = ["NEAR_THRESHOLD", "NUM_PERM", "SHINGLE_WORDS", "Duplicates", "Mode", "content_hash", "dedupe",
+           "describe", "exact_key", "find", "find_among", "text_of"]
+
 Mode = Literal["off", "exact", "near"]
+BATCH = 4096  # examples whose signatures are made at once
 
 
 def _normalised(value: Any) -> Any:
@@ -42,6 +52,11 @@ def exact_key(example: dict[str, Any]) -> str:
     return json.dumps(_normalised(example), sort_keys=True, ensure_ascii=False, default=str)
 
 
+def content_hash(example: dict[str, Any]) -> int:
+    """The 64-bit hash of `exact_key`: what exact duplicates share."""
+    return int.from_bytes(hashlib.blake2b(exact_key(example).encode(), digest_size=8).digest(), "little")
+
+
 def text_of(example: dict[str, Any]) -> str:
     """All of an example's text in reading order: strings as they are, conversation turns as 'role: content'."""
     parts: list[str] = []
@@ -55,99 +70,63 @@ def text_of(example: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def shingles(text: str) -> list[bytes]:
-    """The word 3-grams of a text (lower-cased); a text of fewer words is one shingle, an empty one none."""
-    words = text.lower().split()
-    if len(words) <= SHINGLE_WORDS:
-        return [" ".join(words).encode()] if words else []
-    return [f"{a} {b} {c}".encode() for a, b, c in set(zip(words, words[1:], words[2:], strict=False))]
-
-
-def signatures(texts: Iterable[str]) -> list[Any | None]:
-    """One MinHash per text (None for a text without words), with shared permutations."""
-    from datasketch import MinHash
-
-    empty = MinHash(num_perm=NUM_PERM, seed=_SEED, hashfunc=zlib.crc32)
-    out: list[Any | None] = []
-    for text in texts:
-        grams = shingles(text)
-        if not grams:
-            out.append(None)
-            continue
-        signature = empty.copy()
-        signature.update_batch(grams)
-        out.append(signature)
-    return out
-
-
-class NearIndex:
-    """Signatures by row, to look one up against: the earliest allowed row at or above the threshold."""
-
-    def __init__(self, signed: Iterable[tuple[int, Any]]) -> None:
-        from datasketch import MinHashLSH
-
-        self._lsh = MinHashLSH(threshold=NEAR_THRESHOLD, num_perm=NUM_PERM)
-        self._held: dict[int, Any] = {}
-        with self._lsh.insertion_session() as session:
-            for key, signature in signed:
-                if signature is not None:
-                    session.insert(key, signature, check_duplication=False)
-                    self._held[key] = signature
-
-    def match(self, signature: Any, allowed: Callable[[int], bool]) -> tuple[int, float] | None:
-        """(the earliest allowed row whose estimated similarity reaches the threshold, that similarity), or None."""
-        if signature is None:
-            return None
-        best: tuple[int, float] | None = None
-        for key in self._lsh.query(signature):
-            if (best is None or key < best[0]) and allowed(key):
-                similarity = signature.jaccard(self._held[key])
-                if similarity >= NEAR_THRESHOLD:
-                    best = (key, similarity)
-        return best
-
-
 @dataclass
 class Duplicates:
     """Duplicates among rows 0..n-1: each later copy points at the earlier row it repeats."""
 
-    exact: dict[int, int] = field(default_factory=dict)  # row → the first row with the same normalised content
-    near: dict[int, tuple[int, float]] = field(default_factory=dict)  # row → (earlier kept row, similarity)
-    index: NearIndex | None = None  # every row that is no exact copy (with near=True), for later look-ups
-    keys: list[str] = field(default_factory=list)  # each row's exact_key
+    hashes: np.ndarray  # each row's content_hash (uint64)
+    first: np.ndarray  # each row's first row with the same normalised content (itself when it is the first)
+    near_of: np.ndarray  # each row's earlier kept row that it nearly repeats, -1 for none
+    similarity: np.ndarray  # the estimated similarity to near_of (0 where none)
+    signed: Signed | None  # each row's signature (with near), for later look-ups
 
-    def removed(self, mode: Mode) -> set[int]:
-        """The rows `dedupe: mode` removes (near removes the exact duplicates too)."""
+    @property
+    def copies(self) -> np.ndarray:
+        """Whether each row is an exact copy of an earlier row."""
+        return self.first != np.arange(len(self.first))
+
+    @property
+    def exact(self) -> dict[int, int]:
+        """row → the first row with its content, for the exact copies."""
+        return {int(i): int(self.first[i]) for i in np.flatnonzero(self.copies)}
+
+    @property
+    def near(self) -> dict[int, tuple[int, float]]:
+        """row → (the earlier kept row it nearly repeats, the similarity), in row order."""
+        return {int(i): (int(self.near_of[i]), float(self.similarity[i])) for i in np.flatnonzero(self.near_of >= 0)}
+
+    def removed(self, mode: Mode) -> np.ndarray:
+        """Whether `dedupe: mode` removes each row (near removes the exact duplicates too)."""
         if mode == "off":
-            return set()
-        return set(self.exact) | (set(self.near) if mode == "near" else set())
+            return np.zeros(len(self.first), bool)
+        return self.copies | (self.near_of >= 0) if mode == "near" else self.copies
 
 
-def find(examples: Sequence[dict[str, Any]], near: bool, signed: Sequence[Any | None] | None = None) -> Duplicates:
-    """The exact duplicates among `examples` and, if `near`, the near duplicates among the rest.
+def find_among(hashes: np.ndarray, signed: Signed | None) -> Duplicates:
+    """The exact duplicates among rows with these content hashes and, given their signatures, the near
+    duplicates among the rest."""
+    n = len(hashes)
+    first = np.arange(n)
+    if n:
+        _, index, inverse = np.unique(hashes, return_index=True, return_inverse=True)  # index: first occurrences
+        first = index[inverse.reshape(-1)]
+    near_of, similarity = np.full(n, -1, np.int64), np.zeros(n, np.float32)
+    if signed is not None:
+        near_of, similarity = minhash.near_duplicates(signed, first == np.arange(n))
+    return Duplicates(hashes, first, near_of, similarity, signed)
 
-    `signed`: the examples' signatures when the caller already has them (same order).
-    """
-    found = Duplicates()
-    first: dict[str, int] = {}
-    found.keys = [exact_key(example) for example in examples]
-    for i, key in enumerate(found.keys):
-        if key in first:
-            found.exact[i] = first[key]
-        else:
-            first[key] = i
-    if not near:
-        return found
-    if signed is None:
-        signed = signatures(text_of(e) if i not in found.exact else "" for i, e in enumerate(examples))
-    found.index = NearIndex((i, s) for i, s in enumerate(signed) if i not in found.exact)
-    for i, signature in enumerate(signed):
-        if i not in found.exact:
-            # a row matches an earlier row that is itself kept (decided already: rows go in order)
-            match = found.index.match(signature, lambda key, i=i: key < i and key not in found.near)
-            if match is not None:
-                found.near[i] = match
-    return found
+
+def signatures_of(examples: Sequence[dict[str, Any]]) -> Signed:
+    signed = Signed()
+    for start in range(0, len(examples), BATCH):
+        signed.append(*minhash.signatures([text_of(e) for e in examples[start:start + BATCH]]))
+    return signed
+
+
+def find(examples: Sequence[dict[str, Any]], near: bool) -> Duplicates:
+    """The exact duplicates among `examples` and, if `near`, the near duplicates among the rest."""
+    hashes = np.fromiter(map(content_hash, examples), np.uint64, len(examples))
+    return find_among(hashes, signatures_of(examples) if near else None)
 
 
 def dedupe(examples: list[dict[str, Any]], mode: Mode) -> tuple[list[dict[str, Any]], int]:
@@ -155,11 +134,18 @@ def dedupe(examples: list[dict[str, Any]], mode: Mode) -> tuple[list[dict[str, A
     if mode == "off" or not examples:
         return examples, 0
     gone = find(examples, near=mode == "near").removed(mode)
-    return [e for i, e in enumerate(examples) if i not in gone], len(gone)
+    return [e for e, out in zip(examples, gone.tolist(), strict=True) if not out], int(gone.sum())
 
 
 def describe(mode: Mode, removed: int, total: int) -> str:
     """The job's log line for what dedupe did."""
     how = ("exact duplicates (the same after normalising whitespace)" if mode == "exact" else
-           f"exact and near duplicates (MinHash LSH, word {SHINGLE_WORDS}-grams, Jaccard ≥ {NEAR_THRESHOLD})")
+           f"exact and near duplicates (MinHash LSH, word {SHINGLE_WORDS}-grams of the text casefolded without "
+           f"punctuation, Jaccard ≥ {NEAR_THRESHOLD})")
     return f"dedupe {mode}: removed {removed} of {total} rows as {how}; the first of each is kept"
+
+
+def method() -> str:
+    """How near duplicates are found, for the report."""
+    return (f"MinHash LSH, {NUM_PERM} permutations, word {SHINGLE_WORDS}-grams of the text casefolded with "
+            f"punctuation and spacing not counted, estimated Jaccard ≥ {NEAR_THRESHOLD}")

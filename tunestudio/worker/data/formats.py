@@ -18,7 +18,7 @@ from typing import Any
 
 from tunestudio.config import DataSpec, JobConfig
 from tunestudio.worker.data.conversations import HOW_TO_SET, Converter, RowProblem, conversation, text
-from tunestudio.worker.data.sources import Row
+from tunestudio.worker.data.rows import Row, Stream, firsts
 from tunestudio.worker.errors import UserError
 
 __all__ = ["CONVERTERS", "SIGNATURES", "Converter", "RowProblem", "candidates", "detect_format", "resolve_format"]
@@ -123,8 +123,9 @@ CONVERTERS: dict[str, Converter] = {
 }
 
 
-def resolve_format(cfg: JobConfig | DataSpec, rows: list[Row]) -> tuple[str, Converter, bool]:
-    """The format's name, its converter, and whether it was auto-detected."""
+def resolve_format(cfg: JobConfig | DataSpec, rows: list[Row] | Stream) -> tuple[str, Converter, bool]:
+    """The format's name, its converter, and whether it was auto-detected (from each source's first readable row:
+    a stream is read no further)."""
     if cfg.method != "sft":  # preference, unpaired, prompt-only and plain-text formats
         from tunestudio.worker.data import method_formats
 
@@ -133,8 +134,8 @@ def resolve_format(cfg: JobConfig | DataSpec, rows: list[Row]) -> tuple[str, Con
         return "custom", _custom(cfg.custom_format_mapping), False
     if cfg.format_type != "auto":
         return cfg.format_type, CONVERTERS[cfg.format_type], False
-    sources = {}
-    for row in rows:
+    sources: dict[str, list[Row]] = {}
+    for row in firsts(rows):
         sources.setdefault(row.source, []).append(row)
     found = {source: detect_format(part) for source, part in sources.items()}
     if len(set(found.values())) > 1:

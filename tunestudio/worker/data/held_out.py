@@ -30,7 +30,7 @@ from typing import Any
 from tunestudio.worker.data.sources import Row
 from tunestudio.worker.errors import UserError
 
-__all__ = ["FILE_NAME", "Split", "read", "record", "reuse", "row_key", "write"]
+__all__ = ["FILE_NAME", "Split", "read", "record", "reuse", "reuse_keys", "row_key", "write"]
 
 FILE_NAME = "held_out.json"
 VERSION = 1
@@ -98,20 +98,28 @@ def reuse(previous: dict[str, Any], rows: Sequence[Row], path: str | Path) -> Sp
     unchanged data gives the very same indices and a re-ordered file the same rows. Raises UserError naming the
     recorded rows that are not among `rows` any more.
     """
-    keys = [row_key(r.data) for r in rows]
+    return reuse_keys(previous, [row_key(r.data) for r in rows], [(r.source, r.number) for r in rows], path)
+
+
+def reuse_keys(previous: dict[str, Any], keys: Sequence[str], places: Sequence[tuple[str, int]],
+               path: str | Path) -> Split:
+    """`reuse` of rows given by their keys and places (file, line): what the dataset report keeps of them.
+    Only the recorded rows are looked up, so nothing the size of the data is built but the split."""
     wanted = previous["rows"]
+    recorded: dict[tuple[Any, Any, str], list[int]] = {}  # (file, line, key) → the entries that name it
+    for n, entry in enumerate(wanted):
+        recorded.setdefault((entry.get("file"), entry.get("line"), entry["key"]), []).append(n)
     held: set[int] = set()
-    at_place = {(r.source, r.number, k): i for i, (r, k) in enumerate(zip(rows, keys, strict=True))}
-    unmatched = []
-    for entry in wanted:
-        i = at_place.get((entry.get("file"), entry.get("line"), entry["key"]))
-        if i is not None and i not in held:
+    matched: set[int] = set()
+    for i, (place, key) in enumerate(zip(places, keys, strict=True)):
+        if (entries := recorded.get((*place, key))) is not None:  # a place holds one row: its first entry
             held.add(i)
-        else:
-            unmatched.append(entry)
+            matched.add(entries[0])
+    unmatched = [entry for n, entry in enumerate(wanted) if n not in matched]
+    needed = {entry["key"] for entry in unmatched}
     by_content: dict[str, list[int]] = {}
-    for i, k in enumerate(keys):
-        if i not in held:
+    for i, k in enumerate(keys if needed else ()):
+        if k in needed and i not in held:
             by_content.setdefault(k, []).append(i)
     missing = []
     for entry in unmatched:
@@ -129,14 +137,14 @@ def reuse(previous: dict[str, Any], rows: Sequence[Row], path: str | Path) -> Sp
             "dropped or deduplicated by this config). Restore them to evaluate on the same rows, or unset "
             "held_out_rows for a new seeded split (its evaluation is then not comparable with that job's)")
     order = sorted(held)
-    if len(order) == len(rows):
+    if len(order) == len(keys):
         raise UserError(f"held_out_rows: every usable row of this job is one of the {len(order)} rows {path} holds "
                         "out; nothing is left to train on")
     seed = previous.get("seed")
-    note = (f"eval: held out the same {len(order)} rows as {path} (seed {seed}), of {len(rows)} usable rows")
+    note = (f"eval: held out the same {len(order)} rows as {path} (seed {seed}), of {len(keys)} usable rows")
     warning = None
     if _data_key(keys) != previous.get("data"):
         then = previous.get("train_rows")
-        warning = (f"held_out_rows: the training rows changed since {path} was written ({len(rows) - len(order)} "
+        warning = (f"held_out_rows: the training rows changed since {path} was written ({len(keys) - len(order)} "
                    f"now, {then} then); the same {len(order)} rows are held out, the rest train")
-    return Split(train=[i for i in range(len(rows)) if i not in held], held=order, note=note, warning=warning)
+    return Split(train=[i for i in range(len(keys)) if i not in held], held=order, note=note, warning=warning)

@@ -19,11 +19,12 @@ SFT formats; a row that cannot be converted raises `RowProblem`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from tunestudio.config import METHOD_FORMATS, DataSpec, JobConfig
 from tunestudio.worker.data.conversations import Converter, RowProblem, conversation, text
-from tunestudio.worker.data.sources import Row
+from tunestudio.worker.data.rows import Row, Stream, firsts
 from tunestudio.worker.errors import UserError
 
 # The columns that identify each format; the first a method's columns fit is its format.
@@ -154,8 +155,8 @@ def _converter(fmt: str, cfg: JobConfig | DataSpec, conversational: bool) -> Con
     return lambda data: {"text": text(data, "text")}
 
 
-def _holds_conversations(rows: list[Row], mapping: dict[str, str] | None) -> bool:
-    """Whether any row gives a prompt or reply as a list of turns."""
+def _holds_conversations(rows: Iterable[Row], mapping: dict[str, str] | None) -> bool:
+    """Whether any row gives a prompt or reply as a list of turns (a stream is read until one does)."""
     fields = {"prompt", "chosen", "rejected", "completion"}
     columns = {c for c, f in mapping.items() if f in fields} if mapping else fields
     return any(isinstance(row.data.get(c), list) for row in rows if row.data is not None for c in columns)
@@ -185,7 +186,7 @@ def detect(method: str, rows: list[Row]) -> str:
                     f"{sorted(columns)}; {_how_to_set(METHOD_FORMATS[method][0])}")
 
 
-def resolve(cfg: JobConfig | DataSpec, rows: list[Row]) -> tuple[str, Converter, bool]:
+def resolve(cfg: JobConfig | DataSpec, rows: list[Row] | Stream) -> tuple[str, Converter, bool]:
     """The format's name, its converter, and whether it was auto-detected, for any method but sft."""
     formats = METHOD_FORMATS[cfg.method]
     if cfg.custom_format_mapping:
@@ -197,7 +198,7 @@ def resolve(cfg: JobConfig | DataSpec, rows: list[Row]) -> tuple[str, Converter,
     if cfg.format_type != "auto":
         return cfg.format_type, _converter(cfg.format_type, cfg, conversational), False
     sources: dict[str, list[Row]] = {}
-    for row in rows:
+    for row in firsts(rows):
         sources.setdefault(row.source, []).append(row)
     found = {source: detect(cfg.method, part) for source, part in sources.items()}
     if len(set(found.values())) > 1:

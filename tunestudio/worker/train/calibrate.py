@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from tunestudio.config import METHOD_SPECS
 from tunestudio.worker.train import performance
 
 BUDGET_S = 6.0  # measuring rounds after the first stop once they would pass this (warm-ups and one round: always)
@@ -265,8 +266,9 @@ def for_job(cfg: Any, trainer: Any, cache_dir: Path | None) -> Decision | None:
 
 def _measurable(cfg: Any) -> bool:
     """Whether `auto` is measured for the job: not QLoRA (its compute dtype is fixed when the 4-bit weights
-    load), and SFT or pretraining only (other methods' batches are not one labelled forward pass)."""
-    return cfg.training_type.value != "qlora" and str(cfg.method) in ("sft", "pretrain")
+    load), and SFTTrainer's methods only (sft, pretrain: other trainers' batches are not one labelled forward
+    pass)."""
+    return cfg.training_type.value != "qlora" and METHOD_SPECS[str(cfg.method)].trainer == "sft"
 
 
 def _job_key(cfg: Any) -> str:

@@ -4,10 +4,14 @@
 
 import {api} from "./api.js";
 import {reportFigures} from "./report.js";
-import {el, fmtBytes, fmtDuration, fmtNumber, replaceKids} from "./util.js";
+import {el, fmtDuration, fmtNumber, replaceKids} from "./util.js";
 
 const count = (n) => (n >= 1e9 ? `${fmtNumber(n / 1e9, 3)}B` : n >= 1e6 ? `${fmtNumber(n / 1e6, 3)}M`
   : n >= 1e3 ? `${fmtNumber(n / 1e3, 3)}k` : String(n));
+
+// Memory in binary units, as the worker and the OS count it: MiB under a GiB, GiB above.
+const memory = (bytes) => (bytes >= 2 ** 30 ? `${fmtNumber(bytes / 2 ** 30, 3)} GiB`
+  : `${fmtNumber(bytes / 2 ** 20, 3)} MiB`);
 
 export function mountEstimate(box, config) {
   let timer = null, token = 0;
@@ -21,24 +25,25 @@ export function mountEstimate(box, config) {
       const e = await api.estimate(facts ? {...body, dataset: facts} : body);
       if (mine !== token) return;
       const parts = [["model", e.weights_bytes], ["adapter", e.adapter_bytes], ["gradients", e.gradients_bytes],
-        ["optimizer", e.optimizer_bytes], ["activations", e.activations_bytes]].filter(([, v]) => v > 0);
+        ["optimizer", e.optimizer_bytes], ["activations", e.activations_bytes], ["runtime", e.runtime_bytes]]
+        .filter(([, v]) => v > 0);
       box.dataset.fits = String(e.fits);
       replaceKids(box,
         el("p", {class: "estimate-head"},
           el("b", {id: "estimate-params"}, count(e.parameters)), " parameters · ",
           el("b", {id: "estimate-trainable"}, count(e.trainable)), " trained · ",
-          el("b", {id: "estimate-total"}, fmtBytes(e.total_bytes)), " of memory",
+          el("b", {id: "estimate-total"}, memory(e.total_bytes)), " of memory",
           e.seconds_per_step ? ` · ~${e.seconds_per_step < 1 ? `${fmtNumber(e.seconds_per_step, 2)}s`
             : fmtDuration(e.seconds_per_step)} a step${e.seconds_source === "arithmetic" ? "" : " (measured here)"}` : "",
           e.total_seconds ? el("span", {id: "estimate-total-time"}, ` · ~${fmtDuration(e.total_seconds)} in all`) : ""),
         e.basis && e.basis.length ? el("details", {class: "muted small", id: "estimate-basis"},
           el("summary", {}, "what the time rests on"), el("ul", {}, ...e.basis.map((b) => el("li", {}, b)))) : "",
-        el("p", {class: "muted small"}, parts.map(([k, v]) => `${k} ${fmtBytes(v)}`).join(" · ")),
+        el("p", {class: "muted small"}, parts.map(([k, v]) => `${k} ${memory(v)}`).join(" · ")),
         e.fits === false
           ? el("p", {class: "error-text", id: "estimate-fit"}, `Will not fit: ${e.device} has `
-            + `${fmtBytes(e.available_bytes)}. Lower the batch size or length, use LoRA/QLoRA, or turn on `
+            + `${memory(e.available_bytes)}. Lower the batch size or length, use LoRA/QLoRA, or turn on `
             + "activation checkpointing.")
-          : el("p", {class: "muted small", id: "estimate-fit"}, e.fits ? `Fits: ${e.device}, ${fmtBytes(e.available_bytes)}`
+          : el("p", {class: "muted small", id: "estimate-fit"}, e.fits ? `Fits: ${e.device}, ${memory(e.available_bytes)}`
             : "Free memory unknown"),
         e.notes.length ? el("p", {class: "muted small"}, e.notes.join("; ")) : "");
     } catch (err) {

@@ -8,22 +8,18 @@
 
 import {api, ApiError} from "./api.js";
 import {lossChart, methodChart, singleChart, watchChart} from "./charts.js";
-import {chatPanel} from "./chat.js";
 import {downloadsPanel} from "./downloads.js";
-import {judgePanel} from "./judge.js";
-import {benchPanel, benchTable} from "./bench.js";
 import {estimateVersus} from "./estimate.js";
-import {exportPanel} from "./export.js";
 import {mountJobFile} from "./jobfile.js";
 import {mountJobInfo} from "./jobinfo.js";
 import {mountLog} from "./log.js";
 import {MetricSeries} from "./metrics.js";
 import {resourcesPanel} from "./resources.js";
 import {loadParent, withParent} from "./parent.js";
-import {rowsPanel} from "./rows.js";
+import {jobSections, METRIC_LABELS, metricCell} from "./sections.js";
 import {
-  appendKids, basename, confirmAction, datasetLabel, el, fmtBytes, fmtDuration, fmtNumber, fmtWhen, ranFor,
-  replaceKids, statusBadge,
+  appendKids, basename, confirmAction, datasetLabel, el, fmtBytes, fmtDuration, fmtNumber, fmtWhen, jobActivity,
+  jobBadge, ranFor, replaceKids,
 } from "./util.js";
 
 const MAX_POINTS = 100000;
@@ -66,14 +62,6 @@ export async function showJob(main, id, {onChange, navigate}) {
   const warningList = el("ul", {});
   const warningsBox = el("div", {class: "warning-box", id: "job-warnings", hidden: true},
     el("b", {}, "Warnings"), warningList);
-  const results = el("div", {class: "results", id: "results", hidden: true});
-  const judged = el("div", {class: "judged", id: "judged", hidden: true});
-  const rowsSlot = el("div", {id: "rows-slot"});  // the held-out rows one by one, worst first (rows.js)
-  let rowsView = null;
-  const chatSlot = el("div", {id: "chat-slot"});
-  let chat = null;
-  const judgeSlot = el("div", {id: "judge-slot"});  // a pairwise judge against the base (judge.js)
-  let judgeView = null;
   const logBox = el("div", {class: "log", id: "events-log"});
   const fileLogBox = el("div", {class: "log-file", id: "log-file"});
   const infoBox = el("div", {class: "job-info", id: "job-info"});
@@ -90,11 +78,10 @@ export async function showJob(main, id, {onChange, navigate}) {
   const watchKey = stopping && (stopping.metric.startsWith("eval_") ? stopping.metric : `eval_${stopping.metric}`);
   const watchBox = el("div", {class: "chart", id: "watch-chart"});
   const bestLine = el("p", {class: "muted small", id: "best-step"});
-  const exportBox = el("div", {id: "export-box"});
   const versus = estimateVersus(job);  // the estimate before Start against the measured step time
-  const benchBox = el("div", {id: "bench-box"});
-  let benchView = null, benchShown = false;
-  let panel = null;
+  // The evaluation (before/after) for the top; output, samples, held-out rows, chat, judge, export, benchmarks
+  // folding away below the charts (sections.js).
+  const sections = jobSections(job, {navigate});
   const downloads = downloadsPanel(job);  // the adapter or model, files, metrics CSV, log (downloads.js)
   const resources = resourcesPanel(job);  // CPU, memory and GPU of the job's processes over time (resources.js)
 
@@ -128,12 +115,14 @@ export async function showJob(main, id, {onChange, navigate}) {
         stat("lr", "learning rate"), stat("grad", "grad norm"), stat("epoch", "epoch"), stat("elapsed", "elapsed"),
         stat("peak", "peak memory")),
     isExport ? null : versus.node,
-    errorBox, warningsBox, results, judged, rowsSlot, chatSlot, judgeSlot, exportBox, benchBox, infoBox,
+    errorBox, warningsBox,
+    // What a user comes back for, at the top: the loss (and the method's own figures), then before/after.
     el("section", {class: "chart-card wide", hidden: isExport}, el("h2", {}, "Loss"), lossBox),
-    resources.node,
     methodSpec && !isExport ? el("section", {class: "chart-card wide"}, el("h2", {}, methodSpec[1]), methodBox) : null,
     stopping ? el("section", {class: "chart-card wide"},
       el("h2", {}, `Early stopping: ${METRIC_LABELS[stopping.metric] || stopping.metric}`), watchBox, bestLine) : null,
+    sections.figures, sections.folds, infoBox,
+    resources.node,
     el("div", {class: "chart-row", hidden: isExport},
       el("section", {class: "chart-card"}, el("h2", {}, "Learning rate"), lrBox),
       el("section", {class: "chart-card"}, el("h2", {}, "Gradient norm"), gradBox)),
@@ -220,11 +209,13 @@ export async function showJob(main, id, {onChange, navigate}) {
     if (!isExport) versus.update(last.step ? last : p);
   };
   const drawStatus = () => {
-    replaceKids(status, statusBadge(job.status));
-    // A step inside the status (evaluating the base model, generating its answers...), with how far it is.
-    phase.textContent = job.phase && job.phase !== job.status && !job.is_terminal
-      ? `phase: ${job.phase.replaceAll("_", " ")}${phaseCount ? ` ${phaseCount.done} / ${phaseCount.total}` : ""}`
-      : "";
+    replaceKids(status, jobBadge(job));
+    // A step inside the status (evaluating the base model, generating its answers...), with how far it is: the
+    // badge names the step (jobActivity); a step the badge does not name (the job is stopping) is named here.
+    const count = phaseCount ? `${phaseCount.done} / ${phaseCount.total}` : "";
+    const step = job.phase && job.phase !== job.status && !job.is_terminal ? job.phase : null;
+    phase.textContent = !step ? "" : jobActivity(job) === step ? count
+      : `phase: ${step.replaceAll("_", " ")}${count ? ` ${count}` : ""}`;
     document.title = `${job.status.replaceAll("_", " ")} · ${job.name || id} · tunestudio`;
     message.textContent = job.message && job.message !== job.status && job.message !== job.phase ? job.message : "";
     // What the job allows comes from the API (stoppable, cancellable, resumable): no status sets here.
@@ -238,72 +229,8 @@ export async function showJob(main, id, {onChange, navigate}) {
     live.hidden = !source;
     errorBox.hidden = !job.error;
     replaceKids(errorBox, el("b", {}, "Error: "), job.error || "");
-    drawResults();
+    sections.update(job);
     drawBest();
-    // A finished training job with a result gets the Export panel (once).
-    if (!panel && !isExport && job.has_result) {
-      panel = exportPanel(job, {navigate});
-      replaceKids(exportBox, panel);
-    }
-    // ... and the Benchmarks panel; a finished benchmark shows its figures.
-    if (!benchView && !isExport && job.has_result) {
-      benchView = benchPanel(job);
-      replaceKids(benchBox, benchView);
-    }
-    if (isBench && job.is_terminal && !benchShown) {
-      benchShown = true;
-      api.benchmarks(job.source_job).then((page) => {
-        const mine = page.benchmarks.find((b) => b.id === job.id);
-        if (mine && mine.result) replaceKids(benchBox, el("section", {class: "results", id: "bench-result"},
-          el("h2", {}, "Benchmark"), benchTable(mine.result)));
-      }).catch(() => {});
-    }
-  };
-  const drawResults = () => {
-    // Only what exists on disk: a failed or cancelled job has no output folder to point at.
-    const finished = job.is_terminal && job.artefacts.length > 0;
-    results.hidden = !finished;
-    if (!finished) return;
-    const complete = job.status === "completed" || job.status === "stopped";
-    results.classList.toggle("partial", !complete);
-    const metrics = Object.entries(job.final_metrics || {});
-    replaceKids(results, ...[
-      el("h2", {}, complete ? "Output" : "Left on disk"),
-      el("p", {}, el("code", {id: "output-dir", class: "path"}, job.output_dir || "–")),
-      job.checkpoint ? el("p", {class: "muted"}, "checkpoint: ", el("code", {class: "path"}, job.checkpoint)) : null,
-      job.artefacts.length ? el("table", {class: "artefacts", id: "artefacts"},
-        el("tbody", {}, job.artefacts.map((a) => el("tr", {},
-          el("td", {}, el("code", {}, a.name + (a.is_dir ? "/" : ""))), el("td", {class: "num"}, fmtBytes(a.bytes))))))
-        : null,
-      metrics.length ? el("p", {class: "muted small"}, metrics.map(([k, v]) => `${k} ${fmtNumber(v)}`).join(" · ")) : null,
-    ].filter(Boolean));
-    drawJudged();
-    if (!rowsView && job.evaluation && job.evaluation.rows_file) {
-      rowsView = rowsPanel(id, job.evaluation);
-      replaceKids(rowsSlot, rowsView.node);
-    }
-    if (!chat && job.chattable) {
-      chat = chatPanel(id);
-      replaceKids(chatSlot, chat.node);
-    }
-    if (!judgeView && job.chattable) {
-      judgeView = judgePanel(id);
-      replaceKids(judgeSlot, judgeView.node);
-    }
-  };
-  const drawJudged = () => {
-    const samples = job.samples || [], evaluation = job.evaluation;
-    judged.hidden = !samples.length && !evaluation;
-    if (judged.hidden) return;
-    replaceKids(judged, ...[
-      evaluation ? evaluationTable(evaluation) : null,
-      samples.length ? el("section", {class: "samples", id: "samples"}, el("h2", {}, "Samples"),
-        el("table", {class: "compare-table"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
-          el("th", {}, "base model"), el("th", {}, "fine-tuned"))),
-        el("tbody", {}, samples.map((s) => el("tr", {}, el("td", {}, el("pre", {}, s.prompt)),
-          el("td", {}, el("pre", {}, answerText(s.before))),
-          el("td", {}, el("pre", {}, answerText(s.after)))))))) : null,
-    ].filter(Boolean));
   };
   const log = (kind, text) => {
     appendKids(logBox, el("div", {class: `log-line ${kind}`}, text));
@@ -436,45 +363,9 @@ export async function showJob(main, id, {onChange, navigate}) {
     clearInterval(ticker);
     fileLog.dispose();
     if (source) source.close();
-    if (chat) chat.dispose();
-    if (judgeView) judgeView.dispose();
-    if (rowsView) rowsView.dispose();
-    if (panel) panel.dispose();
-    if (benchView) benchView.dispose();
+    sections.dispose();
     downloads.dispose();
     resources.dispose();
     Object.values(charts).forEach((c) => c && c.destroy());
   };
-}
-
-const METRIC_LABELS = {exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L", eval_loss: "eval loss",
-  perplexity: "perplexity"};
-const SHARES = new Set(["exact_match", "token_f1", "rouge_l"]);
-
-/** A model's answer as shown: "–" when there is none yet, "(empty)" when the model said nothing. */
-function answerText(text) {
-  return text === null || text === undefined ? "–" : text.trim() === "" ? "(empty)" : text;
-}
-
-function metricCell(name, v) {
-  return v === null || v === undefined ? "–" : SHARES.has(name) ? `${(100 * v).toFixed(1)}%` : fmtNumber(v);
-}
-
-function evaluationTable(evaluation) {
-  const cell = metricCell;
-  const rows = Object.entries(evaluation.metrics).filter(([, m]) => m.before !== null || m.after !== null);
-  return el("section", {class: "evaluation", id: "evaluation"},
-    el("h2", {}, evaluation.rows ? `Evaluation on ${evaluation.rows} held-out rows` : "Evaluation"),
-    el("table", {class: "compare-table metrics-table"},
-      el("thead", {}, el("tr", {}, el("th", {}, "metric"), el("th", {class: "num"}, "base model"),
-        el("th", {class: "num"}, "fine-tuned"))),
-      el("tbody", {}, rows.map(([name, m]) => el("tr", {"data-metric": name}, el("td", {}, METRIC_LABELS[name] || name),
-        el("td", {class: "num"}, cell(name, m.before)), el("td", {class: "num after"}, cell(name, m.after)))))),
-    evaluation.examples.length ? el("details", {class: "examples"}, el("summary", {}, "Examples"),
-      el("table", {class: "compare-table"}, el("thead", {}, el("tr", {}, el("th", {}, "prompt"),
-        el("th", {}, "reference"), el("th", {}, "base model"), el("th", {}, "fine-tuned"))),
-      el("tbody", {}, evaluation.examples.map((x) => el("tr", {}, el("td", {}, el("pre", {}, x.prompt)),
-        el("td", {}, el("pre", {}, x.reference)), el("td", {}, el("pre", {}, answerText(x.before))),
-        el("td", {}, el("pre", {}, answerText(x.after))))))))
-      : null);
 }

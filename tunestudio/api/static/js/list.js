@@ -4,11 +4,21 @@
 import {api} from "./api.js";
 import {sparkline} from "./charts.js";
 import {
-  appendKids, basename, datasetLabel, el, fmtDuration, fmtNumber, fmtWhen, ranFor, replaceKids, statusBadge,
+  appendKids, basename, datasetLabel, el, fmtDuration, fmtNumber, fmtWhen, jobBadge, ranFor, replaceKids,
 } from "./util.js";
 
 const POLL_MS = 2500;
 const SPARK_POINTS = 80;
+const NAME_CHARS = 48, NAME_TAIL = 16;  // a longer name keeps its first and last characters
+
+/** A job's name in its row, on up to two lines: a longer one loses its middle, not its end (jobs named alike,
+ * "stop and resume 1", "... 2", differ there); all of it on hover. */
+function nameCell(cell, name, about) {
+  const shown = name.length <= NAME_CHARS ? name
+    : `${name.slice(0, NAME_CHARS - NAME_TAIL - 1).trimEnd()}…${name.slice(-NAME_TAIL).trimStart()}`;
+  if (cell.textContent !== shown) cell.textContent = shown;
+  cell.title = about.filter(Boolean).join(" · ");
+}
 
 export class JobList {
   constructor(container, {onSelect}) {
@@ -86,8 +96,9 @@ export class JobList {
     const row = el("a", {class: "job-row", href: `#/jobs/${job.id}`, "data-job-id": job.id},
       check,
       el("div", {class: "job-row-main"},
-        el("div", {class: "line"}, cells.status, cells.model),
-        el("div", {class: "line small"}, cells.dataset, cells.when, cells.ran)),
+        // The name has a line of its own (two if it needs them): beside the badge it was cut to "stop and resum…".
+        el("div", {class: "line"}, cells.model),
+        el("div", {class: "line small"}, cells.status, cells.dataset, cells.when, cells.ran)),
       el("div", {class: "spark-col"}, sparkBox, cells.loss));
     const r = {row, check, cells, spark: sparkline(sparkBox), sparkFor: null, finalLoss: null};
     this.rows.set(job.id, r);
@@ -96,19 +107,18 @@ export class JobList {
   }
 
   update(r, job) {
-    replaceKids(r.cells.status, statusBadge(job.status));
+    replaceKids(r.cells.status, jobBadge(job));
     if (job.kind === "export") {
-      r.cells.model.textContent = job.name || `export → ${job.config.target}`;
-      r.cells.model.title = job.output_dir || "";
+      const name = job.name || `export → ${job.config.target}`;
+      nameCell(r.cells.model, name, [name, job.output_dir]);
       r.cells.dataset.textContent = `of ${job.source_job}`;
     } else if (job.kind === "bench") {  // a benchmark (bench.js): its tasks, of its source job
       const tasks = [...(job.config.tasks || []), ...(job.config.eval_file ? [basename(job.config.eval_file)] : [])];
-      r.cells.model.textContent = job.name || `benchmark: ${tasks.join(", ")}`;
-      r.cells.model.title = job.output_dir || "";
+      const name = job.name || `benchmark: ${tasks.join(", ")}`;
+      nameCell(r.cells.model, name, [name, job.output_dir]);
       r.cells.dataset.textContent = `of ${job.source_job}`;
     } else {
-      r.cells.model.textContent = job.name || basename(job.config.model_name);
-      r.cells.model.title = job.name ? `${job.name} · ${job.config.model_name}` : job.config.model_name;
+      nameCell(r.cells.model, job.name || basename(job.config.model_name), [job.name, job.config.model_name]);
       r.cells.dataset.textContent = datasetLabel(job.config);
     }
     r.cells.when.textContent = fmtWhen(job.created_at);

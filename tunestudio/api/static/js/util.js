@@ -85,7 +85,37 @@ export function datasetLabel(config) {
 }
 
 export function statusBadge(status) {
-  return el("span", {class: `badge status-${status}`, "data-status": status}, status.replace("_", " "));
+  return el("span", {class: `badge status-${status}`, "data-status": status}, status.replaceAll("_", " "));
+}
+
+// A running job's status moves only at the worker's big phases; the steps inside one (evaluating_base,
+// generating_base: the base model judged before training, the result after it) are its `phase` alone.
+const RUNNING = new Set(["starting", "loading_model", "loading_dataset", "training", "saving"]);
+
+/** What a job is doing: the step it is in while it runs (not "loading dataset" while it evaluates the base
+ * model), else its status. */
+export function jobActivity(job) {
+  return RUNNING.has(job.status) && job.phase && !RUNNING.has(job.phase) ? job.phase : job.status;
+}
+
+/** A job's badge: coloured by its status, saying what it is doing (jobActivity). */
+export function jobBadge(job) {
+  const badge = statusBadge(job.status);
+  badge.textContent = jobActivity(job).replaceAll("_", " ");
+  return badge;
+}
+
+/** A section that folds away: a <details> whose summary is the section's own first h2 (moved there), opened as
+ * the user last left this kind of section (kept in the browser), else as `open` says. */
+export function fold(key, section, open = true) {
+  const stored = localStorage.getItem(`tunestudio.fold.${key}`);
+  const details = el("details", {class: "fold", id: `fold-${key}`, open: stored === null ? open : stored === "open"},
+    el("summary", {}, section.querySelector("h2")), section);
+  details.addEventListener("toggle", () => {  // a choice is kept only where it differs from the default
+    if (details.open === open) localStorage.removeItem(`tunestudio.fold.${key}`);
+    else localStorage.setItem(`tunestudio.fold.${key}`, details.open ? "open" : "closed");
+  });
+  return details;
 }
 
 /** A confirmation in the page's own dialog; resolves true when the user says yes. */

@@ -16,18 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from tunestudio.judge.core import Judgement, Prompt, Row, Summary
+from tunestudio.cli.common import console, err
+from tunestudio.judge import Judgement, Prompt, Row, Summary
 
 if TYPE_CHECKING:
-    from tunestudio.jobs.manager import JobManager
+    from tunestudio.jobs import JobManager
 
 T = TypeVar("T")
-
-console = Console()
-err = Console(stderr=True)
 
 
 def _rate(rate: object) -> str:
@@ -95,10 +92,8 @@ def judge(
     Ctrl-C cancels: the rows judged before are printed, and the exit code is 130."""
     from tunestudio.api.judging import pool_answerer
     from tunestudio.inference import InferencePool
-    from tunestudio.jobs.executor import inference_executor
-    from tunestudio.jobs.manager import JobManager
-    from tunestudio.judge import Endpoint
-    from tunestudio.judge.core import run
+    from tunestudio.jobs import JobManager, inference_executor
+    from tunestudio.judge import Endpoint, run
     from tunestudio.settings import Settings
 
     settings = Settings()
@@ -137,7 +132,7 @@ def _what_to_judge(manager: JobManager, job_id: str, against: str, prompts: Path
                    limit: int | None) -> tuple[str, list[Prompt]]:
     """The model judged against, and the prompts; exit 2 naming what is missing."""
     from tunestudio.inference import resolve
-    from tunestudio.judge import prompts as prompt_source
+    from tunestudio.judge import held_out_prompts, read_prompts
 
     try:
         job = manager.get(job_id)
@@ -147,7 +142,7 @@ def _what_to_judge(manager: JobManager, job_id: str, against: str, prompts: Path
     other = f"{job_id}:base" if against == "base" else against
     for model_id in (job_id, other):
         _checked(lambda model_id=model_id: resolve(manager, model_id))
-    asked = _checked(lambda: prompt_source.read(prompts) if prompts else prompt_source.held_out(job.result))
+    asked = _checked(lambda: read_prompts(prompts) if prompts else held_out_prompts(job.result))
     if not asked:
         err.print("[red]the job has no held-out rows answered by its evaluation: give --prompts FILE[/red]")
         raise typer.Exit(2)

@@ -16,15 +16,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err = Console(stderr=True)
+from tunestudio.cli.common import console, err
+
+if TYPE_CHECKING:
+    from tunestudio.bench_config import BenchOptions
+    from tunestudio.jobs import Job, JobManager
 SERVER_START_S = 30.0
 
 
@@ -63,7 +65,7 @@ def completions_server(settings: Any, manager: Any) -> Iterator[tuple[str, Any]]
     from tunestudio.api.deps import require_token
     from tunestudio.api.routes import completions, openai
     from tunestudio.inference import InferencePool
-    from tunestudio.jobs.executor import inference_executor
+    from tunestudio.jobs import inference_executor
 
     app = FastAPI(title="tunestudio bench")
     app.state.settings, app.state.manager = settings, manager
@@ -102,25 +104,43 @@ def bench(
     """Run lm-evaluation-harness on a job and its base model: per task and metric, before, after, difference."""
     import json
 
-    from tunestudio.api.benchmarks import bench_config
+    from tunestudio.jobs import JobStatus
+
+    options = _options(tasks, eval_file, limit, chat_template)
+    final = _run(job_id, options)
+    if final.status is not JobStatus.completed:
+        err.print(f"[red]benchmark {final.status.value}: {final.error or final.message}[/red]", soft_wrap=True)
+        raise typer.Exit(1)
+    result = (final.result or {}).get("benchmarks") or {}
+    if json_out:
+        print(json.dumps(result, indent=2))
+    else:
+        console.print(results_table(result))
+
+
+def _options(tasks: str, eval_file: Path | None, limit: int | None, chat_template: bool | None) -> BenchOptions:
+    """The command's options as the benchmark's, or exit 2 naming the field that is wrong."""
     from tunestudio.bench_config import BenchOptions
     from tunestudio.config import format_validation_error
-    from tunestudio.events import Log, Phase, StatusEvent, WarningEvent, parse_stream_event
-    from tunestudio.inference import UnknownModel
-    from tunestudio.jobs.manager import JobManager
-    from tunestudio.jobs.models import JobConflict, JobNotFound, QueueFull
-    from tunestudio.jobs.status import JobStatus
-    from tunestudio.paths import PathRefused
-    from tunestudio.settings import Settings
 
     try:
-        options = BenchOptions(tasks=[t.strip() for t in tasks.split(",") if t.strip()],
-                               eval_file=str(eval_file) if eval_file else None, limit=limit,
-                               chat_template=chat_template)
+        return BenchOptions(tasks=[t.strip() for t in tasks.split(",") if t.strip()],
+                            eval_file=str(eval_file) if eval_file else None, limit=limit, chat_template=chat_template)
     except ValidationError as exc:
         for item in format_validation_error(exc):
             err.print(f"[red]{item['field']}: {item['message']}[/red]")
         raise typer.Exit(2) from None
+
+
+def _run(job_id: str, options: BenchOptions) -> Job:
+    """The benchmark job, submitted with this process's completions server for its worker to call, followed to
+    its end; exit 2 for a job or model that cannot be benchmarked."""
+    from tunestudio.api.benchmarks import bench_config
+    from tunestudio.inference import UnknownModel
+    from tunestudio.jobs import JobConflict, JobManager, JobNotFound, QueueFull
+    from tunestudio.paths import PathRefused
+    from tunestudio.settings import Settings
+
     settings = Settings()
     token = settings.api_token.get_secret_value() if settings.api_token is not None else None
     with JobManager(settings, adopt_queued=False) as manager, completions_server(settings, manager) as (url, _):
@@ -133,36 +153,36 @@ def bench(
         console.print(f"benchmark [bold]{job.id}[/bold] of job {job_id}: {', '.join(config.tasks) or ''}"
                       f"{' + ' if config.tasks and config.eval_file else ''}{config.eval_file or ''}")
         console.print(f"worker log: {job.log_path}")
-        cancelled = threading.Event()
-        previous = signal.signal(signal.SIGINT, lambda *_: cancelled.set())  # the handler records; the loop acts
-        try:
-            with manager.subscribe(job.id) as stream:
-                while True:
-                    if cancelled.is_set():
-                        cancelled.clear()
-                        console.print("[red]cancelling[/]")
-                        with contextlib.suppress(JobConflict):
-                            manager.cancel(job.id)
-                    item = stream.get(timeout=0.2)
-                    if item is None:
-                        continue
-                    event = parse_stream_event(item.data)
-                    if isinstance(event, StatusEvent):
-                        console.print(f"[dim]{event.status}[/dim]")
-                    elif isinstance(event, Phase):
-                        console.print(f"{event.phase.replace('_', ' ')}: {event.message}")
-                    elif isinstance(event, (Log, WarningEvent)):
-                        console.print(f"[dim]{event.message}[/dim]")
-                    if item.is_end:
-                        break
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        final = manager.get(job.id)
-    if final.status is not JobStatus.completed:
-        err.print(f"[red]benchmark {final.status.value}: {final.error or final.message}[/red]", soft_wrap=True)
-        raise typer.Exit(1)
-    result = (final.result or {}).get("benchmarks") or {}
-    if json_out:
-        print(json.dumps(result, indent=2))
-    else:
-        console.print(results_table(result))
+        _watch(manager, job.id)
+        return manager.get(job.id)
+
+
+def _watch(manager: JobManager, job_id: str) -> None:
+    """Print the job's status, phases and logs until it ends; Ctrl-C cancels it."""
+    from tunestudio.events import Log, Phase, StatusEvent, WarningEvent, parse_stream_event
+    from tunestudio.jobs import JobConflict
+
+    cancelled = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: cancelled.set())  # the handler records; the loop acts
+    try:
+        with manager.subscribe(job_id) as stream:
+            while True:
+                if cancelled.is_set():
+                    cancelled.clear()
+                    console.print("[red]cancelling[/]")
+                    with contextlib.suppress(JobConflict):
+                        manager.cancel(job_id)
+                item = stream.get(timeout=0.2)
+                if item is None:
+                    continue
+                event = parse_stream_event(item.data)
+                if isinstance(event, StatusEvent):
+                    console.print(f"[dim]{event.status}[/dim]")
+                elif isinstance(event, Phase):
+                    console.print(f"{event.phase.replace('_', ' ')}: {event.message}")
+                elif isinstance(event, (Log, WarningEvent)):
+                    console.print(f"[dim]{event.message}[/dim]")
+                if item.is_end:
+                    break
+    finally:
+        signal.signal(signal.SIGINT, previous)

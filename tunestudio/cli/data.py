@@ -1,5 +1,6 @@
 """`tunestudio data inspect FILE…` (or `--hf-dataset ID`): the dataset report in the terminal, or as one JSON
-object (--json, the same object `POST /api/datasets/report` answers).
+object (--json, the same object `POST /api/datasets/report` answers): both ask tunestudio/data_report/, through
+its face, for the report (made in a bounded child).
 
 Exit codes: 0 with a report; 1 when the report could not be made (the dataset cannot be read, it took too
 long or too much memory); 2 for arguments a job would refuse.
@@ -13,17 +14,15 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tunestudio.cli.common import console, err
 from tunestudio.config import ReportSpec, format_validation_error
-from tunestudio.data_report.runner import ReportError, resolved, run_report
+from tunestudio.data_report import ReportError, resolved, run_report
 from tunestudio.paths import PathRefused
 
 data_app = typer.Typer(no_args_is_help=True, help="Look at a dataset before training on it.")
-console = Console()
-err = Console(stderr=True)
 SHOWN = 8  # refused rows, duplicate groups and overlapping rows shown in the terminal (--json has more)
 SHOWN_COPIES = 4  # rows named per group of duplicates
 BAR = 40  # characters of the longest histogram bar

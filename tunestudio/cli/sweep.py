@@ -15,18 +15,15 @@ from typing import Annotated, Any
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tunestudio.cli.common import console, err
 from tunestudio.config import field_errors
-from tunestudio.jobs.manager import JobManager
+from tunestudio.jobs import JobManager
 from tunestudio.paths import PathRefused, resolve
 from tunestudio.settings import Settings
 from tunestudio.sweeps import BeforeAfter, SweepConfig, Sweeps, SweepView
-
-console = Console()
-err = Console(stderr=True)
 
 
 def load_sweep(path: Path) -> SweepConfig:
