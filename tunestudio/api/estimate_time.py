@@ -31,8 +31,8 @@ from typing import Any
 
 from tunestudio.config import METHOD_SPECS
 from tunestudio.estimate import Shape, flops_per_token, job_memory
-from tunestudio.worker.train.evaluation import BATCH as ANSWER_BATCH
-from tunestudio.worker.train.evaluation import LOSS_BATCH, MAX_NEW_TOKENS, SCORED_ROWS
+from tunestudio.worker.train import BATCH as ANSWER_BATCH
+from tunestudio.worker.train import LOSS_BATCH, MAX_NEW_TOKENS, SCORED_ROWS
 
 __all__ = ["MEASURED_JOBS", "Facts", "Measured", "Parts", "Rates", "Timing", "measured_from", "time_job"]
 

@@ -16,7 +16,7 @@ _FACE = {
     "batching": ("ChoosingCollator", "describe"),
     "best": ("stopper_of",),
     "calibrate": ("cached", "for_job"),
-    "evaluation": ("Evaluator",),
+    "evaluation": ("BATCH", "Evaluator", "LOSS_BATCH", "MAX_NEW_TOKENS", "SCORED_ROWS"),
     "integrations": ("setup",),
     "lmhead": ("install",),
     "model": ("count_4bit_layers", "count_parameters", "from_pretrained", "hidden_size", "load_model",
