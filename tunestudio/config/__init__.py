@@ -6,8 +6,9 @@
   the estimate, the OpenAI API and the page read it.
 - `seed.py`: every other spelling a field takes (the seed's, aliases, words for booleans), in one
   before-validator.
-- `parts.py`: the per-concern parts (model, data, optimisation, adapters, media, logging, outputs, method,
-  early stopping).
+- `parts.py`: the per-concern parts of what is trained (model, data, optimisation, adapters, media, method), each
+  field with the page's label, group and help; `reporting.py`: those of what a job reports and keeps (logging,
+  outputs, early stopping).
 - `job.py`: `JobConfig`, composed of the parts, and `DataSpec`, the data part a dataset preview checks.
 - `report.py`: `ReportSpec`, what the dataset report reads of a job (a DataSpec with the model, the slice,
   dedupe and the held-out split).
@@ -34,6 +35,7 @@ from tunestudio.config.methods import (
 )
 from tunestudio.config.report import ReportSpec
 from tunestudio.config.vocabulary import (
+    FIELD_GROUPS,
     MAX_ROWS,
     MAX_STEPS,
     SECRET_FIELDS,
@@ -44,9 +46,9 @@ from tunestudio.config.vocabulary import (
 )
 
 __all__ = [
-    "ANSWER_REWARDS", "BUILTIN_REWARDS", "MAX_ROWS", "MAX_STEPS", "METHODS", "METHOD_FORMATS", "METHOD_MAIN_METRIC",
-    "METHOD_OPTIONS", "METHOD_SPECS", "OPENAI_TYPES", "SECRET_FIELDS", "ConfigError", "DataSpec", "FormatType",
-    "JobConfig", "MappingTarget", "Method", "MethodSpec", "OpenAIFile", "ReportSpec", "TrainingType", "field_errors",
-    "format_validation_error", "load_config", "method_spec", "openai_method", "reward_name", "reward_source",
-    "summary",
+    "ANSWER_REWARDS", "BUILTIN_REWARDS", "FIELD_GROUPS", "MAX_ROWS", "MAX_STEPS", "METHODS", "METHOD_FORMATS",
+    "METHOD_MAIN_METRIC", "METHOD_OPTIONS", "METHOD_SPECS", "OPENAI_TYPES", "SECRET_FIELDS", "ConfigError", "DataSpec",
+    "FormatType", "JobConfig", "MappingTarget", "Method", "MethodSpec", "OpenAIFile", "ReportSpec", "TrainingType",
+    "field_errors", "format_validation_error", "load_config", "method_spec", "openai_method", "reward_name",
+    "reward_source", "summary",
 ]

@@ -1,5 +1,6 @@
 """`JobConfig`: one fine-tuning job, composed of its parts (config/parts.py: model, data, optimisation,
-adapters, outputs, method, early stopping), each a pydantic model of its fields; the whole is validated once.
+adapters, media, method; config/reporting.py: logging, outputs, early stopping), each a pydantic model of its
+fields; the whole is validated once.
 
 The model is pure: validators never touch the filesystem, so `JobConfig.model_validate(c.public_dict() |
 c.secrets()) == c` (tests/test_config.py checks it on generated configs). Derived fields: in `_consistent`,
@@ -16,19 +17,21 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tunestudio.config.methods import METHOD_OPTIONS, METHOD_SPECS
 from tunestudio.config.parts import (
-    METHOD_METRICS,
-    NO_REPLY_FORMATS,
     AdapterPart,
     DataPart,
-    EarlyStopping,
-    EarlyStoppingPart,
-    LoggingPart,
     MethodPart,
     ModelPart,
     OptimisationPart,
-    OutputPart,
     SeedMediaPart,
     unique_datasets,
+)
+from tunestudio.config.reporting import (
+    METHOD_METRICS,
+    NO_REPLY_FORMATS,
+    EarlyStopping,
+    EarlyStoppingPart,
+    LoggingPart,
+    OutputPart,
 )
 from tunestudio.config.seed import normalise
 from tunestudio.config.vocabulary import (
@@ -167,8 +170,8 @@ class DataSpec(BaseModel):
     def _method_rules(self) -> DataSpec:
         check_format(self.method, self.format_type)
         check_mapping(self.method, self.custom_format_mapping)
-        if self.reward_functions and self.method != "grpo":
-            raise ValueError("reward_functions: applies to method grpo")
+        if self.reward_functions and "reward_functions" not in METHOD_SPECS[self.method].options:
+            raise ValueError(f"reward_functions: applies to method {', '.join(METHOD_OPTIONS['reward_functions'])}")
         return self
 
 
@@ -246,7 +249,7 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
                 "finetune_attention_modules: at least one of finetune_attention_modules and "
                 "finetune_mlp_modules must be true"
             )
-        if self.custom_format_mapping is not None and self.method == "sft":  # other methods: _method_options
+        if self.custom_format_mapping is not None and not METHOD_SPECS[self.method].mappings:  # columns to roles
             roles = set(self.custom_format_mapping.values())
             if "assistant" not in roles or "user" not in roles:
                 raise ValueError(

@@ -6,9 +6,9 @@ from enum import StrEnum
 from typing import Literal
 
 __all__ = [
-    "FORMAT_ALIASES", "GENERATION_METRICS", "MAX_ROWS", "MAX_STEPS", "ROLE_ALIASES", "SECRET_FIELDS", "DpoLoss",
-    "FormatType", "LrScheduler", "MappingTarget", "Method", "MethodField", "Optimizer", "ReportTarget", "Role",
-    "TrainingType",
+    "FIELD_GROUPS", "FORMAT_ALIASES", "GENERATION_METRICS", "MAX_ROWS", "MAX_STEPS", "ROLE_ALIASES", "SECRET_FIELDS",
+    "DpoLoss", "FormatType", "LrScheduler", "MappingTarget", "Method", "MethodField", "Optimizer", "ReportTarget",
+    "Role", "TrainingType",
 ]
 
 SECRET_FIELDS = ("hf_token", "wandb_token")
@@ -92,6 +92,15 @@ GENERATION_METRICS: tuple[str, ...] = ("exact_match", "token_f1", "rouge_l")
 
 # Where a job's figures go beside the studio's own store: an MLflow tracking store, W&B, TensorBoard.
 ReportTarget = Literal["mlflow", "wandb", "tensorboard"]
+
+# The groups a JobConfig field names in its json_schema_extra (config/parts.py), in the order the page's Advanced
+# section shows them, with their titles; tests/api/test_form_fields.py holds every field to one of them.
+FIELD_GROUPS: dict[str, str] = {
+    "data": "Data", "lora": "LoRA", "optimisation": "Optimisation", "evaluation": "Evaluation",
+    "logging": "Logging and outputs", "other": "Other",
+    # today's fields of these have controls of their own (model, method) or none yet (media)
+    "model": "Model", "method": "Training method", "media": "Images and audio",
+}
 
 DpoLoss = Literal["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down",
                   "sigmoid_norm"]

@@ -32,7 +32,7 @@ from pydantic_core import to_jsonable_python
 from tunestudio import paths
 from tunestudio.config import SECRET_FIELDS, JobConfig, field_errors, summary
 from tunestudio.config.job import unmeasured
-from tunestudio.config.parts import watchable_metric
+from tunestudio.config.reporting import watchable_metric
 from tunestudio.paths import Roots
 from tunestudio.sweeps.errors import SecretsNeeded
 from tunestudio.sweeps.space import (

@@ -6,6 +6,7 @@ the ones the API enforces (defaults live in one place).
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
@@ -15,6 +16,7 @@ from tunestudio import paths
 from tunestudio.api.deps import SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.config import (
+    FIELD_GROUPS,
     METHOD_FORMATS,
     METHOD_OPTIONS,
     METHOD_SPECS,
@@ -48,7 +50,13 @@ class FormField(BaseModel):
     exclusive_minimum: float | None = None
     exclusive_maximum: float | None = None
     description: str | None = None
-    title: str
+    title: str = Field(description="The page's label for it (its Field's title).")
+    group: str = Field(default="other", description="Where the page puts it: a key of `groups`.")
+    help: str | None = Field(default=None, description="The page's one line of help: its own, or the description.")
+    placeholder: str | None = Field(default=None, description="An example shown in the empty control (its first).")
+    choice_labels: dict[str, list[str]] | None = Field(
+        default=None, description="A choice's label and one line, by its value (training_type).")
+    hidden: bool = Field(default=False, description="Not shown: a field the page has no use for yet.")
     methods: list[str] | None = Field(default=None, description="The training methods it applies to; None: all.")
 
 
@@ -59,6 +67,8 @@ class Defaults(BaseModel):
     dataset: str = Field(description="The bundled dataset (absolute path); empty when it is not there.")
     dataset_roots: list[str] = Field(description="Where a job's datasets may live (the bundled ones always).")
     fields: list[FormField]
+    groups: list[tuple[str, str]] = Field(
+        description="The groups a field names, [key, title], in the order the form's Advanced section shows them.")
     method_formats: dict[str, list[str]] = Field(description="The dataset formats each training method reads.")
     methods: list[dict[str, Any]] = Field(
         description="Each training method as config.METHOD_SPECS has it: name, label, summary, formats, the "
@@ -77,6 +87,18 @@ class PreviewRequest(BaseModel):
                                         description="GRPO: the rows must hold what these compare with.")
     train_split: str = "train"
     rows: int = Field(default=5, ge=1, le=50)
+
+
+def _shown(name: str) -> dict[str, Any]:
+    """What the page shows of a field, as the field itself says it (config/parts.py: title, group, help, examples).
+    Read from the field, not the JSON schema, which sorts an example's keys."""
+    info = JobConfig.model_fields[name]
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    example = info.examples[0] if info.examples else None
+    return {"title": info.title or name, "group": extra.get("group", "other"),
+            "help": extra.get("help") or info.description, "choice_labels": extra.get("choice_labels"),
+            "hidden": bool(extra.get("hidden")),
+            "placeholder": None if example is None else example if isinstance(example, str) else json.dumps(example)}
 
 
 def form_fields() -> list[FormField]:
@@ -105,7 +127,7 @@ def form_fields() -> list[FormField]:
             required=name in required, nullable=nullable, choices=choices,
             minimum=main.get("minimum"), maximum=main.get("maximum"),
             exclusive_minimum=main.get("exclusiveMinimum"), exclusive_maximum=main.get("exclusiveMaximum"),
-            description=prop.get("description"), title=prop.get("title", name),
+            description=prop.get("description"), **_shown(name),
             methods=list(METHOD_OPTIONS[name]) if name in METHOD_OPTIONS else None,
         ))
     return out
@@ -125,6 +147,7 @@ def defaults(settings: SettingsDep) -> Defaults:
         dataset=str(BUNDLED_DATASET) if BUNDLED_DATASET.is_file() else "",
         dataset_roots=[str(r) for r in [*settings.allowed_dataset_roots(), BUNDLED_DATASETS]],
         fields=form_fields(),
+        groups=list(FIELD_GROUPS.items()),
         method_formats={m: list(f) for m, f in METHOD_FORMATS.items()},
         methods=[spec.public() for spec in METHOD_SPECS.values()],
     )

@@ -1,9 +1,10 @@
-// The new-job form. Its controls, defaults and limits come from JobConfig's schema
-// (GET /api/web/defaults); only values the user changed are sent, so JobConfig keeps
-// owning every default. Field errors from the API are shown next to their field.
+// The new-job form. Its controls, defaults, limits, labels, groups and help come from JobConfig's fields
+// (GET /api/web/defaults; config/parts.py says them on each field); only values the user changed are sent,
+// so JobConfig keeps owning every default. Field errors from the API are shown next to their field.
 
-import {GROUPS, describe} from "./advanced.js";
+import {advancedSection} from "./advanced.js";
 import {api, ApiError} from "./api.js";
+import {BadInput, control, fieldBox, rangeHint} from "./controls.js";
 import {mountEstimate} from "./estimate.js";
 import {mountFormJobFile} from "./jobfile.js";
 import {mountModelPicker} from "./models.js";
@@ -21,23 +22,7 @@ const LORA_ONLY = new Set(["lora_r", "lora_alpha", "lora_dropout", "use_rslora",
 // Controls of their own (model, dataset, method), or decided by the method (4-bit weights).
 const OWN = new Set(["model_name", "local_datasets", "hf_dataset", "format_type", "training_type", "load_in_4bit",
   "method"]);
-// The seed's vision/audio switches: text models only for now, so any other value is refused.
-const HIDDEN = new Set(["is_dataset_image", "is_dataset_audio", "finetune_vision_layers", "finetune_language_layers"]);
 
-const LABELS = {
-  num_epochs: "Epochs", max_steps: "Max steps", learning_rate: "Learning rate", batch_size: "Batch size",
-  gradient_accumulation_steps: "Gradient accumulation", max_seq_length: "Max sequence length",
-  lora_r: "LoRA rank (r)", lora_alpha: "LoRA alpha", lora_dropout: "LoRA dropout", eval_steps: "Eval every",
-  logging_steps: "Log every (steps)", custom_format_mapping: "Custom format mapping (JSON)",
-  sample_prompts: "Sample prompts (one a line)", target_modules: "Target modules (one a line; empty: all linear)",
-  format_type: "Format", hf_token: "Hub token", wandb_token: "W&B token", optim: "Optimizer", lr_scheduler_type: "LR schedule",
-  // The training methods' own options (their schema titles would read "Dpo Loss Type").
-  beta: "Beta (β)", dpo_loss_type: "DPO loss", desirable_weight: "Desirable rows' weight",
-  undesirable_weight: "Undesirable rows' weight", num_generations: "Completions per prompt",
-  max_completion_length: "Max completion length", generation_temperature: "Sampling temperature",
-  kl_beta: "KL penalty (β)", reward_functions: "Reward functions (one a line)",
-  reward_weights: "Reward weights (one a line)", reward_format_pattern: "Format pattern (regex)",
-};
 // Where the page's job starts from other than JobConfig's default (which CLI and API jobs keep), and why. The
 // page's job is evaluated: the before/after table is its answer to "did it work?". Sent, as any changed value.
 const FORM_STARTS = {
@@ -45,114 +30,6 @@ const FORM_STARTS = {
     + "ends with a before/after table; on the eval split, or without one on a held-out 5% of the rows (16 to 128; "
     + "none when the data has under 32 rows). 0: no evaluation (faster)."],
 };
-// Examples shown in empty JSON fields.
-const PLACEHOLDERS = {custom_format_mapping: '{"question": "user", "answer": "assistant"}',
-  early_stopping: '{"metric": "exact_match", "patience": 3}'};
-const METHODS = [["lora", "LoRA", "small adapters on a frozen model"],
-  ["qlora", "QLoRA", "LoRA on 4-bit weights (bitsandbytes; CPU or GPU)"], ["full", "Full", "every weight is trained"]];
-
-function label(field) { return LABELS[field.name] || describe(field)[1]; }
-
-/** A value the form cannot send: not a number ("1e", "0,003"), or a required field left empty. */
-class BadInput extends Error {
-  constructor(field, message) { super(message); this.field = field; }
-}
-
-// A number as JSON writes it: 3, -0.5, .5, 2e-4. Anything else is refused at its field, never guessed at.
-const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
-
-/** The number in a field's text; BadInput when there is none (a cleared field is not the default). */
-function readNumber(f, text) {
-  const raw = text.trim();
-  if (raw === "") {
-    if (f.nullable) return null;
-    throw new BadInput(f.name, `give a value (the default is ${f.default})`);
-  }
-  if (raw.includes(",")) {
-    throw new BadInput(f.name, "commas are not read: write decimals with a dot (0.003) and thousands without a "
-      + "separator (1000)");
-  }
-  if (!NUMBER.test(raw)) throw new BadInput(f.name, "this is not a number (e.g. 3, 0.5 or 2e-4)");
-  const n = Number(raw);
-  if (f.kind === "integer" && !Number.isInteger(n)) throw new BadInput(f.name, "give a whole number");
-  return n;
-}
-
-function rangeHint(f) {
-  const parts = [];
-  if (f.minimum !== null) parts.push(`≥ ${f.minimum}`);
-  if (f.exclusive_minimum !== null) parts.push(`> ${f.exclusive_minimum}`);
-  if (f.maximum !== null) parts.push(`≤ ${f.maximum}`);
-  if (f.exclusive_maximum !== null) parts.push(`< ${f.exclusive_maximum}`);
-  return parts.join(", ");
-}
-
-/** A form control for one schema field, with get() returning its JSON value (undefined: leave unset). */
-function control(f) {
-  const id = `f-${f.name}`;
-  let input, get, set = (v) => { input.value = v === null || v === undefined ? "" : String(v); };
-  const fallback = () => (f.nullable ? null : undefined);
-  switch (f.kind) {
-    case "boolean":
-      input = el("input", {type: "checkbox", id, name: f.name});
-      input.checked = Boolean(f.default);
-      get = () => input.checked;
-      set = (v) => { input.checked = Boolean(v); };
-      break;
-    case "choice":
-      input = el("select", {id, name: f.name},
-        f.choices.map((c) => el("option", {value: JSON.stringify(c)}, String(c))));
-      input.value = JSON.stringify(f.default);
-      get = () => JSON.parse(input.value);
-      set = (v) => { input.value = JSON.stringify(v); };
-      break;
-    case "integer": case "number":
-      // Text, not type=number: a browser's number field reads "0,003" as "" or as 3 depending on its locale,
-      // and a cleared one as unset; here what was typed is read exactly, or refused at the field.
-      input = el("input", {type: "text", inputmode: f.kind === "integer" ? "numeric" : "decimal", id, name: f.name,
-        autocomplete: "off", spellcheck: "false", placeholder: f.nullable ? "unset" : ""});
-      input.value = f.default === null || f.default === undefined ? "" : String(f.default);
-      get = () => readNumber(f, input.value);
-      break;
-    case "list":
-      input = el("textarea", {id, name: f.name, rows: "2"});
-      input.value = (f.default || []).join("\n");
-      get = () => {
-        const items = input.value.split("\n").map((s) => s.trim()).filter(Boolean);
-        return items.length ? items : (f.nullable ? null : []);
-      };
-      set = (v) => { input.value = (v || []).join("\n"); };
-      break;
-    case "mapping":
-      input = el("textarea", {id, name: f.name, rows: "2", placeholder: PLACEHOLDERS[f.name] || ""});
-      input.value = f.default ? JSON.stringify(f.default) : "";
-      get = () => {
-        const raw = input.value.trim();
-        if (!raw) return fallback();
-        try { return JSON.parse(raw); } catch { return raw; }
-      };
-      set = (v) => { input.value = v ? JSON.stringify(v) : ""; };
-      break;
-    default:  // string, secret
-      input = el("input", {type: f.kind === "secret" ? "password" : "text", id, name: f.name,
-        autocomplete: "off", placeholder: f.nullable ? "unset" : ""});
-      input.value = f.default ?? "";
-      get = () => {
-        const raw = input.value.trim();
-        return raw === "" ? fallback() : raw;
-      };
-  }
-  return {input, get, set};
-}
-
-function fieldBox(name, labelText, input, help) {
-  const isCheck = input.type === "checkbox";
-  return el("div", {class: `field${isCheck ? " check" : ""}`, "data-field": name},
-    isCheck ? el("label", {for: input.id}, input, " ", labelText) : el("label", {for: input.id}, labelText),
-    isCheck ? null : input,
-    help ? el("small", {class: "help"}, help) : null,
-    el("div", {class: "field-error", "data-error-for": name, role: "alert"}));
-}
 
 function turnsView(value) {
   // The converted row: chat turns, prompt/completion or text, as training will see it.
@@ -196,15 +73,15 @@ export async function showForm(main, {onCreated}) {
     controls[name] = {...c, field: f};
     const [start, why] = FORM_STARTS[name] || [];
     if (start !== undefined) c.set(start);
-    const help = [describe(f)[2], rangeHint(f), why].filter(Boolean).join(" ");
-    return fieldBox(name, label(f), c.input, help);
+    const help = [f.help, rangeHint(f), why].filter(Boolean).join(" ");
+    return fieldBox(name, f.title, c.input, help);
   };
 
   // --- model --------------------------------------------------------------------
   const model = el("input", {type: "text", id: "f-model_name", name: "model_name", list: "model-options",
     placeholder: "a local folder or a hub id, e.g. Qwen/Qwen2.5-0.5B", autocomplete: "off"});
   model.value = defaults.model_name;  // empty while the tiny model is not built: never a value the server refuses
-  const modelBox = fieldBox("model_name", "Model", model,
+  const modelBox = fieldBox("model_name", fields.model_name.title, model,
     defaults.model_ready ? "The embedded tiny model is filled in; any local folder or hub id works."
       : `The embedded tiny model is not built yet: ${defaults.model_hint}.`);
   appendKids(modelBox, el("datalist", {id: "model-options"},
@@ -219,10 +96,10 @@ export async function showForm(main, {onCreated}) {
   local.value = defaults.dataset;
   const hub = el("input", {type: "text", id: "f-hf_dataset", name: "hf_dataset", placeholder: "e.g. tatsu-lab/alpaca",
     autocomplete: "off"});
-  const localBox = fieldBox("local_datasets", "Dataset files", local,
+  const localBox = fieldBox("local_datasets", fields.local_datasets.title, local,
     `${defaults.dataset ? "The bundled example is filled in. " : ""}Files must be under `
     + `${defaults.dataset_roots.join(" or ")}.`);
-  const hubBox = fieldBox("hf_dataset", "Hub dataset id", hub, "Read when the job starts (from the cache or the hub).");
+  const hubBox = fieldBox("hf_dataset", fields.hf_dataset.title, hub, fields.hf_dataset.help);
   hubBox.hidden = true;
   const sourceMode = () => source.querySelector("input:checked").value;
   const formatBox = make("format_type");
@@ -230,7 +107,8 @@ export async function showForm(main, {onCreated}) {
 
   // --- method -------------------------------------------------------------------
   const method = el("div", {class: "segmented methods", role: "radiogroup", "data-field": "training_type"},
-    ...METHODS.map(([value, text, hint]) => el("label", {title: hint},
+    ...fields.training_type.choices.map((value) => [value, ...fields.training_type.choice_labels[value]])
+      .map(([value, text, hint]) => el("label", {title: hint},
       el("input", {type: "radio", name: "training_type", value, checked: value === fields.training_type.default}),
       el("span", {}, text), el("small", {}, hint))),
     el("div", {class: "field-error", "data-error-for": "training_type", role: "alert"}));
@@ -256,15 +134,8 @@ export async function showForm(main, {onCreated}) {
 
   // --- hyperparameters ------------------------------------------------------------
   const common = el("div", {class: "grid"}, COMMON.filter((n) => fields[n]).map(make));
-  const rest = defaults.fields.filter((f) => !COMMON.includes(f.name) && !OWN.has(f.name) && !HIDDEN.has(f.name)
-    && !f.methods);
-  const advanced = el("details", {class: "advanced", id: "advanced"},
-    el("summary", {}, `Advanced (${rest.length} more settings)`),
-    GROUPS.map(([key, title]) => {
-      const members = rest.filter((f) => describe(f)[0] === key);
-      return members.length ? el("fieldset", {class: "group", "data-group": key},
-        el("legend", {}, title), el("div", {class: "grid"}, members.map((f) => make(f.name)))) : null;
-    }));
+  const rest = defaults.fields.filter((f) => !COMMON.includes(f.name) && !OWN.has(f.name) && !f.hidden && !f.methods);
+  const advanced = advancedSection(rest, defaults.groups, make);
 
   // --- name and notes (the job's, not its config's: set with PATCH once it exists) ------------------
   const jobName = el("input", {type: "text", id: "f-job-name", maxlength: "200", autocomplete: "off",
@@ -281,10 +152,10 @@ export async function showForm(main, {onCreated}) {
   const form = el("form", {id: "new-job", novalidate: true},
     el("h1", {}, "New job"),
     el("section", {}, el("h2", {}, "About"), aboutBox),
-    el("section", {}, el("h2", {}, "Model"), modelBox),
+    el("section", {}, el("h2", {}, fields.model_name.title), modelBox),
     el("section", {}, el("h2", {}, "Dataset"), source, localBox, hubBox, formatBox, preview),
-    el("section", {}, el("h2", {}, "Training method"), training, methodOptions),
-    el("section", {}, el("h2", {}, "Weights to train"), method),
+    el("section", {}, el("h2", {}, fields.method.title), training, methodOptions),
+    el("section", {}, el("h2", {}, fields.training_type.title), method),
     el("section", {}, el("h2", {}, "Hyperparameters"), common, advanced),
     formError, el("div", {class: "actions"}, submit, estimateBox));
   replaceKids(main, form);
@@ -319,7 +190,7 @@ export async function showForm(main, {onCreated}) {
     }
     replaceKids(preview, el("p", {class: "muted"}, "Reading the first rows…"));
     const body = {local_datasets: paths, format_type: controls.format_type.get(), rows: 3, method: trainingValue()};
-    if (trainingValue() === "grpo") body.reward_functions = controls.reward_functions.get();
+    if (applies("reward_functions")) body.reward_functions = controls.reward_functions.get();
     const mapping = controls.custom_format_mapping?.get();
     if (mapping && typeof mapping === "object") body.custom_format_mapping = mapping;
     try {
