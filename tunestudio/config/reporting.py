@@ -137,7 +137,7 @@ def watchable_metric(value: str) -> str:
 
 
 class EarlyStopping(BaseModel):
-    """Stop when the eval metric has not improved for `patience` evaluations (worker/best.py)."""
+    """Stop when the eval metric has not improved for `patience` evaluations (worker/train/best.py)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

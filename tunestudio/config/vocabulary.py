@@ -87,7 +87,7 @@ MappingTarget = Role | MethodField
 ROLE_ALIASES = {"human": "user", "gpt": "assistant", "instruction": "user", "input": "user",
                 "output": "assistant", "response": "assistant", "bot": "assistant"}
 
-# What the held-out evaluation measures on generated answers (worker/evaluation.py's METRICS, by these names).
+# What the held-out evaluation measures on generated answers (worker/train/evaluation.py's METRICS, by these names).
 GENERATION_METRICS: tuple[str, ...] = ("exact_match", "token_f1", "rouge_l")
 
 # Where a job's figures go beside the studio's own store: an MLflow tracking store, W&B, TensorBoard.
