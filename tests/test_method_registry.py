@@ -11,6 +11,7 @@ from typing import get_args
 import pytest
 
 from tunestudio.api.errors import ApiError
+from tunestudio.api.estimate_time import Facts
 from tunestudio.api.fine_tuning import CreateJob, Hyperparameters, MethodIn, config_fields, method_of
 from tunestudio.config import METHOD_SPECS, OPENAI_TYPES, JobConfig, MethodSpec, openai_method
 from tunestudio.estimate import memory
@@ -35,6 +36,14 @@ def test_rows_per_example_drive_the_memory_estimate(monkeypatch: pytest.MonkeyPa
     assert activations("dpo", 2) == activations("kto", 4)
     monkeypatch.setitem(METHOD_SPECS, "dpo", replace(METHOD_SPECS["dpo"], rows_per_example=3))
     assert activations("dpo", 2) == activations("kto", 6)
+
+
+def test_rows_per_example_drive_the_time_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = {"training_type": "lora", "batch_size": 2, "gradient_accumulation_steps": 4, "max_seq_length": 64}
+    per_row = Facts.of({**job, "method": "kto"}, {"tokens_per_row": 10.0}).step_tokens
+    assert Facts.of({**job, "method": "dpo"}, {"tokens_per_row": 10.0}).step_tokens == 2 * per_row
+    monkeypatch.setitem(METHOD_SPECS, "dpo", replace(METHOD_SPECS["dpo"], rows_per_example=3))
+    assert Facts.of({**job, "method": "dpo"}, {"tokens_per_row": 10.0}).step_tokens == 3 * per_row
 
 
 def test_the_fused_head_is_the_entrys(monkeypatch: pytest.MonkeyPatch) -> None:
