@@ -242,6 +242,9 @@ def violations_of(module: str, found: list[Import], edges: dict[str, set[str]]) 
                 broken.add(f"{module} -> {target}")
         if module in edges.get(target, set()):
             broken.add(" <-> ".join(sorted((module, target))))
+        if (module.startswith("tunestudio.api.") and not module.startswith("tunestudio.api.routes")
+                and target.startswith("tunestudio.api.routes")):
+            broken.add(f"{module} -> {target} (api/'s modules stand below its routes)")
         if floor_of(here) == 0 and there in FACED and target != f"tunestudio.{there}":
             broken.add(f"{module} -> {target} (a face goes through tunestudio.{there})")
     broken |= {f"{module} -> {i.module}.{i.name}" for i in found if private(i.name) and i.module != module}
@@ -363,6 +366,9 @@ def f():
                                                "from tunestudio.jobs import JobStatus")
     assert violations_of("tunestudio.api.probe", faced, {}) == {
         "tunestudio.api.probe -> tunestudio.jobs.manager (a face goes through tunestudio.jobs)"}
+    upward = imports_of("tunestudio.api.probe", "from tunestudio.api.routes.openai import OpenAIRoute")
+    assert violations_of("tunestudio.api.probe", upward, {}) == {
+        "tunestudio.api.probe -> tunestudio.api.routes.openai (api/'s modules stand below its routes)"}
     door = "from tunestudio.worker.child import PRELOAD"
     assert violations_of("tunestudio.jobs.probe", imports_of("tunestudio.jobs.probe", door), {}) == set()
     assert violations_of("tunestudio.inference.probe", imports_of("tunestudio.inference.probe", door), {}) == {

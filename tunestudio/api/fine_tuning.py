@@ -24,7 +24,7 @@ from fastapi import Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tunestudio.api.errors import ApiError
-from tunestudio.api.routes.openai import OpenAIRoute, error_response
+from tunestudio.api.openai_route import OpenAIRoute, error_response
 from tunestudio.api.upload_store import CONVERTED
 from tunestudio.config import (
     OPENAI_TYPES,

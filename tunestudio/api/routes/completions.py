@@ -22,7 +22,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tunestudio.api.deps import ManagerDep
-from tunestudio.api.routes.openai import OpenAIRoute, StreamOptions, Usage, answer_or_stream, get_pool
+from tunestudio.api.openai_route import OpenAIRoute
+from tunestudio.api.routes.openai import StreamOptions, Usage, answer_or_stream, get_pool
 from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.inference import CompletionParams, InferenceUnavailable, resolve
 from tunestudio.inference_protocol import ChoiceDelta, Done, Error, Reply, TokenLogprob

@@ -21,57 +21,23 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Body, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunestudio.api.deps import ManagerDep
-from tunestudio.api.errors import ApiError, openai_error_body, request_field_errors
+from tunestudio.api.openai_route import OpenAIRoute
 from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.inference import (
     GenerateParams,
     Generation,
     InferencePool,
     InferenceUnavailable,
-    UnknownModel,
     chat_models,
     resolve,
 )
 from tunestudio.inference_protocol import Delta, Done, Error, Reply, Started
 
 T = TypeVar("T")
-
-
-# --- errors in OpenAI's shape ------------------------------------------------------------
-def error_response(status: int, message: str, code: str | None, param: str | None = None) -> JSONResponse:
-    return JSONResponse(openai_error_body(status, message, code, param), status_code=status)
-
-
-class OpenAIRoute(APIRoute):
-    """Every error of a /v1 route in OpenAI's shape: its dependencies' (the token) and its body's included."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def handle(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except RequestValidationError as exc:
-                errors = request_field_errors(exc, request)
-                summary = "; ".join(f"{e['field'] or 'request'}: {e['message']}" for e in errors)
-                return error_response(400, summary, "invalid_request", errors[0]["field"] if errors else None)
-            except ApiError as exc:
-                return error_response(exc.status, exc.message, exc.code, exc.extra.get("field"))
-            except UnknownModel as exc:  # 404, or 409 for a job whose weights another job replaced
-                return error_response(exc.status, str(exc), exc.code, "model")
-            except InferenceUnavailable as exc:
-                return error_response(exc.status, str(exc), exc.code, exc.extra.get("param"))
-            except StarletteHTTPException as exc:
-                return error_response(exc.status_code, str(exc.detail), "http_error")
-
-        return handle
 
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible chat"], route_class=OpenAIRoute, responses=OPENAI_ERRORS)
