@@ -12,7 +12,8 @@ import pytest
 
 from tunestudio.api.errors import ApiError
 from tunestudio.api.estimate_time import Facts
-from tunestudio.api.fine_tuning import CreateJob, Hyperparameters, MethodIn, config_fields, method_of
+from tunestudio.api.fine_tuning import config_fields, method_of
+from tunestudio.api.fine_tuning_schemas import CreateJob, Hyperparameters, MethodIn
 from tunestudio.config import METHOD_SPECS, OPENAI_TYPES, JobConfig, MethodSpec, openai_method
 from tunestudio.estimate import memory
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
@@ -50,6 +50,18 @@ VENDOR = Path(__file__).parent / "web" / "node_modules" / "uplot" / "dist"
 def create_app(settings: Settings | None = None, manager: JobManager | None = None) -> FastAPI:
     """The app. A given manager is used as it is (tests); otherwise one is made and closed with the app."""
     settings = settings or Settings()
+    app = FastAPI(title="tunestudio", version="0.1.0", lifespan=_lifespan(settings, manager), responses=ERRORS,
+                  description="Fine-tune language models locally: jobs, live events, metrics.")
+    app.state.settings = settings
+    errors.install(app)
+    _include_routers(app)
+    _guard(app, settings)
+    _mount_static(app)
+    return app
+
+
+def _lifespan(settings: Settings, manager: JobManager | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """What the app starts and closes: the manager (unless given), the chat workers, sweeps and judgements."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,10 +89,11 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
             if own:
                 app.state.manager.close()
 
-    app = FastAPI(title="tunestudio", version="0.1.0", lifespan=lifespan, responses=ERRORS,
-                  description="Fine-tune language models locally: jobs, live events, metrics.")
-    app.state.settings = settings
-    errors.install(app)
+    return lifespan
+
+
+def _include_routers(app: FastAPI) -> None:
+    """Every router behind the token, in this order; the health check open."""
     guarded = [Depends(require_token)]
     app.include_router(jobs.router, dependencies=guarded)
     app.include_router(logs.router, dependencies=guarded)
@@ -103,11 +116,18 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
     app.include_router(jobfile.router, dependencies=guarded)
     app.include_router(chat.router, dependencies=guarded)
     app.include_router(system.health)
+
+
+def _guard(app: FastAPI, settings: Settings) -> None:
+    """The body limits and the request guard (Host, same origin, security headers); the last added is outermost."""
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/api/uploads": settings.max_upload_bytes,
                                                                              "/v1/files": settings.max_upload_bytes})
     app.add_middleware(RequestGuard, settings=settings)  # added last: outermost, so it sees every request
+
+
+def _mount_static(app: FastAPI) -> None:
+    """The page and its charting library, where they are (mounted after the routers, so these answer first)."""
     if VENDOR.is_dir():
         app.mount("/vendor/uplot", StaticFiles(directory=VENDOR), name="vendor-uplot")
     if (STATIC / "index.html").is_file():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="web")
-    return app

@@ -22,10 +22,7 @@ from tunestudio.api.fine_tuning import (
     PARAMS,
     SUFFIX,
     Chain,
-    CreateJob,
-    FineTuningJob,
     FineTuningRoute,
-    JobList,
     chain_of,
     chains,
     config_fields,
@@ -36,6 +33,7 @@ from tunestudio.api.fine_tuning import (
     upload_path,
 )
 from tunestudio.api.fine_tuning_history import CheckpointList, EventList, checkpoints_page, events_page
+from tunestudio.api.fine_tuning_schemas import CreateJob, FineTuningJob, JobList
 from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.api.security import confine_paths
 from tunestudio.jobs import JobManager, JobStatus

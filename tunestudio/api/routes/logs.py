@@ -18,7 +18,7 @@ from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError, error_body
 from tunestudio.api.routes.downloads import regular_file_in
 from tunestudio.api.schemas import ERRORS, ErrorOut
-from tunestudio.jobs import INT64_MAX
+from tunestudio.jobs import INT64_MAX, JobManager
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 
@@ -73,6 +73,34 @@ def job_log(
     `tail`, `offset`/`length` or an HTTP `Range: bytes=a-b` choose the part (the default: the first MiB);
     `download=true` sends the whole file as an attachment.
     """
+    path, exists, size = _log_file(manager, job_id)
+    if download:
+        body = path.read_bytes() if exists and path else b""
+        return Response(body, media_type="text/plain; charset=utf-8", headers={
+            "Content-Disposition": f'attachment; filename="{job_id}-worker.log"', "X-Log-Size": str(len(body))})
+    status = 200
+    if range_ is not None and tail is None and offset is None:
+        chosen = _from_range(range_, size, length)
+        if isinstance(chosen, JSONResponse):
+            return chosen
+        tail, offset, length = chosen
+        # A suffix of an empty log is satisfiable, but no byte range names nothing: the whole (empty) log, 200.
+        status = 206 if size > 0 else 200
+    start = max(0, size - tail) if tail is not None else min(offset or 0, size)
+    end = min(size, start + (tail if tail is not None else length))
+    data = b""
+    if exists and path and end > start:
+        data, start, end = _read_part(path, start, end, at_start=tail is not None and start > 0)
+    headers = {"X-Log-Start": str(start), "X-Log-End": str(end), "X-Log-Size": str(size),
+               "X-Log-Exists": "true" if exists else "false", "Cache-Control": "no-store", "Accept-Ranges": "bytes"}
+    if status == 206:
+        headers["Content-Range"] = f"bytes {start}-{max(start, end - 1)}/{size}"
+    return Response(data.decode("utf-8", errors="replace"), status_code=status,
+                    media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def _log_file(manager: JobManager, job_id: str) -> tuple[Path | None, bool, int]:
+    """The job's log file, whether it is there (a regular file of the job's folder), and its size."""
     job = manager.get(job_id)
     path = Path(job.log_path) if job.log_path else None
     exists = path is not None and regular_file_in(path, manager.settings.jobs_dir() / job.id)
@@ -81,47 +109,38 @@ def job_log(
         raise ApiError(404, "not_found", f"job {job_id} has no worker log it wrote: {path.name} is not a regular "
                                          "file of its folder")
     size = path.stat().st_size if exists and path else 0
-    if download:
-        body = path.read_bytes() if exists and path else b""
-        return Response(body, media_type="text/plain; charset=utf-8", headers={
-            "Content-Disposition": f'attachment; filename="{job_id}-worker.log"', "X-Log-Size": str(len(body))})
-    status = 200
-    if range_ is not None and tail is None and offset is None:
-        # RFC 9110 14.1: bytes=FIRST-LAST, bytes=FIRST- or bytes=-SUFFIX; a LAST past the end means the end.
-        match = _RANGE.match(range_.strip())
-        if match is None or match.groups() == ("", ""):
-            return _unsatisfiable(range_, size, "send one range, bytes=START-END, bytes=START- or bytes=-COUNT")
-        first, last = match.groups()
-        if first == "":
-            if _position(last) == 0:
-                return _unsatisfiable(range_, size, "a suffix of 0 bytes is empty")
-            tail = min(_position(last), MAX_PART)
-        else:
-            offset = _position(first)
-            if last != "" and _position(last) < offset:
-                return _unsatisfiable(range_, size, "it ends before it starts")
-            if offset >= size:
-                return _unsatisfiable(range_, size, f"the log has {size} bytes")
-            if last != "":
-                length = min(_position(last) - offset + 1, MAX_PART)
-        # A suffix of an empty log is satisfiable, but no byte range names nothing: the whole (empty) log, 200.
-        status = 206 if size > 0 else 200
-    start = max(0, size - tail) if tail is not None else min(offset or 0, size)
-    end = min(size, start + (tail if tail is not None else length))
-    data = b""
-    if exists and path and end > start:
-        with path.open("rb") as handle:
-            handle.seek(start)
-            data = handle.read(end - start)
-        skip, drop = _whole_chars(data, at_start=tail is not None and start > 0)
-        data = data[skip:len(data) - drop]
-        start, end = start + skip, start + skip + len(data)
-    headers = {"X-Log-Start": str(start), "X-Log-End": str(end), "X-Log-Size": str(size),
-               "X-Log-Exists": "true" if exists else "false", "Cache-Control": "no-store", "Accept-Ranges": "bytes"}
-    if status == 206:
-        headers["Content-Range"] = f"bytes {start}-{max(start, end - 1)}/{size}"
-    return Response(data.decode("utf-8", errors="replace"), status_code=status,
-                    media_type="text/plain; charset=utf-8", headers=headers)
+    return path, exists, size
+
+
+def _from_range(range_: str, size: int, length: int) -> JSONResponse | tuple[int | None, int | None, int]:
+    """(tail, offset, length) an HTTP Range asks for, or the 416 that refuses it."""
+    # RFC 9110 14.1: bytes=FIRST-LAST, bytes=FIRST- or bytes=-SUFFIX; a LAST past the end means the end.
+    match = _RANGE.match(range_.strip())
+    if match is None or match.groups() == ("", ""):
+        return _unsatisfiable(range_, size, "send one range, bytes=START-END, bytes=START- or bytes=-COUNT")
+    first, last = match.groups()
+    if first == "":
+        if _position(last) == 0:
+            return _unsatisfiable(range_, size, "a suffix of 0 bytes is empty")
+        return min(_position(last), MAX_PART), None, length
+    offset = _position(first)
+    if last != "" and _position(last) < offset:
+        return _unsatisfiable(range_, size, "it ends before it starts")
+    if offset >= size:
+        return _unsatisfiable(range_, size, f"the log has {size} bytes")
+    if last != "":
+        length = min(_position(last) - offset + 1, MAX_PART)
+    return None, offset, length
+
+
+def _read_part(path: Path, start: int, end: int, at_start: bool) -> tuple[bytes, int, int]:
+    """Bytes start..end of the log, cut at whole UTF-8 characters, and the start and end they have then."""
+    with path.open("rb") as handle:
+        handle.seek(start)
+        data = handle.read(end - start)
+    skip, drop = _whole_chars(data, at_start=at_start)
+    data = data[skip:len(data) - drop]
+    return data, start + skip, start + skip + len(data)
 
 
 @router.get("/{job_id}/samples")
