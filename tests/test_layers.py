@@ -49,7 +49,8 @@ DOORS = {
 }
 
 # The wings a face reaches only through their package's face (__init__ with __all__). The worker is not among
-# them: a face runs worker code only in a child it spawns (api/preview.py, data_report/), module by module.
+# them: a face runs worker code only in a child it spawns (api/preview.py, data_report/), and there through a
+# worker room's face, as (d) says.
 FACED = frozenset({"jobs", "sweeps", "judge", "inference"})
 
 # The floors inside worker/ (issue 39), top first, read as FLOORS is: its rooms, each a package whose `__init__` is
@@ -73,14 +74,8 @@ WORKER_FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
 )
 
 # Violations known today, each to be deleted when fixed (test_known_violations_still_happen says when). The inference
-# wing came onto the floors in issue 24. Left: modules of data/ reached past its face, whose `__all__` does not give
-# them yet (data/ is reworked beside issue 39's rooms; they go when its face gives what these use).
-KNOWN: set[str] = {
-    "tunestudio.api.preview -> tunestudio.worker.data.formats",
-    "tunestudio.api.preview -> tunestudio.worker.data.sources",
-    "tunestudio.data_report.runner -> tunestudio.worker.data.report",
-    "tunestudio.worker.main -> tunestudio.worker.data.held_out",
-}
+# wing came onto the floors in issue 24; the last, modules of data/ reached past its face, went in issue 39.
+KNOWN: set[str] = set()
 
 
 @dataclass(frozen=True)

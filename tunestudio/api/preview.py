@@ -145,8 +145,7 @@ def _child(send: Connection, public_config: dict[str, Any], rows: int) -> None:
 
 def _preview(public_config: dict[str, Any], rows: int) -> dict[str, Any]:
     from tunestudio.config import DataSpec
-    from tunestudio.worker.data.formats import RowProblem, resolve_format
-    from tunestudio.worker.data.sources import read_head
+    from tunestudio.worker.data import RowProblem, read_head, resolve_format
     from tunestudio.worker.errors import UserError
 
     cfg = DataSpec.model_validate(public_config)  # what the route checked: files, split, method, format

@@ -1,8 +1,8 @@
 """The dataset report from the parent's side: what is asked (a `ReportSpec`), and the child that answers.
 
-The report itself is `tunestudio.worker.data.report.build`: the worker's own reading, format detection,
-templating and tokenizer, so it sees the rows exactly as a job does. That code imports the ML stack, which
-the parent never loads (the one rule), so it runs in a spawned child and sends its answer back as JSON.
+The report itself is `tunestudio.worker.data.report.build` (data/'s face gives it): the worker's own reading,
+format detection, templating and tokenizer, so it sees the rows exactly as a job does. That code imports the ML
+stack, which the parent never loads (the one rule), so it runs in a spawned child and sends its answer back as JSON.
 `tunestudio data inspect` (the CLI) and `POST /api/datasets/report` (the API) both come through here and
 answer the same object: each validates a `ReportSpec` (config/report.py: the job's data fields, defaults and
 checks), the API confines its paths (`paths.confine_inputs`), and both resolve them (`resolved`).
@@ -130,7 +130,7 @@ def _report(fields: dict[str, Any]) -> dict[str, Any]:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # a child that never forks: batches on every core
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from tunestudio.worker.data.report import build, load_tokenizer
+    from tunestudio.worker.data import build, load_tokenizer
 
     spec = ReportSpec.model_validate(fields)
     tokenizer = load_tokenizer(spec.model_name) if spec.model_name is not None else None

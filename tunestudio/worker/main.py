@@ -198,7 +198,7 @@ def _load_model(job: _Run) -> None:
 
 
 def _load_data(job: _Run) -> None:
-    from tunestudio.worker.data import held_out as held_out_mod
+    from tunestudio.worker.data import write_held_out
 
     job.channel.phase("loading_dataset")
     job.data = job.modality.prepare_data(job.cfg, job.processor)
@@ -210,7 +210,7 @@ def _load_data(job: _Run) -> None:
     held = job.data.held_out
     if held is not None and job.channel.is_main:  # which rows, before training: a resume of any end reuses it
         held_file = job.output_dir / HELD_OUT_FILE
-        held_out_mod.write(held_file, held)
+        write_held_out(held_file, held)
         job.held_out = HeldOut(file=str(held_file), rows=len(held["rows"]), seed=held["seed"], source=held["source"])
 
 

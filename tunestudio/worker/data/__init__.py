@@ -1,17 +1,16 @@
 """A job's dataset, from where the user keeps it to what TRL's SFTTrainer trains on.
 
-read (sources) → slice → tell the format (formats) → convert each row → render
+read (sources) → slice (split) → tell the format (formats) → convert each row → render
 check (templates) → drop and count unusable rows → remove duplicates (dedupe, when
-the job asks) → split off the eval rows (seeded, or the rows an earlier job held out:
-held_out; the record of which rows is `PreparedData.held_out`).
+the job asks) → split off the eval rows (the eval split; or the rows an earlier job
+held out: held_out; or seeded: split; the record of which rows is
+`PreparedData.held_out`): `prepare`, a step a function.
 
 Errors a user can cause name the file and the row (1-based, as an editor shows it).
 """
 
 from __future__ import annotations
 
-import math
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,11 @@ from tunestudio.config import JobConfig
 from tunestudio.worker.data import dedupe as dedupe_mod
 from tunestudio.worker.data import held_out as held_out_mod
 from tunestudio.worker.data.formats import Converter, RowProblem, detect_format, resolve_format
-from tunestudio.worker.data.sources import SUPPORTED_SUFFIXES, Row, read_file, read_rows
+from tunestudio.worker.data.held_out import write as write_held_out
+from tunestudio.worker.data.report import build, load_tokenizer
+from tunestudio.worker.data.rows import Rows
+from tunestudio.worker.data.sources import SUPPORTED_SUFFIXES, Row, read_file, read_head, read_rows
+from tunestudio.worker.data.split import auto_eval_size, eval_size, hold_out, slice_rows
 from tunestudio.worker.data.templates import (
     DEFAULT_CHAT_TEMPLATE,
     clip_example,
@@ -33,19 +36,26 @@ from tunestudio.worker.data.templates import (
 )
 from tunestudio.worker.errors import UserError
 
+# What the rest of the worker, and the faces' children (api/preview.py, data_report/runner.py), use of data/.
 __all__ = [
     "DEFAULT_CHAT_TEMPLATE",
     "MAX_DROPPED_FRACTION",
     "SUPPORTED_SUFFIXES",
     "PreparedData",
     "Row",
+    "RowProblem",
     "auto_eval_size",
+    "build",
     "detect_format",
     "eval_size",
     "hold_out",
+    "load_tokenizer",
     "prepare",
     "read_file",
+    "read_head",
+    "resolve_format",
     "slice_rows",
+    "write_held_out",
 ]
 
 MAX_DROPPED_FRACTION = 0.30  # more unusable rows than this and the job fails: the data is wrong, not noisy
@@ -63,49 +73,6 @@ class PreparedData:
     deduplicated: int = 0  # rows removed as duplicates (JobConfig.dedupe)
     held_out: dict[str, Any] | None = None  # which rows the held-out split holds (held_out.record), when it made one
     eval_places: list[dict[str, Any]] = field(default_factory=list)  # each eval row's {file, line}, in eval's order
-
-
-# --- slicing and splitting ------------------------------------------------------
-def slice_rows(rows: list[Any], start: int | None, end: int | None, what: str = "the dataset") -> list[Any]:
-    """Rows start..end, both inclusive; the end clamps to the last row.
-
-    Raises UserError when the slice starts past the last row: training on "the last row" instead would
-    be a job the user did not ask for.
-    """
-    if not rows:
-        return rows
-    if start is not None and start >= len(rows):
-        raise UserError(f"dataset_slice_start: the slice {start}..{'end' if end is None else end} starts past the end "
-                        f"of {what}, which has {len(rows)} rows (numbered 0..{len(rows) - 1})")
-    first = max(start or 0, 0)
-    last = len(rows) - 1 if end is None else min(max(end, first), len(rows) - 1)
-    return rows[first : last + 1]
-
-
-def auto_eval_size(n_rows: int) -> int:
-    """5% of the rows, clamped to 16..128; 0 when the dataset has under 32 rows."""
-    if n_rows < 32:
-        return 0
-    return min(max(math.ceil(n_rows * 0.05), 16), 128)
-
-
-def eval_size(n_rows: int, fraction: float | None) -> int:
-    """The rows held out of n_rows: `auto_eval_size` without a fraction; else ceil(fraction x n_rows), at least 1
-    and at most n_rows - 1 (0 when there are not two rows)."""
-    if fraction is None:
-        return auto_eval_size(n_rows)
-    if n_rows < 2:
-        return 0
-    return min(max(math.ceil(n_rows * fraction), 1), n_rows - 1)
-
-
-def hold_out(examples: list[Any], n_eval: int, seed: int) -> tuple[list[Any], list[Any]]:
-    """(the rows kept for training, the n_eval held out), in their order: deterministic from the job's seed, so
-    a resumed job sees the same split (and the dataset report names the same rows)."""
-    order = list(range(len(examples)))
-    random.Random(seed).shuffle(order)
-    held = set(order[:n_eval])
-    return ([e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held])
 
 
 # --- converting and checking rows -------------------------------------------------
@@ -171,6 +138,67 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     prompt fills max_seq_length are dropped. Raises UserError naming the file
     and row when the data cannot be trained on.
     """
+    rows, train_rows, fmt, convert, notes = _read(cfg)
+    work = _Work(cfg, tokenizer, convert, notes=notes)
+    work.fix = _chat_template(work, train_rows)
+    examples, sources = work.usable(train_rows, f"dataset {rows.description}")
+    # before the split, so no held-out row repeats a training row it removes
+    examples, sources, deduplicated = _dedupe(work, examples, sources)
+    split = _split_eval(work, rows, examples, sources)
+    if work.clipped:
+        work.notes.append(_clipped_note(work.clipped, cfg.max_seq_length))
+    return PreparedData(
+        train=Dataset.from_list(split.train),
+        eval=Dataset.from_list(split.eval) if split.eval else None,
+        format_type=fmt,
+        notes=work.notes,
+        warnings=work.warnings,
+        dropped=work.dropped,
+        deduplicated=deduplicated,
+        held_out=split.held,
+        eval_places=[{"file": r.source, "line": r.number} for r in split.eval_rows] if split.eval else [],
+    )
+
+
+# --- prepare's steps ----------------------------------------------------------------
+@dataclass
+class _Work:
+    """What prepare's steps share: the job, how a row converts, and what the user is told, in order."""
+
+    cfg: JobConfig
+    tokenizer: Any
+    convert: Converter
+    fix: Any = None  # what each converted example goes through (last_turn_as_completion), if anything
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    clipped: list[str] = field(default_factory=list)  # where rows were cut as text, training's then eval's
+    dropped: int = 0
+
+    def usable(self, rows: list[Row], what: str) -> tuple[list[dict[str, Any]], list[Row]]:
+        """The rows' examples and, in their order, the rows they came from; the unusable ones dropped and counted
+        (a warning), or the job refused when there are too many."""
+        sources: list[Row] = []
+        examples, problems = _usable(rows, self.convert, self.cfg, self.tokenizer, self.fix, self.clipped, sources)
+        warning = _check_drops(what, len(rows), problems)
+        if warning:
+            self.warnings.append(warning)
+        self.dropped += len(problems)
+        return examples, sources
+
+
+@dataclass
+class _Split:
+    """The examples trained on and those evaluated, each with the rows they came from, in the same order."""
+
+    train: list[dict[str, Any]]
+    eval: list[dict[str, Any]]
+    train_rows: list[Row]
+    eval_rows: list[Row]
+    held: dict[str, Any] | None = None  # which rows were held out (held_out.record), when it held some out
+
+
+def _read(cfg: JobConfig) -> tuple[Rows, list[Row], str, Converter, list[str]]:
+    """The job's rows, its training rows sliced, their format and converter, and the notes saying so."""
     rows = read_rows(cfg)
     train_rows = slice_rows(rows.train, cfg.dataset_slice_start, cfg.dataset_slice_end, f"dataset {rows.description}")
     fmt, convert, detected = resolve_format(cfg, train_rows)
@@ -179,90 +207,101 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     if len(train_rows) < len(rows.train):
         notes.append(f"dataset: rows {cfg.dataset_slice_start or 0}..{cfg.dataset_slice_end or len(rows.train) - 1}"
                      f" kept of {len(rows.train)} (dataset_slice_start/end, both inclusive)")
-    warnings: list[str] = []
+    return rows, train_rows, fmt, convert, notes
 
-    fix = None
-    sample = _first_example(train_rows, convert)
-    if tokenizer is not None and sample is not None and _conversational(sample):
-        note = ensure_chat_template(tokenizer)
-        if note:
-            warnings.append(note)
-        if cfg.train_on_completions and "messages" in sample and not supports_assistant_mask(tokenizer):
-            fix = last_turn_as_completion
-            warnings.append("train_on_completions: the chat template has no {% generation %} markers, so only "
-                            "the last assistant turn of each conversation is trained on")
 
-    clipped: list[str] = []
-    sources: list[Row] = []
-    examples, problems = _usable(train_rows, convert, cfg, tokenizer, fix, clipped, sources)
-    drop_warning = _check_drops(f"dataset {rows.description}", len(train_rows), problems)
-    if drop_warning:
-        warnings.append(drop_warning)
-    dropped = len(problems)
-    deduplicated = 0
-    if cfg.dedupe != "off":  # before the split, so no held-out row repeats a training row it removes
-        gone = dedupe_mod.find(examples, near=cfg.dedupe == "near").removed(cfg.dedupe).tolist()
-        deduplicated = sum(gone)
-        notes.append(dedupe_mod.describe(cfg.dedupe, deduplicated, len(examples)))
-        examples = [e for e, out in zip(examples, gone, strict=True) if not out]
-        sources = [r for r, out in zip(sources, gone, strict=True) if not out]
+def _chat_template(work: _Work, train_rows: list[Row]) -> Any:
+    """For conversations, the tokenizer gets a chat template if it has none; returns the fix each example needs
+    (last_turn_as_completion, when the template cannot mask the assistant's turns), or None."""
+    cfg, tokenizer = work.cfg, work.tokenizer
+    sample = _first_example(train_rows, work.convert)
+    if tokenizer is None or sample is None or not _conversational(sample):
+        return None
+    note = ensure_chat_template(tokenizer)
+    if note:
+        work.warnings.append(note)
+    if cfg.train_on_completions and "messages" in sample and not supports_assistant_mask(tokenizer):
+        work.warnings.append("train_on_completions: the chat template has no {% generation %} markers, so only "
+                             "the last assistant turn of each conversation is trained on")
+        return last_turn_as_completion
+    return None
 
-    eval_examples: list[dict[str, Any]] = []
-    eval_sources: list[Row] = []
-    held_record = None
+
+def _dedupe(work: _Work, examples: list[dict[str, Any]],
+            sources: list[Row]) -> tuple[list[dict[str, Any]], list[Row], int]:
+    """The examples and their rows without the duplicates the job asks to remove, and how many went."""
+    mode = work.cfg.dedupe
+    if mode == "off":
+        return examples, sources, 0
+    gone = dedupe_mod.find(examples, near=mode == "near").removed(mode).tolist()
+    deduplicated = sum(gone)
+    work.notes.append(dedupe_mod.describe(mode, deduplicated, len(examples)))
+    return ([e for e, out in zip(examples, gone, strict=True) if not out],
+            [r for r, out in zip(sources, gone, strict=True) if not out], deduplicated)
+
+
+def _split_eval(work: _Work, rows: Rows, examples: list[dict[str, Any]], sources: list[Row]) -> _Split:
+    """The eval rows: the job's eval split, else (with eval_steps) the rows an earlier job held out (its resume,
+    its clone), else rows held out by the job's seed."""
     if rows.eval is not None:
-        if not rows.eval:
-            raise UserError(f"eval_split {cfg.eval_split!r} is empty")
-        eval_examples, eval_problems = _usable(rows.eval, convert, cfg, tokenizer, fix, clipped, eval_sources)
-        eval_warning = _check_drops(f"eval split {cfg.eval_split}", len(rows.eval), eval_problems)
-        if eval_warning:
-            warnings.append(eval_warning)
-        dropped += len(eval_problems)
-        if cfg.eval_steps > 0:
-            notes.append(f"eval: {len(eval_examples)} rows from eval_split {cfg.eval_split!r}")
-        else:
-            warnings.append(f"eval_split {cfg.eval_split!r} is set but eval_steps is 0, so there is no eval")
-            eval_examples = eval_sources = []
-    elif cfg.eval_steps > 0 and cfg.held_out_rows:  # the rows an earlier job held out (its resume, its clone)
-        previous = held_out_mod.read(cfg.held_out_rows)
-        split = held_out_mod.reuse(previous, sources, cfg.held_out_rows)
-        notes.append(split.note)
-        if split.warning:
-            warnings.append(split.warning)
-        held_record = held_out_mod.record(sources, split.held, previous.get("seed", cfg.random_seed),
-                                          cfg.held_out_rows)
-        examples, eval_examples, sources, eval_sources = (
-            [examples[i] for i in split.train], [examples[i] for i in split.held],
-            [sources[i] for i in split.train], [sources[i] for i in split.held])
-    elif cfg.eval_steps > 0:
-        n_eval = eval_size(len(examples), cfg.eval_fraction)
-        if n_eval:
-            kept, held = hold_out(list(range(len(examples))), n_eval, cfg.random_seed)
-            held_record = held_out_mod.record(sources, held, cfg.random_seed, None)
-            examples, eval_examples, sources, eval_sources = (
-                [examples[i] for i in kept], [examples[i] for i in held],
-                [sources[i] for i in kept], [sources[i] for i in held])
-            notes.append(f"eval: held out {n_eval} of {n_eval + len(examples)} rows for evaluation "
-                         f"(seed {cfg.random_seed})")
-        else:
-            warnings.append(f"eval_steps is set but the dataset has only {len(examples)} rows "
-                            f"({'fewer than 2' if cfg.eval_fraction else 'fewer than 32'}) and no eval_split; no eval")
-    if clipped:
-        where = ", ".join(clipped[:_SHOWN_PROBLEMS]) + (" and more" if len(clipped) > _SHOWN_PROBLEMS else "")
-        notes.append(f"dataset: {len(clipped)} row(s) far longer than max_seq_length {cfg.max_seq_length} were cut "
-                     f"as text before tokenising (training keeps their first {cfg.max_seq_length} tokens either "
-                     f"way): {where}")
-    return PreparedData(
-        train=Dataset.from_list(examples),
-        eval=Dataset.from_list(eval_examples) if eval_examples else None,
-        format_type=fmt,
-        notes=notes,
-        warnings=warnings,
-        dropped=dropped,
-        deduplicated=deduplicated,
-        held_out=held_record,
-        eval_places=[{"file": r.source, "line": r.number} for r in eval_sources] if eval_examples else [],
-    )
+        return _eval_split(work, rows.eval, examples, sources)
+    if work.cfg.eval_steps > 0 and work.cfg.held_out_rows:
+        return _reused_held_out(work, examples, sources)
+    if work.cfg.eval_steps > 0:
+        return _seeded_hold_out(work, examples, sources)
+    return _Split(examples, [], sources, [])
+
+
+def _eval_split(work: _Work, eval_rows: list[Row], examples: list[dict[str, Any]], sources: list[Row]) -> _Split:
+    cfg = work.cfg
+    if not eval_rows:
+        raise UserError(f"eval_split {cfg.eval_split!r} is empty")
+    eval_examples, eval_sources = work.usable(eval_rows, f"eval split {cfg.eval_split}")
+    if cfg.eval_steps > 0:
+        work.notes.append(f"eval: {len(eval_examples)} rows from eval_split {cfg.eval_split!r}")
+        return _Split(examples, eval_examples, sources, eval_sources)
+    # converted and checked all the same: an unusable eval split is refused either way
+    work.warnings.append(f"eval_split {cfg.eval_split!r} is set but eval_steps is 0, so there is no eval")
+    return _Split(examples, [], sources, [])
+
+
+def _reused_held_out(work: _Work, examples: list[dict[str, Any]], sources: list[Row]) -> _Split:
+    cfg = work.cfg
+    previous = held_out_mod.read(cfg.held_out_rows)
+    split = held_out_mod.reuse(previous, sources, cfg.held_out_rows)
+    work.notes.append(split.note)
+    if split.warning:
+        work.warnings.append(split.warning)
+    record = held_out_mod.record(sources, split.held, previous.get("seed", cfg.random_seed), cfg.held_out_rows)
+    return _picked(examples, sources, split.train, split.held, record)
+
+
+def _seeded_hold_out(work: _Work, examples: list[dict[str, Any]], sources: list[Row]) -> _Split:
+    cfg = work.cfg
+    n_eval = eval_size(len(examples), cfg.eval_fraction)
+    if not n_eval:
+        work.warnings.append(f"eval_steps is set but the dataset has only {len(examples)} rows "
+                             f"({'fewer than 2' if cfg.eval_fraction else 'fewer than 32'}) and no eval_split; no eval")
+        return _Split(examples, [], sources, [])
+    kept, held = hold_out(list(range(len(examples))), n_eval, cfg.random_seed)
+    split = _picked(examples, sources, kept, held, held_out_mod.record(sources, held, cfg.random_seed, None))
+    work.notes.append(f"eval: held out {n_eval} of {n_eval + len(split.train)} rows for evaluation "
+                      f"(seed {cfg.random_seed})")
+    return split
+
+
+def _picked(examples: list[dict[str, Any]], sources: list[Row], train: list[int], held: list[int],
+            record: dict[str, Any]) -> _Split:
+    """The split by index: `train` and `held` number examples (and sources, their rows)."""
+    return _Split([examples[i] for i in train], [examples[i] for i in held],
+                  [sources[i] for i in train], [sources[i] for i in held], record)
+
+
+def _clipped_note(clipped: list[str], max_seq_length: int) -> str:
+    where = ", ".join(clipped[:_SHOWN_PROBLEMS]) + (" and more" if len(clipped) > _SHOWN_PROBLEMS else "")
+    return (f"dataset: {len(clipped)} row(s) far longer than max_seq_length {max_seq_length} were cut "
+            f"as text before tokenising (training keeps their first {max_seq_length} tokens either "
+            f"way): {where}")
 
 
 def _first_example(rows: list[Row], convert: Converter) -> dict[str, Any] | None:

@@ -29,11 +29,12 @@ import numpy as np
 
 from tunestudio.config import ReportSpec
 from tunestudio.worker.data import dedupe as dedupe_mod
-from tunestudio.worker.data import eval_size, hold_out, minhash, slice_rows
 from tunestudio.worker.data import held_out as held_out_mod
+from tunestudio.worker.data import minhash
 from tunestudio.worker.data.formats import Converter, RowProblem, resolve_format
 from tunestudio.worker.data.rows import Opened, Stream
 from tunestudio.worker.data.sources import open_rows
+from tunestudio.worker.data.split import eval_size, hold_out, slice_rows
 from tunestudio.worker.data.tally import LISTED_REFUSED, Reader, Tally
 from tunestudio.worker.data.templates import (
     ensure_chat_template,
