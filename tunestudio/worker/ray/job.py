@@ -256,45 +256,26 @@ def _missing_resources(ray: Any, wanted: dict[str, float]) -> list[str]:
     return [name for name, amount in wanted.items() if amount > 0 and offered.get(name, 0) < amount]
 
 
-def main() -> int:
-    die_with_parent(int(os.environ[MANAGER_PID_ENV]))
-    link, start = connect_link()
-    import ray
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-    from ray.util.queue import Queue
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+def _storage(storage_uri: str | None, run_id: str) -> tuple[Any, str, str] | None:
+    """Ray Train's storage for this run, where TUNESTUDIO_RAY_STORAGE names one: (filesystem, folder, URI)."""
+    if not storage_uri:
+        return None
+    import pyarrow.fs
 
-    address = os.environ.get(ADDRESS_ENV) or "auto"
-    try:
-        ray.init(address=address, logging_level="WARNING")
-    except Exception as exc:
-        _report(f"cannot join the cluster at {address}: {exc}")
-        return 1
-    config = resolve_latest(start["config"])
-    start = {**start, "config": config}
-    output_dir = Path(config["output_dir"])
-    num_processes = int(config.get("num_processes", 1))
-    resources = json.loads(os.environ.get(RESOURCES_ENV) or "null")
-    storage_uri = os.environ.get(STORAGE_ENV) or None
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    inputs = local_inputs(config)
-    storage = None
-    if storage_uri:
-        import pyarrow.fs
+    filesystem, root = pyarrow.fs.FileSystem.from_uri(storage_uri)
+    return (filesystem, f"{root.rstrip('/')}/tunestudio-{run_id}", f"{storage_uri.rstrip('/')}/"
+            f"tunestudio-{run_id}")
 
-        filesystem, root = pyarrow.fs.FileSystem.from_uri(storage_uri)
-        storage = (filesystem, f"{root.rstrip('/')}/tunestudio-{run_id}", f"{storage_uri.rstrip('/')}/"
-                   f"tunestudio-{run_id}")
-    relay = Relay(link, output_dir, num_processes, inputs, storage)
 
-    # 1. the inputs, into the object store (or a clear refusal before anything is shipped)
+def _ship(ray: Any, relay: Relay, inputs: list[Input], resources: dict[str, float] | None
+          ) -> list[tuple[Input, Any]] | None:
+    """The inputs, into the object store, and what the job will wait for said; None (a Failed sent) when they
+    are too large, before anything is shipped."""
     try:
         total = check_size(inputs, ship_limit(_object_store_bytes(ray)))
     except TooLarge as exc:
         relay.emit(Failed, message=str(exc))
-        link.close()
-        return 1
+        return None
     shipped = [(item, pack(Path(item.path))) for item in inputs]
     relay.shipped_out = total
     if inputs:
@@ -304,35 +285,37 @@ def main() -> int:
         relay.emit(WarningEvent, message=f"ray: no node of the cluster offers {', '.join(missing)} now "
                    f"(TUNESTUDIO_RAY_WORKER_RESOURCES asks {json.dumps(resources)} per worker); the job waits "
                    "until one does (an autoscaler may add it): cancel it otherwise")
-    if storage is not None:
-        relay.emit(Log, message=f"ray: checkpoints and artefacts are written to {storage[2]} (Ray Train's "
-                                f"storage) and copied into {output_dir}")
+    if relay.storage is not None:
+        relay.emit(Log, message=f"ray: checkpoints and artefacts are written to {relay.storage[2]} (Ray Train's "
+                                f"storage) and copied into {relay.output_dir}")
+    return shipped
 
-    # 2. the queues, on this node
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+def _open_queues(ray: Any, link: Any, relay: Relay) -> tuple[Any, Any, threading.Event, threading.Thread]:
+    """The events and commands queues, on this node, with the threads that serve them."""
+    here = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False)
     options = {"num_cpus": 0, "scheduling_strategy": here}
-    events, commands = Queue(actor_options=options), Queue(actor_options=options)
+    events, commands = ray.util.queue.Queue(actor_options=options), ray.util.queue.Queue(actor_options=options)
     done = threading.Event()
     pump = threading.Thread(target=_pump, args=(events, relay, commands, done), daemon=True)
     pump.start()
     threading.Thread(target=_forward_commands, args=(link, commands), daemon=True).start()
+    return events, commands, done, pump
 
-    # 3. Ray Train: without a storage URI, its bookkeeping stays in a temporary folder on this machine (its
-    # controller runs here; the ranks never write to it)
+
+def _scaling(ray: Any, num_processes: int, resources: dict[str, float] | None) -> Any:
+    """Ray Train's ScalingConfig: the workers' resources as asked, else a GPU each where the cluster has enough."""
     if resources:
-        scaling = ScalingConfig(num_workers=num_processes, use_gpu=resources.get("GPU", 0) > 0,
-                                resources_per_worker=resources)
-    else:
-        scaling = ScalingConfig(num_workers=num_processes,
-                                use_gpu=ray.cluster_resources().get("GPU", 0) >= num_processes)
-    bookkeeping = None if storage_uri else tempfile.mkdtemp(prefix="tunestudio-ray-train-")
-    trainer = TorchTrainer(
-        train_loop,
-        train_loop_config={"start": start, "events": events, "commands": commands, "inputs": shipped,
-                           "run_id": run_id, "storage": storage is not None},
-        scaling_config=scaling,
-        run_config=RunConfig(name=f"tunestudio-{run_id}", storage_path=storage_uri or bookkeeping),
-    )
+        return ray.train.ScalingConfig(num_workers=num_processes, use_gpu=resources.get("GPU", 0) > 0,
+                                       resources_per_worker=resources)
+    return ray.train.ScalingConfig(num_workers=num_processes,
+                                   use_gpu=ray.cluster_resources().get("GPU", 0) >= num_processes)
+
+
+def _fit(trainer: Any, relay: Relay, link: Any, done: threading.Event, pump: threading.Thread,
+         bookkeeping: str | None) -> int:
+    """Run Ray Train to its end, then drain the events, say the summary if no rank did, and clean up."""
     code = 0
     try:
         trainer.fit()
@@ -349,6 +332,53 @@ def main() -> int:
         if bookkeeping:
             shutil.rmtree(bookkeeping, ignore_errors=True)
     return code
+
+
+def main() -> int:
+    die_with_parent(int(os.environ[MANAGER_PID_ENV]))
+    link, start = connect_link()
+    import ray
+    import ray.train
+    import ray.train.torch
+    import ray.util.queue
+    import ray.util.scheduling_strategies
+
+    address = os.environ.get(ADDRESS_ENV) or "auto"
+    try:
+        ray.init(address=address, logging_level="WARNING")
+    except Exception as exc:
+        _report(f"cannot join the cluster at {address}: {exc}")
+        return 1
+    config = resolve_latest(start["config"])
+    start = {**start, "config": config}
+    output_dir = Path(config["output_dir"])
+    num_processes = int(config.get("num_processes", 1))
+    resources = json.loads(os.environ.get(RESOURCES_ENV) or "null")
+    storage_uri = os.environ.get(STORAGE_ENV) or None
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    inputs = local_inputs(config)
+    storage = _storage(storage_uri, run_id)
+    relay = Relay(link, output_dir, num_processes, inputs, storage)
+
+    # 1. the inputs, into the object store (or a clear refusal before anything is shipped)
+    shipped = _ship(ray, relay, inputs, resources)
+    if shipped is None:
+        link.close()
+        return 1
+    # 2. the queues, on this node
+    events, commands, done, pump = _open_queues(ray, link, relay)
+    # 3. Ray Train: without a storage URI, its bookkeeping stays in a temporary folder on this machine (its
+    # controller runs here; the ranks never write to it)
+    scaling = _scaling(ray, num_processes, resources)
+    bookkeeping = None if storage_uri else tempfile.mkdtemp(prefix="tunestudio-ray-train-")
+    trainer = ray.train.torch.TorchTrainer(
+        train_loop,
+        train_loop_config={"start": start, "events": events, "commands": commands, "inputs": shipped,
+                           "run_id": run_id, "storage": storage is not None},
+        scaling_config=scaling,
+        run_config=ray.train.RunConfig(name=f"tunestudio-{run_id}", storage_path=storage_uri or bookkeeping),
+    )
+    return _fit(trainer, relay, link, done, pump, bookkeeping)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,26 @@ def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
 
 
+def _output_buffers(n: int, acc: torch.dtype, device: torch.device, outputs: tuple[str, ...]
+                    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
+    """The forward's outputs, unfilled: lse, log_probs, the float extras asked for, is_top1 if asked for."""
+    lse = torch.empty(n, dtype=acc, device=device)
+    log_probs = torch.empty(n, dtype=acc, device=device)
+    extra = {name: torch.empty(n, dtype=acc, device=device) for name in outputs
+             if name in ("entropy", "log_sum_sq_probs", "mean_logits")}
+    is_top1 = torch.empty(n, dtype=torch.bool, device=device) if "is_top1" in outputs else None
+    return lse, log_probs, extra, is_top1
+
+
+def _gradient_buffers(hidden: torch.Tensor, weight: torch.Tensor, acc: torch.dtype, need: list[bool]
+                      ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The gradients of hidden (each row written once), weight and bias (summed over chunks), where needed."""
+    grad_h = torch.empty(hidden.shape, dtype=acc, device=hidden.device) if need[0] else None
+    grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need[1] else None
+    grad_b = torch.zeros(weight.shape[0], dtype=acc, device=weight.device) if need[2] else None
+    return grad_h, grad_w, grad_b
+
+
 class CpuLogProb(torch.autograd.Function):
     """`ChunkedLogProbFunction.apply`'s arguments and outputs, with `grad_enabled` first (the forward of an
     autograd Function always runs without grad, so the caller says whether gradients will be wanted)."""
@@ -95,15 +115,8 @@ class CpuLogProb(torch.autograd.Function):
         n, vocab = hidden.shape[0], weight.shape[0]
         with torch.autocast(device, enabled=False):
             head = _Head(weight, bias, dtype, temperature, final_logit_softcapping, logit_scale)
-            acc = head.acc
-            lse = torch.empty(n, dtype=acc, device=hidden.device)
-            log_probs = torch.empty(n, dtype=acc, device=hidden.device)
-            extra = {name: torch.empty(n, dtype=acc, device=hidden.device) for name in outputs
-                     if name in ("entropy", "log_sum_sq_probs", "mean_logits")}
-            is_top1 = torch.empty(n, dtype=torch.bool, device=hidden.device) if "is_top1" in outputs else None
-            grad_h = torch.empty(hidden.shape, dtype=acc, device=hidden.device) if need[0] else None
-            grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need[1] else None
-            grad_b = torch.zeros(vocab, dtype=acc, device=weight.device) if need[2] else None
+            lse, log_probs, extra, is_top1 = _output_buffers(n, head.acc, hidden.device, outputs)
+            grad_h, grad_w, grad_b = _gradient_buffers(hidden, weight, head.acc, need)
             rows = _chunk_rows(vocab)
             for start in range(0, n, rows):
                 part = slice(start, start + rows)
@@ -178,9 +191,7 @@ def _recompute(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     device = hidden.device.type
     with torch.autocast(device, enabled=False):
         head = _Head(weight, bias, dtype, temperature, softcap, logit_scale)
-        grad_h = torch.empty(hidden.shape, dtype=head.acc, device=hidden.device) if need[0] else None
-        grad_w = torch.zeros(weight.shape, dtype=head.acc, device=weight.device) if need[1] else None
-        grad_b = torch.zeros(weight.shape[0], dtype=head.acc, device=weight.device) if need[2] else None
+        grad_h, grad_w, grad_b = _gradient_buffers(hidden, weight, head.acc, need)
         rows = _chunk_rows(weight.shape[0])
         for start in range(0, hidden.shape[0], rows):
             part = slice(start, start + rows)

@@ -180,10 +180,19 @@ def build_trainer(
     report_to: list[str] | None = None,
 ) -> tuple[Any, ReportingCallback]:
     """The trainer of the job's method (SFTTrainer for sft and pretrain) and its reporting callback."""
-    # TRL's loss-mask flags differ by shape: completion_only_loss masks prompt/completion rows;
-    # {"messages"} rows need assistant_only_loss (completion_only_loss silently does nothing there,
-    # as it does on plain text).
-    conversational_messages = "messages" in data.train.column_names
+    has_eval = _check_data(cfg, data, channel)
+    common = _common_args(cfg, precision, gradient_checkpointing, channel, has_eval, report_to)
+    callback = ReportingCallback(channel, _watch(cfg))
+    # The early stopper sees an evaluation's figures first: the generation metrics it adds reach the Progress event.
+    callbacks = [callback] if cfg.early_stopping is None else [EarlyStopper(cfg, channel, tokenizer, data.eval),
+                                                                 callback]
+    if not methods.uses_sft_trainer(cfg):
+        return methods.build_trainer(cfg, model, tokenizer, data, common, callbacks, has_eval), callback
+    return _sft_trainer(cfg, model, tokenizer, data, common, callbacks, has_eval), callback
+
+
+def _check_data(cfg: JobConfig, data: PreparedData, channel: Channel) -> bool:
+    """Whether the job evaluates; warns of train_on_completions on plain text, refuses early_stopping without eval."""
     if cfg.train_on_completions and "text" in data.train.column_names:
         channel.warn("train_on_completions has no effect on plain text data (it has no prompt and completion): "
                      "every token is trained on; use prompt/completion or a chat format to mask prompts")
@@ -191,12 +200,23 @@ def build_trainer(
     if cfg.early_stopping is not None and not has_eval:
         raise UserError("early_stopping: the job has no eval split to watch (the dataset has too few rows to hold "
                         "some out); give an eval_split, or train without early_stopping")
+    return has_eval
+
+
+def _common_args(
+    cfg: JobConfig,
+    precision: Precision,
+    gradient_checkpointing: bool,
+    channel: Channel,
+    has_eval: bool,
+    report_to: list[str] | None,
+) -> dict[str, Any]:
+    """The TrainingArguments every method's config shares."""
     keeps_best = cfg.early_stopping is not None and cfg.keep_best
     # Below 1, eval_steps is a fraction of the total steps (TrainingArguments reads floats < 1 that way).
     eval_steps = (cfg.eval_steps if cfg.eval_steps < 1 else int(cfg.eval_steps)) if has_eval else None
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else (cfg.warmup_ratio or 0)
-
-    common: dict[str, Any] = dict(
+    return dict(
         output_dir=cfg.output_dir,
         seed=cfg.random_seed,
         data_seed=cfg.random_seed,
@@ -230,12 +250,22 @@ def build_trainer(
         # need not search the graph for unused ones each step.
         ddp_find_unused_parameters=False,
     )
-    callback = ReportingCallback(channel, _watch(cfg))
-    # The early stopper sees an evaluation's figures first: the generation metrics it adds reach the Progress event.
-    callbacks = [callback] if cfg.early_stopping is None else [EarlyStopper(cfg, channel, tokenizer, data.eval),
-                                                                 callback]
-    if not methods.uses_sft_trainer(cfg):
-        return methods.build_trainer(cfg, model, tokenizer, data, common, callbacks, has_eval), callback
+
+
+def _sft_trainer(
+    cfg: JobConfig,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    data: PreparedData,
+    common: dict[str, Any],
+    callbacks: list[Any],
+    has_eval: bool,
+) -> SFTTrainer:
+    """TRL's SFTTrainer (sft and pretrain), its batching installed and its checkpoints saved atomically."""
+    # TRL's loss-mask flags differ by shape: completion_only_loss masks prompt/completion rows;
+    # {"messages"} rows need assistant_only_loss (completion_only_loss silently does nothing there,
+    # as it does on plain text).
+    conversational_messages = "messages" in data.train.column_names
     args = SFTConfig(
         **common,
         max_length=cfg.max_seq_length,
@@ -256,7 +286,7 @@ def build_trainer(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     save_checkpoints_atomically(trainer)  # a worker killed while saving leaves the previous checkpoint usable
-    return trainer, callback
+    return trainer
 
 
 def _watch(cfg: JobConfig) -> Watch | None:
