@@ -250,20 +250,22 @@ def main() -> None:
                                            tiny)
     print(f"load average before: {os.getloadavg()}")
     rows = []
-    for round_ in range(args.rounds):
-        for name in args.models.split(","):
-            for attempt in range(args.retries + 1):
-                got = bench_model(name, models[name], work / f"round-{round_}-{attempt}")
-                rows.extend({"round": round_, "attempt": attempt, **r} for r in got)
-                if all(r["others_share"] <= args.max_others for r in got):
-                    break
-                print(f"         (disturbed: others took more than {args.max_others:.0%} of the machine)")
+    try:
+        for round_ in range(args.rounds):
+            for name in args.models.split(","):
+                for attempt in range(args.retries + 1):
+                    got = bench_model(name, models[name], work / f"round-{round_}-{attempt}")
+                    rows.extend({"round": round_, "attempt": attempt, **r} for r in got)
+                    if all(r["others_share"] <= args.max_others for r in got):
+                        break
+                    print(f"         (disturbed: others took more than {args.max_others:.0%} of the machine)")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     print(f"load average after: {os.getloadavg()}")
     verdicts = summary(rows, args.max_others)
     print(json.dumps({"bench": "estimate", "goal_met": all(v["met"] for v in verdicts.values()),
                       "summary": verdicts, "rows": rows}))
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
