@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,12 @@ if TYPE_CHECKING:
     from .helpers.chat import ChatHome
 
 REPO = Path(__file__).resolve().parents[1]
+
+# One torch thread per process: the suite runs jobs, servers and its own checks side by side on 2 cores, and
+# OpenMP threads that wait spin, so a job with a thread per core beside other busy processes runs many times
+# slower (tunestudio.process.torch_threads). Jobs, chat workers and in-process torch all read these.
+os.environ.setdefault("TUNESTUDIO_TORCH_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 DATA = REPO / "examples" / "data"
 
 

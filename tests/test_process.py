@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 
-from tunestudio.process import describe_exit, kill_group, pid_alive, start_context
+import pytest
+
+from tunestudio.process import THREADS_ENV, describe_exit, kill_group, pid_alive, start_context, torch_threads
 
 from .helpers.wait import wait_until
 
@@ -50,3 +52,14 @@ def test_kill_group_reaches_the_whole_group_and_tolerates_the_gone() -> None:
 def test_start_context() -> None:
     assert start_context(False).get_start_method() == "spawn"
     assert start_context(True, ["json"]).get_start_method() == "forkserver"
+
+
+def test_torch_threads_are_the_cores_capped_by_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert torch_threads(8) == 8 and torch_threads(1) == 1
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert torch_threads(8) == 3 and torch_threads(2) == 2
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(THREADS_ENV, bad)
+        with pytest.raises(ValueError, match=THREADS_ENV):
+            torch_threads(8)

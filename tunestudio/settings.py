@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     prewarm: bool = Field(
         default=True, description="Fork workers from a server with the heavy imports done (TUNESTUDIO_PREWARM=0: off)."
     )
+    torch_threads: int | None = Field(
+        default=None, ge=1, description="At most this many torch threads per job or chat worker (default: one per "
+        "usable core). Lower it on a machine other busy programs share: waiting threads spin (process.torch_threads).",
+    )
     inference_idle_seconds: float = Field(
         default=300.0, gt=0, description="How long the chat worker keeps a model loaded without a request."
     )

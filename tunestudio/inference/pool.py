@@ -51,7 +51,7 @@ from tunestudio.inference_protocol import (
     Shutdown,
     Started,
 )
-from tunestudio.process import describe_exit, usable_cores
+from tunestudio.process import describe_exit, torch_threads
 from tunestudio.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class InferenceUnavailable(RuntimeError):
 
 def threads_for(training_active: bool, cores: int | None = None) -> int:
     """Torch threads for one generation: every core, or half of them while a training job runs beside it."""
-    cores = cores or usable_cores()
+    cores = cores or torch_threads()
     return max(1, cores // 2) if training_active else cores
 
 

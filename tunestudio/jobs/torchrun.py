@@ -34,7 +34,7 @@ from typing import Any
 
 from tunestudio.events import Stop
 from tunestudio.kinds import spec_of
-from tunestudio.process import kill_group, usable_cores
+from tunestudio.process import kill_group, torch_threads, usable_cores
 from tunestudio.worker.child import WorkerKind
 
 PR_SET_PDEATHSIG = 1
@@ -310,7 +310,7 @@ class TorchrunExecutor(LauncherExecutor):
     def _environment(self) -> dict[str, str]:
         cores = usable_cores()
         # N ranks share the cores: torch threads per rank (worker/train/performance.py makes the same split).
-        env = {"OMP_NUM_THREADS": str(max(1, cores // self.num_processes))}
+        env = {"OMP_NUM_THREADS": str(torch_threads(max(1, cores // self.num_processes)))}
         if self.private_network:
             env["TUNESTUDIO_LOOPBACK_UP"] = "1"  # the launcher brings the namespace's lo up first
         if os.path.exists("/sys/class/net/lo"):  # one machine: collectives stay on loopback

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from tunestudio.process import torch_threads
+
 # The smallest hidden size at which bf16 autocast beat fp32 in bench/throughput.py.
 BF16_MIN_HIDDEN = 512
 
@@ -63,7 +65,7 @@ def configure_threads() -> int:
     on this machine split the cores, so N ranks do not oversubscribe them.
     """
     ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    cores = max(1, available_cores() // ranks_here)
+    cores = torch_threads(max(1, available_cores() // ranks_here))
     if torch.get_num_threads() != cores:
         # Only when torch's own default differs (e.g. a CPU quota): resetting the pool to the
         # same size was measured slower in a spawned worker (bench/worker_overhead.py diagnosis).
