@@ -12,8 +12,9 @@ The layouts read (one row may mix the spellings turn by turn):
 
 The form (what the chat templates of Qwen, Llama 3.x, Mistral and SmolLM3 render): an assistant turn is
 {"role": "assistant", "content": text, "tool_calls"?: [...], "reasoning_content"?: text, "weight"?: 0}, its
-calls' `arguments` JSON text of an object (normalised), each call with an id (made up, `callTTTKK`, 9 characters as Mistral wants them, where the row
-has none); a tool turn is {"role": "tool", "tool_call_id", "name", "content": text}; tools are
+calls' `arguments` JSON text of an object (normalised), each call with an id (where the row has none, made up:
+`callTTTKK`, turn and call, 9 characters as Mistral's template wants them); a tool turn is {"role": "tool",
+"tool_call_id", "name", "content": text}; tools are
 [{"type": "function", "function": {"name", "description"?, "parameters"?}}] (the older `functions` wrapped so).
 Keys a turn does not have are absent, never None: templates test `is defined`.
 
@@ -40,7 +41,13 @@ _REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 
 
 class BadTurn(ValueError):
-    """A turn (or the row's tools) that cannot be read; the message says which and why."""
+    """A turn (or the row's tools) that cannot be read; the message says which and why, `kind` what (the dataset
+    report counts them by it): "arguments" (not JSON of an object), "call_id" (a tool turn answering no call),
+    "schema" (a tool that is not a function with an object schema), or "turn" (anything else)."""
+
+    def __init__(self, message: str, kind: str = "turn") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 # --- tools ---------------------------------------------------------------------------
@@ -66,22 +73,23 @@ def read_tools(value: Any, field: str = "tools") -> list[dict[str, Any]]:
         try:
             value = json.loads(value) if value.strip() else []
         except json.JSONDecodeError as exc:
-            raise BadTurn(f"field {field!r} is text that is not JSON ({exc.msg} at column {exc.colno})") from None
+            raise BadTurn(f"field {field!r} is text that is not JSON ({exc.msg} at column {exc.colno})",
+                          "schema") from None
     if not isinstance(value, list):
-        raise BadTurn(f"field {field!r} is a {type(value).__name__}, not a list of tools")
+        raise BadTurn(f"field {field!r} is a {type(value).__name__}, not a list of tools", "schema")
     tools = []
     for i, tool in enumerate(value, start=1):
         where = f"tool {i} of {field!r}"
         if not isinstance(tool, dict):
-            raise BadTurn(f"{where} is not an object")
+            raise BadTurn(f"{where} is not an object", "schema")
         function = tool.get("function") if "function" in tool else tool  # the older `functions`: bare
         if tool.get("type", "function") != "function" or not isinstance(function, dict):
-            raise BadTurn(f"{where} is not a function ({{\"type\": \"function\", \"function\": {{...}}}})")
+            raise BadTurn(f"{where} is not a function ({{\"type\": \"function\", \"function\": {{...}}}})", "schema")
         name = function.get("name")
         if not isinstance(name, str) or not name.strip():
-            raise BadTurn(f"{where} has no 'name'")
+            raise BadTurn(f"{where} has no 'name'", "schema")
         if "parameters" in function and (problem := _schema_problem(function["parameters"])):
-            raise BadTurn(f"{where} ({name!r}): its 'parameters' {problem}")
+            raise BadTurn(f"{where} ({name!r}): its 'parameters' {problem}", "schema")
         tools.append({"type": "function", "function": {k: v for k, v in function.items() if v is not None}})
     return tools
 
@@ -117,7 +125,7 @@ def _text(content: Any, where: str) -> str:
 def _call(call: Any, where: str, turn: int, k: int) -> dict[str, Any]:
     """One call in OpenAI's form, its arguments JSON text of an object."""
     if not isinstance(call, dict):
-        raise BadTurn(f"{where}: call {k} is not an object")
+        raise BadTurn(f"{where}: call {k} is not an object", "arguments")
     function = call.get("function", call)  # a bare {"name", "arguments"} (Hermes, ShareGPT)
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str) or not name.strip():
@@ -128,10 +136,10 @@ def _call(call: Any, where: str, turn: int, k: int) -> dict[str, Any]:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
             raise BadTurn(f"{where}: call {k} ({name!r}) has arguments that are not JSON ({exc.msg} at column "
-                          f"{exc.colno})") from None
+                          f"{exc.colno})", "arguments") from None
     if not isinstance(arguments, dict):
         raise BadTurn(f"{where}: call {k} ({name!r}) has arguments that are a JSON {type(arguments).__name__}, "
-                      "not an object")
+                      "not an object", "arguments")
     call_id = call.get("id")
     return {"id": str(call_id) if call_id else f"call{turn:03d}{k:02d}", "type": "function",
             "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
@@ -148,7 +156,8 @@ def _hermes_calls(content: str, where: str) -> tuple[str, list[Any]]:
         try:
             calls.append(json.loads(block))
         except json.JSONDecodeError as exc:
-            raise BadTurn(f"{where} has a <tool_call> that is not JSON ({exc.msg} at column {exc.colno})") from None
+            raise BadTurn(f"{where} has a <tool_call> that is not JSON ({exc.msg} at column {exc.colno})",
+                          "arguments") from None
     return _TOOL_CALL.sub("", content).strip(), calls
 
 
@@ -200,7 +209,8 @@ def _sharegpt_call(turn: dict[str, Any], i: int, where: str) -> dict[str, Any]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise BadTurn(f"{where} is a function call that is not JSON ({exc.msg} at column {exc.colno})") from None
+            raise BadTurn(f"{where} is a function call that is not JSON ({exc.msg} at column {exc.colno})",
+                          "arguments") from None
     calls = value if isinstance(value, list) else [value]
     return {"role": "assistant", "content": "",
             "tool_calls": [_call(c, where, i, k) for k, c in enumerate(calls, start=1)], **_weight(turn, where)}
@@ -226,12 +236,13 @@ def _answer(turn: dict[str, Any], result: str, pending: list[dict[str, Any]], wh
     if wanted is not None:
         found = next((c for c in pending if c["id"] == str(wanted)), None)
         if found is None:
-            raise BadTurn(f"{where} has tool_call_id {wanted!r}, which no earlier unanswered assistant call has")
+            raise BadTurn(f"{where} has tool_call_id {wanted!r}, which no earlier unanswered assistant call has",
+                          "call_id")
     else:
         found = next((c for c in pending if c["function"]["name"] == name), None) if name else None
         found = found or (pending[0] if pending else None)
         if found is None:
-            raise BadTurn(f"{where} is a tool result, but no assistant call before it awaits one")
+            raise BadTurn(f"{where} is a tool result, but no assistant call before it awaits one", "call_id")
     pending.remove(found)
     return {"role": "tool", "tool_call_id": found["id"], "name": found["function"]["name"], "content": result}
 

@@ -166,3 +166,26 @@ def test_calls_to_undeclared_functions_are_dropped_naming_the_row(tokenizers: di
     prepared = data.prepare(cfg_for(path, max_seq_length=4096), tokenizers["qwen2_5"])
     assert prepared.dropped == 1
     assert f"dataset {path} row 4 calls 'get_weather', which its 'tools' do not declare" in prepared.warnings[0]
+
+
+# --- DPO on tool-call preference pairs (point 7) ----------------------------------------------------------------
+def test_dpo_pairs_with_tool_calls_reach_trl_as_the_template_renders_them(tiny_model: Path, tmp_path: Path,
+                                                                          tokenizers: dict[str, Any]) -> None:
+    # Before issue 41 the pair was dropped ("unknown role"); through Arrow, Qwen2.5's template would have written
+    # the arguments as a quoted string.
+    from .test_data import _trainer
+
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "A", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
+    pair = {"prompt": [{"role": "user", "content": "Weather in Paris?"}], "chosen": [call],
+            "rejected": [{"role": "assistant", "content": "I cannot know."}], "tools": TOOLS}
+    plain = {"prompt": "Say hi.", "chosen": "hi", "rejected": "no"}
+    trainer, tok, _ = _trainer(tiny_model, tmp_path, [pair, plain], tokenizers["qwen2_5"], method="dpo",
+                               max_seq_length=4096)
+    first = trainer.train_dataset[0]
+    assert tok.decode(first["prompt_ids"]).endswith("Weather in Paris?<|im_end|>\n<|im_start|>assistant\n")
+    assert '"name": "get_weather"' in tok.decode(first["prompt_ids"])  # the tools' schema, in the prompt
+    assert tok.decode(first["chosen_ids"]) == f"<tool_call>\n{CALL}\n</tool_call><|im_end|>\n{tok.eos_token}"
+    assert tok.decode(first["rejected_ids"]) == f"I cannot know.<|im_end|>\n{tok.eos_token}"
+    second = trainer.train_dataset[1]  # the plain pair takes the same shape, through the template too
+    assert tok.decode(second["chosen_ids"]) == f"hi<|im_end|>\n{tok.eos_token}"

@@ -151,10 +151,12 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     train, evals = split.train, split.eval
     if work.renderer is not None:  # conversations: tokenised here, with their per-turn mask (chat_mask.py)
         train, evals = _tokenised(work, split)
+    elif work.pairs is not None and any(_has_tools(e) for e in split.train + split.eval):
+        train, evals = _rendered_pairs(work, split)
     return PreparedData(
         train=Dataset.from_list(train),
         eval=Dataset.from_list(evals) if evals else None,
-        eval_examples=split.eval if work.renderer is not None and split.eval else None,
+        eval_examples=split.eval if evals is not split.eval and split.eval else None,
         format_type=fmt,
         notes=work.notes,
         warnings=work.warnings,
@@ -175,6 +177,7 @@ class _Work:
     convert: Converter
     fix: Any = None  # what each converted example goes through, if anything
     renderer: Renderer | None = None  # how conversations become tokens and a per-turn mask (chat_mask.py)
+    pairs: Renderer | None = None  # how preference conversations with tool calls become text (chat_mask.py)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     clipped: list[str] = field(default_factory=list)  # where rows were cut as text, training's then eval's
@@ -229,6 +232,8 @@ def _chat_template(work: _Work, train_rows: list[Row]) -> Any:
         work.warnings.append(note)
     if "messages" in sample:
         work.renderer = renderer_for(tokenizer, cfg.reasoning, cfg.train_on_completions)
+    elif "chosen" in sample:
+        work.pairs = renderer_for(tokenizer, cfg.reasoning, True)
     return None
 
 
@@ -247,6 +252,35 @@ def _tokenised(work: _Work, split: _Split) -> tuple[list[dict[str, Any]], list[d
                 work.warnings.append(warning)
         work.dropped += len(problems)
         out.append(tokenised)
+    return out[0], out[1]
+
+
+def _has_tools(example: dict[str, Any]) -> bool:
+    return bool(example.get("tools")) or any(
+        isinstance(v, list) and any(isinstance(m, dict) and "tool_calls" in m for m in v) for v in example.values())
+
+
+def _rendered_pairs(work: _Work, split: _Split) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Preference pairs with tools or tool calls as the template's text (Renderer.pair_text): every pair, so the
+    dataset has one shape; a pair the template cannot render is dropped and counted, naming its row."""
+    assert work.pairs is not None
+    work.pairs.check([{"messages": e["prompt"] + e["chosen"] + e["rejected"], "tools": e.get("tools")}
+                      for e in split.train + split.eval])
+    out: list[list[dict[str, Any]]] = []
+    for examples, rows, what in ((split.train, split.train_rows, "dataset"), (split.eval, split.eval_rows, "eval")):
+        rendered, problems = [], []
+        for example, row in zip(examples, rows, strict=True):
+            try:
+                rendered.append(work.pairs.pair_text(example))
+            except RowProblem as exc:
+                problems.append(f"{row.where()} {exc}")
+        if examples and (warning := _check_drops(f"{what}: rendering with the chat template", len(examples),
+                                                 problems)):
+            work.warnings.append(warning)
+        work.dropped += len(problems)
+        out.append(rendered)
+    work.notes.append("preference pairs with tool calls: rendered with the model's chat template (tools included) "
+                      "before the trainer tokenises them")
     return out[0], out[1]
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from tunestudio.worker.data.conversations import RowProblem
 from tunestudio.worker.errors import UserError
 
-__all__ = ["Renderer", "check_tools", "renderer_for", "renders_reasoning", "template_name"]
+__all__ = ["Renderer", "check_tools", "renderer_for", "renders_reasoning", "template_form", "template_name"]
 
 _PROBE = "tunestudio_probe_7f3a"
 _THINK = "<think>\n{}\n</think>\n\n"
@@ -61,6 +61,15 @@ def _probe(tokenizer: Any, build: Any) -> str | None:
         return build(tokenizer)
     except Exception:  # a template raising on a probe cannot render it; the caller says so
         return None
+
+
+def template_form(message: dict[str, Any]) -> dict[str, Any]:
+    """A turn as templates take it: its calls' arguments as objects (they `tojson` them), no `weight`."""
+    out = {k: v for k, v in message.items() if k != "weight"}
+    if "tool_calls" in message:
+        out["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                             for c in message["tool_calls"]]
+    return out
 
 
 def renders_reasoning(tokenizer: Any) -> bool:
@@ -149,14 +158,39 @@ class Renderer:
                 problems.append(f"{row.where()} {exc}")
         return out, problems
 
+    def pair_text(self, example: dict[str, Any]) -> dict[str, str]:
+        """A preference pair of conversations with tools or tool calls as the template's text: TRL's preference
+        trainers render conversations themselves, from Arrow rows (None in every key a turn lacks; arguments as
+        text where templates want objects), so such pairs reach them rendered. The prompt ends with the
+        generation prompt; each reply is what the template adds after it, its end-of-turn token last (the
+        whitespace after it left out, so TRL adds no second EOS). RowProblem when the prefix property fails."""
+        prompt, tools = [self._form(m) for m in example["prompt"]], example.get("tools")
+        try:
+            start = _render(self.tokenizer, prompt, tools, True)
+            replies = {}
+            for side in ("chosen", "rejected"):
+                full = _render(self.tokenizer, prompt + [self._form(m) for m in example[side]], tools, False)
+                if not full.startswith(start):
+                    raise RowProblem(f"cannot be rendered as a pair by {template_name(self.tokenizer)}: the prompt "
+                                     f"is not where the {side} reply begins")
+                reply = full[len(start):]
+                eos = self.tokenizer.eos_token or ""
+                replies[side] = reply.rstrip() if eos and reply.rstrip().endswith(eos) else reply
+        except RowProblem:
+            raise
+        except Exception as exc:  # a template's raise_exception
+            raise RowProblem(f"cannot be rendered by {template_name(self.tokenizer)}: {exc}") from None
+        bos = self.tokenizer.bos_token or ""
+        adds_bos = bool(bos) and self.tokenizer("x")["input_ids"][:1] == [self.tokenizer.bos_token_id]
+        if adds_bos and start.startswith(bos):  # TRL tokenises the text with the tokenizer's own BOS
+            start = start[len(bos):]
+        return {"prompt": start, **replies}
+
     def _form(self, message: dict[str, Any]) -> dict[str, Any]:
         """A turn as templates take it: arguments as objects (they `tojson` them), no `weight`, and the reasoning
         kept, dropped or written into the content as the job says."""
-        out = {k: v for k, v in message.items() if k not in ("weight", "reasoning_content")}
-        if "tool_calls" in message:
-            out["tool_calls"] = [{**c, "function": {**c["function"],
-                                                    "arguments": json.loads(c["function"]["arguments"])}}
-                                 for c in message["tool_calls"]]
+        out = template_form(message)
+        out.pop("reasoning_content", None)
         reasoning = message.get("reasoning_content")
         if reasoning and self.reasoning != "drop":
             if self.native_reasoning:

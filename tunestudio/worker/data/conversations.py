@@ -26,7 +26,12 @@ HOW_TO_SET = ("set format_type (alpaca, sharegpt, messages, prompt_completion, t
 
 
 class RowProblem(Exception):
-    """One row cannot be used; the message completes "dataset F row N ..."."""
+    """One row cannot be used; the message completes "dataset F row N ..."; `kind` is what is wrong with its tool
+    calls when that is it (chat_rows.BadTurn's kinds, and "undeclared": a call to a function its tools lack)."""
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def text(data: dict[str, Any], name: str, *, required: bool = True) -> str:
@@ -48,7 +53,7 @@ def conversation(turns: list[Any], name: str) -> list[dict[str, Any]]:
     try:
         return read_turns(turns, name)
     except BadTurn as exc:
-        raise RowProblem(str(exc)) from None
+        raise RowProblem(str(exc), exc.kind) from None
 
 
 def tools(data: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -57,7 +62,7 @@ def tools(data: dict[str, Any]) -> list[dict[str, Any]] | None:
     try:
         return tools_of(data)
     except BadTurn as exc:
-        raise RowProblem(str(exc)) from None
+        raise RowProblem(str(exc), exc.kind) from None
 
 
 def check_calls(messages: list[dict[str, Any]], declared: list[dict[str, Any]] | None) -> None:
@@ -66,4 +71,4 @@ def check_calls(messages: list[dict[str, Any]], declared: list[dict[str, Any]] |
     unknown = unknown_calls(messages, declared)
     if unknown:
         names = ", ".join(sorted({repr(n) for n in unknown}))
-        raise RowProblem(f"calls {names}, which its 'tools' do not declare")
+        raise RowProblem(f"calls {names}, which its 'tools' do not declare", "undeclared")
