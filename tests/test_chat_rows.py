@@ -89,6 +89,16 @@ def test_tools_and_the_older_functions_and_tools_as_json_text() -> None:
     assert tools_of({"messages": []}) is None
 
 
+def test_keys_arrow_filled_with_none_are_absent() -> None:
+    # a hub dataset's rows come through Arrow, which gives every turn every key of any turn, None where it had none
+    filled = [{"role": "user", "content": "Paris?", "tool_calls": None, "tool_call_id": None, "weight": None,
+               "reasoning_content": None, "name": None},
+              {"role": "assistant", "content": "Rain.", "tool_calls": None, "tool_call_id": None, "weight": None,
+               "reasoning_content": None, "name": None}]
+    assert read_turns(filled, "messages") == [{"role": "user", "content": "Paris?"},
+                                              {"role": "assistant", "content": "Rain."}]
+
+
 def test_weight_zero_is_kept_and_other_weights_refused() -> None:
     turns = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "weight": 0}]
     assert read_turns(turns, "messages")[1] == {"role": "assistant", "content": "a", "weight": 0}

@@ -176,7 +176,7 @@ def _reasoning(turn: dict[str, Any], content: str, where: str) -> tuple[str, str
 
 
 def _weight(turn: dict[str, Any], where: str) -> dict[str, int]:
-    if "weight" not in turn:
+    if turn.get("weight") is None:  # absent, or None where a hub dataset's Arrow filled the key in
         return {}
     weight = turn["weight"]
     if isinstance(weight, bool) or weight not in (0, 1):
