@@ -189,3 +189,22 @@ def test_dpo_pairs_with_tool_calls_reach_trl_as_the_template_renders_them(tiny_m
     assert tok.decode(first["rejected_ids"]) == f"I cannot know.<|im_end|>\n{tok.eos_token}"
     second = trainer.train_dataset[1]  # the plain pair takes the same shape, through the template too
     assert tok.decode(second["chosen_ids"]) == f"hi<|im_end|>\n{tok.eos_token}"
+
+
+def test_the_mask_reaches_trls_labels_and_the_collator(tiny_model: Path, tmp_path: Path,
+                                                       tokenizers: dict[str, Any]) -> None:
+    # SFTTrainer takes the rows as tokenised (it renders nothing again) and turns assistant_masks into labels
+    from .test_data import _trainer
+
+    tok = tokenizers["qwen2_5"]
+    trainer, _, _ = _trainer(tiny_model, tmp_path, [{"messages": TURNS, "tools": TOOLS}] * 2, tok,
+                             max_seq_length=4096, reasoning="drop")
+    expected = renderer_for(tok, "drop", True).rows(EXAMPLE)[0]
+    row = trainer.train_dataset[0]
+    assert row["input_ids"] == expected["input_ids"]
+    assert row["labels"] == [t if m else -100 for t, m in zip(expected["input_ids"], expected["assistant_masks"],
+                                                                strict=True)]
+    batch = trainer.data_collator([trainer.train_dataset[0], trainer.train_dataset[1]])
+    assert batch["labels"][0].tolist()[: len(row["labels"])] == row["labels"]
+    assert tok.decode([t for t in row["labels"] if t != -100]) == (
+        f"<tool_call>\n{CALL}\n</tool_call><|im_end|>\nIt rains.<|im_end|>\n")
