@@ -115,7 +115,7 @@ def test_a_bad_file_is_refused_naming_its_first_bad_line(studio: Studio) -> None
         ("{not json", "line 3: is not valid JSON"),
         ({"messages": [{"role": "user", "content": "hi"}]}, "line 3: has no assistant message"),
         ({"messages": [{"role": "tool", "content": "42"}, {"role": "assistant", "content": "ok"}]},
-         "line 3: message 1 of 'messages' has role 'tool'"),
+         "line 3: message 1 of 'messages' is a tool result, but no assistant call before it awaits one"),
         (preference_rows(1)[0], "line 3: is a preference row, but the file holds chat rows"),
         ({"prompt": "a", "completion": "b"}, "line 3: has neither 'messages'"),
     ):
@@ -129,6 +129,19 @@ def test_a_bad_file_is_refused_naming_its_first_bad_line(studio: Studio) -> None
         client.files.create(file=f, purpose="batch")
     assert purpose.value.param == "purpose"
     assert client.files.list().data == []  # nothing was kept
+
+
+def test_a_tool_calling_file_is_taken_and_reaches_the_job_in_openais_form(studio: Studio) -> None:
+    # Before issue 41 the upload answered 400 "tunestudio trains on text turns only (no tool calls yet)".
+    from .test_fine_tune_data import TOOL_CHAT
+
+    training = upload(studio, "tools.jsonl", [TOOL_CHAT, TOOL_CHAT])
+    created = studio.client.fine_tuning.jobs.create(model="org/base-model", training_file=training)
+    config = studio.manager.get(studio.studio_id(created.id)).config.public_dict()
+    [row, _] = [json.loads(line) for line in Path(config["local_datasets"][0]).read_text().splitlines()]
+    assert row["tools"] == TOOL_CHAT["tools"] and row["messages"][2]["tool_call_id"] == "call_1"
+    assert row["messages"][5]["weight"] == 0
+    studio.client.fine_tuning.jobs.cancel(created.id)
 
 
 # --- jobs -------------------------------------------------------------------------------------------------------

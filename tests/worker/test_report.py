@@ -246,3 +246,35 @@ def test_the_report_finds_rows_that_differ_only_in_punctuation_case_or_spacing(t
     assert sorted((ex["rows"][0]["line"], ex["rows"][1]["line"]) for ex in dup["examples"]) == [
         (1, 7), (2, 8), (3, 9), (4, 10), (5, 11)]
     assert "casefolded" in dup["method"]
+
+
+def test_the_report_counts_tools_calls_bad_calls_and_reasoning(tiny_model: Path, tmp_path: Path) -> None:
+    # issue 41, point 5: tools per row, calls per conversation, rows calling undeclared functions or with
+    # arguments that are not JSON, and the reasoning's share of the tokens
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    tok.chat_template = (Path(__file__).parent / "templates" / "qwen2_5.jinja").read_text()
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    other = {"type": "function", "function": {"name": "convert"}}
+
+    def row(arguments: str, tools: list[dict[str, Any]], calls: int = 1) -> dict[str, Any]:
+        made = [{"id": f"c{k}", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+                for k in range(calls)]
+        return {"tools": tools, "messages": [
+            {"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": made},
+            *[{"role": "tool", "tool_call_id": f"c{k}", "content": "rain"} for k in range(calls)],
+            {"role": "assistant", "content": "Rain.", "reasoning_content": "It said rain, so rain it is."}]}
+
+    rows = [row('{"city": "Paris"}', [weather, other], calls=2), row('{"city": "Rome"}', [weather]),
+            row('{"city": Rome}', [weather]), row('{"city": "Oslo"}', [other])]
+    path = tmp_path / "tools.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = build(config(path, max_seq_length=4096), tok)
+    tools = report["tools"]
+    assert tools["tools_per_row"] == {"rows": 2, "mean": 1.5, "max": 2}
+    assert tools["calls_per_conversation"] == {"rows": 2, "mean": 1.5, "max": 2}
+    assert (tools["undeclared_call_rows"], tools["arguments_not_json_rows"]) == (1, 1)
+    assert lines(report["refused"]) == [3, 4] and tools["reasoning_turns"] == 2
+    assert 0 < tools["reasoning_share"] < 0.1 and tools["reasoning_tokens"] == 2 * len(
+        tok("It said rain, so rain it is.", add_special_tokens=False)["input_ids"])

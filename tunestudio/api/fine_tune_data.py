@@ -6,12 +6,15 @@ Two kinds of rows (one kind per file):
   "non_preferred_output": [assistant messages]}` (dpo).
 
 A message's content is text, or a list of text parts; `developer` is the system role; `name` is kept out
-of the prompt; `weight` 1 is the default (0, masking a turn, tunestudio cannot do yet). Tool calls, tool
-messages and images are refused by name: the studio's chat formats hold text turns only.
+of the prompt; `weight` 1 is the default, 0 keeps an assistant message out of the loss. Rows with `tools` (or
+the older `functions`), assistant `tool_calls` (or `function_call`) and `tool` (or `function`) messages are read
+as tunestudio/chat_rows.py reads them, and refused by line as it refuses them (arguments not JSON, a tool
+message answering no call, tools whose parameters are not a JSON Schema object, a call to a function the row's
+tools do not declare). Images are refused by name.
 
-The studio's own formats (worker/data/): chat rows become `{"messages": [{"role", "content"}]}`, the
-`messages` format; preference rows become `{"prompt", "chosen", "rejected"}` as conversations, the
-`preference` format. Standard library only: the parent process reads these files.
+The studio's own formats (worker/data/): chat rows become `{"messages": [...], "tools"?: [...]}` in OpenAI's
+form, the `messages` format; preference rows become `{"prompt", "chosen", "rejected", "tools"?}` as
+conversations, the `preference` format. Standard library only: the parent process reads these files.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
 
+from tunestudio.chat_rows import BadTurn, read_turns, tools_of, unknown_calls
+
 __all__ = ["BadFile", "Checked", "RowKind", "check", "convert", "rows"]
 
 RowKind = Literal["chat", "preference"]
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 _PREFERENCE_KEYS = ("input", "preferred_output", "non_preferred_output")
 
 
@@ -69,66 +74,68 @@ def kind_of(row: dict[str, Any]) -> RowKind | None:
     return None
 
 
-def _content(message: dict[str, Any], where: str) -> str:
+def _text_parts(message: dict[str, Any], where: str) -> None:
+    """Content parts that are not text (images, audio, files) are refused by name."""
     content = message.get("content")
-    if isinstance(content, str):
-        return content
     if isinstance(content, list):
-        parts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise ValueError(f"{where} has a content part of type {kind!r}; only text parts "
                                  '({"type": "text", "text": ...}) can be trained on')
-            parts.append(part["text"])
-        return "".join(parts)
-    if content is None and (message.get("tool_calls") or message.get("function_call")):
-        raise ValueError(f"{where} is a tool call; tunestudio trains on text turns only (no tool calls yet)")
-    raise ValueError(f"{where} has no text 'content'")
 
 
-def _messages(value: Any, field: str, *, assistant_only: bool = False) -> list[dict[str, str]]:
-    """The messages of `field` as {role, content} text turns; ValueError naming the message that is wrong."""
+def _messages(value: Any, field: str, *, assistant_only: bool = False) -> list[dict[str, Any]]:
+    """The messages of `field` in OpenAI's form, as tunestudio/chat_rows.py reads them (tool calls, tool results,
+    reasoning, weight); ValueError naming the message that is wrong."""
     if not isinstance(value, list) or not value:
         raise ValueError(f"'{field}' must be a non-empty list of messages")
-    out = []
     for i, message in enumerate(value, start=1):
         where = f"message {i} of '{field}'"
         if not isinstance(message, dict):
             raise ValueError(f"{where} is not an object")
         role = message.get("role")
-        if role in ("tool", "function"):
-            raise ValueError(f"{where} has role {role!r}; tunestudio trains on text turns only (no tool calls yet)")
         if role not in _ROLES:
-            raise ValueError(f"{where} has role {role!r}; use system, developer, user or assistant")
+            raise ValueError(f"{where} has role {role!r}; use system, developer, user, assistant or tool")
         if assistant_only and role != "assistant":
             raise ValueError(f"{where} has role {role!r}; the outputs of a preference row are assistant messages")
-        if message.get("tool_calls") or message.get("function_call"):
-            raise ValueError(f"{where} has tool calls; tunestudio trains on text turns only (no tool calls yet)")
-        weight = message.get("weight", 1)
-        if weight not in (0, 1) or isinstance(weight, bool):
-            raise ValueError(f"{where} has weight {weight!r}; weight is 0 or 1")
-        if weight == 0:
-            raise ValueError(f"{where} has weight 0; tunestudio trains on every assistant message (leave weight "
-                             "out, or drop the message)")
-        out.append({"role": _ROLES[role], "content": _content(message, where)})
-    return out
+        _text_parts(message, where)
+        if role != "assistant" and message.get("content") is None:
+            raise ValueError(f"{where} has no text 'content'")
+    try:
+        return read_turns(value, field, word="message")
+    except BadTurn as exc:
+        raise ValueError(str(exc)) from None
 
 
-def _no_tools(row: dict[str, Any], where: dict[str, Any] | None = None) -> None:
-    for holder in (row, where or {}):
-        if holder.get("tools") or holder.get("functions"):
-            raise ValueError("has 'tools'; tunestudio trains on text turns only (no tool calls yet)")
+def _tools(*holders: dict[str, Any]) -> list[dict[str, Any]] | None:
+    for holder in holders:
+        try:
+            found = tools_of(holder)
+        except BadTurn as exc:
+            raise ValueError(str(exc)) from None
+        if found:
+            return found
+    return None
+
+
+def _declared(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> None:
+    unknown = unknown_calls(messages, tools)
+    if unknown:
+        raise ValueError(f"calls {', '.join(sorted({repr(n) for n in unknown}))}, which its 'tools' do not declare")
 
 
 def _studio_row(row: dict[str, Any], kind: RowKind) -> dict[str, Any]:
     """One OpenAI row as the studio's row; ValueError saying what is wrong with it."""
     if kind == "chat":
-        _no_tools(row)
+        tools = _tools(row)
         messages = _messages(row.get("messages"), "messages")
         if not any(m["role"] == "assistant" for m in messages):
             raise ValueError("has no assistant message to learn from")
-        return {"messages": messages}
+        if not any(m["role"] == "assistant" and m.get("weight", 1) for m in messages):
+            raise ValueError("has no assistant message to learn from: every one has weight 0")
+        _declared(messages, tools)
+        return {"messages": messages, **({"tools": tools} if tools else {})}
     missing = [key for key in _PREFERENCE_KEYS if key not in row]
     if missing:
         raise ValueError(f"has no {', '.join(repr(k) for k in missing)}; a preference row has 'input' "
@@ -136,11 +143,13 @@ def _studio_row(row: dict[str, Any], kind: RowKind) -> dict[str, Any]:
     given = row["input"]
     if not isinstance(given, dict):
         raise ValueError("'input' must be an object with 'messages'")
-    _no_tools(row, given)
+    tools = _tools(given, row)
     prompt = _messages(given.get("messages"), "input.messages")
     chosen = _messages(row["preferred_output"], "preferred_output", assistant_only=True)
     rejected = _messages(row["non_preferred_output"], "non_preferred_output", assistant_only=True)
-    return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+    for part in (prompt, chosen, rejected):
+        _declared(part, tools)
+    return {"prompt": prompt, "chosen": chosen, "rejected": rejected, **({"tools": tools} if tools else {})}
 
 
 def rows(handle: BinaryIO, want: RowKind | None = None) -> Iterator[dict[str, Any]]:

@@ -132,8 +132,27 @@ def show(report: dict[str, Any]) -> None:
         for name, counts in report["roles"].items():
             roles.add_row(escape(name), f"{counts['turns']:,}", f"{counts['empty']:,}")
         console.print(roles)
+    if line := tool_line(report.get("tools")):
+        console.print(f"\n[bold]tool calls[/]: {escape(line)}")
     for note in report["notes"]:
         console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def tool_line(tools: dict[str, Any] | None) -> str | None:
+    """The report's tools, calls and reasoning in one line; None when the rows have none of them."""
+    if not tools:
+        return None
+    per_row, per_chat = tools["tools_per_row"], tools["calls_per_conversation"]
+    bad = (tools["undeclared_call_rows"], tools["arguments_not_json_rows"], tools["unanswered_tool_result_rows"],
+           tools["bad_tool_schema_rows"])
+    if not (per_row["rows"] or per_chat["rows"] or tools["reasoning_turns"] or any(bad)):
+        return None
+    share = f" ({tools['reasoning_share']:.1%} of the tokens)" if tools["reasoning_share"] is not None else ""
+    return (f"{per_row['rows']:,} rows with tools ({per_row['mean']} a row, at most {per_row['max']}); "
+            f"{per_chat['rows']:,} conversations with calls ({per_chat['mean']} each, at most {per_chat['max']}); "
+            f"refused: {bad[0]:,} calling undeclared functions, {bad[1]:,} with arguments that are not JSON, "
+            f"{bad[2]:,} with a tool result answering no call, {bad[3]:,} with tools that are not JSON Schema; "
+            f"{tools['reasoning_turns']:,} turns with reasoning{share}")
 
 
 def _histogram(lengths: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """The dataset formats of the methods beyond SFT, and telling them from a dataset's columns.
 
 - preference (DPO, ORPO, KTO): `prompt`, `chosen`, `rejected`, as strings or as
-  conversations in the messages shape. Without `prompt`, the conversations'
+  conversations in the messages shape (tool calls too, the row's `tools` kept
+  beside them; `prepare` renders such pairs to text with the model's template). Without `prompt`, the conversations'
   shared opening turns are the prompt. Where any row holds a conversation, every
   row becomes one (a string prompt a user turn, a string reply an assistant
   turn), so the chat template renders every part alike and the dataset has one
@@ -23,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tunestudio.config import METHOD_FORMATS, DataSpec, JobConfig
-from tunestudio.worker.data.conversations import Converter, RowProblem, conversation, text
+from tunestudio.worker.data.conversations import Converter, RowProblem, check_calls, conversation, text, tools
 from tunestudio.worker.data.rows import Row, Stream, firsts
 from tunestudio.worker.errors import UserError
 
@@ -79,6 +80,19 @@ def _split_shared_prompt(chosen: list[dict[str, str]], rejected: list[dict[str, 
 
 
 def preference(data: dict[str, Any], conversational: bool = False) -> dict[str, Any]:
+    """A preference row; conversations keep the row's tools beside them ("tools"), their calls checked."""
+    pair = _pair(data, conversational)
+    declared = tools(data)
+    if declared or any(isinstance(v, list) and any("tool_calls" in m for m in v) for v in pair.values()):
+        for part in ("prompt", "chosen", "rejected"):
+            if isinstance(pair[part], list):
+                check_calls(pair[part], declared)
+        if declared:
+            pair["tools"] = declared
+    return pair
+
+
+def _pair(data: dict[str, Any], conversational: bool) -> dict[str, Any]:
     chosen = _part(data, "chosen", "preference")
     rejected = _part(data, "rejected", "preference")
     prompt = _part(data, "prompt", "preference", required=False)

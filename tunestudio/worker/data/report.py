@@ -36,12 +36,7 @@ from tunestudio.worker.data.rows import Opened, Stream
 from tunestudio.worker.data.sources import open_rows
 from tunestudio.worker.data.split import eval_size, hold_out, slice_rows
 from tunestudio.worker.data.tally import LISTED_REFUSED, Reader, Tally
-from tunestudio.worker.data.templates import (
-    ensure_chat_template,
-    last_turn_as_completion,
-    supports_assistant_mask,
-    text_budget,
-)
+from tunestudio.worker.data.templates import ensure_chat_template, text_budget
 from tunestudio.worker.errors import UserError
 
 HISTOGRAM_BINS = 30
@@ -92,6 +87,7 @@ def build(cfg: ReportSpec, tokenizer: Any = None) -> dict[str, Any]:
         "eval_overlap": _overlap(cfg, train, kept, evals, found),
         "columns": {name: {"rows": train.present[name], "empty": train.blank[name]} for name in sorted(train.present)},
         "roles": {role: {"turns": train.turns[role], "empty": train.empty_turns[role]} for role in sorted(train.turns)},
+        "tools": train.tool.report(int(train.array("tokens").sum()) if tokenizer is not None else None),
         "notes": notes + ([] if tokenizer is not None else
                           ["no model given: token lengths need the model's tokenizer (--model)"]),
         "seconds": round(time.monotonic() - started, 3),
@@ -137,18 +133,14 @@ def load_tokenizer(name: str) -> Any:
 
 # --- rows as training sees them -----------------------------------------------------
 def _fix(cfg: ReportSpec, rows: Stream, convert: Converter, tokenizer: Any, notes: list[str]) -> Any:
-    """What `prepare` does to conversations before training: the default chat template, and the last turn as
-    the completion when the template cannot mask assistant turns."""
+    """What `prepare` does to conversations before training: the default chat template (every assistant turn is
+    trained, with or without {% generation %} markers: chat_mask.py)."""
     sample = next((e for r in rows if r.data is not None and (e := _try(convert, r.data)) is not None), None)
     if tokenizer is None or sample is None or not ("messages" in sample or isinstance(sample.get("prompt"), list)):
         return None
     note = ensure_chat_template(tokenizer)
     if note:
         notes.append(note)
-    if cfg.train_on_completions and "messages" in sample and not supports_assistant_mask(tokenizer):
-        notes.append("train_on_completions: the chat template has no {% generation %} markers, so only the last "
-                     "assistant turn of each conversation is trained on (and measured)")
-        return last_turn_as_completion
     return None
 
 

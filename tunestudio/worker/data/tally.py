@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tunestudio.worker.data import dedupe, minhash
+from tunestudio.worker.data.chat_mask import template_form
 from tunestudio.worker.data.formats import Converter, RowProblem
 from tunestudio.worker.data.held_out import row_key
 from tunestudio.worker.data.rows import Row
@@ -42,6 +43,8 @@ class Seen:
     clipped: bool = False
     tokens: int | None = None  # the longest sequence it makes
     prompt: int | None = None  # tokens before its first trained token, when the row reaches max_seq_length
+    kind: str | None = None  # what is wrong with a refused row's tool calls, when that is it (RowProblem.kind)
+    reasoning: int = 0  # tokens of its assistant turns' reasoning (with a tokenizer)
 
 
 def _empty(value: Any) -> bool:
@@ -67,6 +70,7 @@ class Tally:
         self.blank: Counter[str] = Counter()
         self.turns: Counter[str] = Counter()  # roles of the usable rows' conversations: turns, and empty ones
         self.empty_turns: Counter[str] = Counter()
+        self.tool = ToolTally()
 
     @property
     def usable(self) -> int:
@@ -85,6 +89,7 @@ class Tally:
         texts = []
         for seen in chunk:
             if seen.reason is not None:
+                self.tool.bad[seen.kind] += seen.kind is not None
                 self.refused_count += 1
                 if len(self.refused) < LISTED_REFUSED:
                     self.refused.append({"file": seen.row.source, "line": seen.row.number, "reason": seen.reason})
@@ -103,6 +108,7 @@ class Tally:
                 self.keys.append(row_key(seen.row.data))
             texts.append(dedupe.text_of(example))
             self._count_turns(example)
+            self.tool.add(example, seen.reasoning)
         self.signed.append(*minhash.signatures(texts))
 
     def _count_turns(self, example: dict[str, Any]) -> None:
@@ -118,6 +124,40 @@ class Tally:
         kept = getattr(self, name)
         dtype = {"Q": np.uint64, "q": np.int64, "b": np.int8}[kept.typecode]
         return np.frombuffer(kept, dtype) if len(kept) else np.zeros(0, dtype)
+
+
+class ToolTally:
+    """The usable rows' tools, calls and reasoning, and the refused rows by what was wrong with their calls."""
+
+    def __init__(self) -> None:
+        self.tools = array("q")  # per row with tools: how many
+        self.calls = array("q")  # per conversation with calls: how many
+        self.reasoning_turns = 0
+        self.reasoning_tokens = 0
+        self.bad: Counter[str] = Counter()  # refused rows by RowProblem.kind
+
+    def add(self, example: dict[str, Any], reasoning_tokens: int) -> None:
+        if example.get("tools"):
+            self.tools.append(len(example["tools"]))
+        turns = [m for v in example.values() if isinstance(v, list) for m in v if isinstance(m, dict)]
+        calls = sum(len(m.get("tool_calls", ())) for m in turns)
+        if calls:
+            self.calls.append(calls)
+        self.reasoning_turns += sum(1 for m in turns if m.get("reasoning_content"))
+        self.reasoning_tokens += reasoning_tokens
+
+    def report(self, tokens: int | None) -> dict[str, Any]:
+        """What the dataset report says of them; `tokens`: all the usable rows' tokens (None: no tokenizer)."""
+        def spread(counts: array) -> dict[str, Any]:
+            return {"rows": len(counts), "mean": round(sum(counts) / len(counts), 2) if counts else 0,
+                    "max": max(counts, default=0)}
+
+        return {"tools_per_row": spread(self.tools), "calls_per_conversation": spread(self.calls),
+                "undeclared_call_rows": self.bad["undeclared"], "arguments_not_json_rows": self.bad["arguments"],
+                "unanswered_tool_result_rows": self.bad["call_id"], "bad_tool_schema_rows": self.bad["schema"],
+                "reasoning_turns": self.reasoning_turns,
+                "reasoning_tokens": self.reasoning_tokens if tokens is not None else None,
+                "reasoning_share": round(self.reasoning_tokens / tokens, 4) if tokens else None}
 
 
 def _batched(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
@@ -146,6 +186,7 @@ class Reader:
             if self.tokenizer is not None:
                 measured = [s for s in seen if s.example is not None]
                 _measure(measured, self.tokenizer, self.max_seq_length)
+                _measure_reasoning(measured, self.tokenizer)
                 for s in measured:
                     if s.prompt is not None and s.prompt >= self.max_seq_length:
                         s.reason = (f"has a prompt of {s.prompt} tokens, which fills max_seq_length "
@@ -161,7 +202,7 @@ class Reader:
             if self.fix is not None:
                 example = self.fix(example)
         except RowProblem as exc:
-            return Seen(row, reason=str(exc))
+            return Seen(row, reason=str(exc), kind=exc.kind)
         example, clipped = clip_example(example, self.budget)
         return Seen(row, example, clipped=clipped)
 
@@ -182,14 +223,15 @@ def _pieces(example: dict[str, Any], eos: str) -> tuple[list[tuple[str, Any]], t
     "text" is tokenised as a string, "chat" and "ask" through the chat template (ask: with the generation
     prompt)."""
     prompt = example.get("prompt")
+    tools = example.get("tools")
     if "messages" in example:
         messages = example["messages"]
         first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), 0)
-        return [("chat", messages)], (("ask", messages[:first]) if first else None)
+        return [("chat", (messages, tools))], (("ask", (messages[:first], tools)) if first else None)
     if isinstance(prompt, list):
-        asks = [("chat", prompt + example[k]) for k in ("completion", "chosen", "rejected")
+        asks = [("chat", (prompt + example[k], tools)) for k in ("completion", "chosen", "rejected")
                 if isinstance(example.get(k), list)]
-        return asks or [("ask", prompt)], ("ask", prompt)
+        return asks or [("ask", (prompt, tools))], ("ask", (prompt, tools))
     if isinstance(prompt, str):
         tails = [example[k] for k in ("completion", "chosen", "rejected") if isinstance(example.get(k), str)]
         if "completion" in example and "label" not in example:  # SFT: TRL appends EOS to the completion
@@ -217,6 +259,20 @@ def _measure(seen: list[Seen], tokenizer: Any, max_seq_length: int) -> None:
         s.prompt = counted[how][i]
 
 
+def _measure_reasoning(seen: list[Seen], tokenizer: Any) -> None:
+    """Each row's reasoning tokens (its assistant turns' reasoning_content, tokenised as one batch)."""
+    owners, texts = [], []
+    for s in seen:
+        for value in (s.example or {}).values():
+            if isinstance(value, list):
+                for m in value:
+                    if isinstance(m, dict) and m.get("reasoning_content"):
+                        owners.append(s)
+                        texts.append(m["reasoning_content"])
+    for s, n in zip(owners, _lengths(tokenizer, texts, special=False) if texts else [], strict=True):
+        s.reasoning += n
+
+
 def _put(jobs: dict[str, list[Any]], how: str, what: Any) -> int:
     jobs[how].append(what)
     return len(jobs[how]) - 1
@@ -227,8 +283,18 @@ def _count(tokenizer: Any, how: str, items: list[Any]) -> list[int]:
         return []
     if how == "text":
         return _lengths(tokenizer, items, special=True)
-    rendered = tokenizer.apply_chat_template(items, add_generation_prompt=how == "ask", tokenize=False)
+    plain = [messages for messages, tools in items if not tools and not _has_calls(messages)]
+    if len(plain) == len(items):  # one call for the batch
+        rendered = tokenizer.apply_chat_template(plain, add_generation_prompt=how == "ask", tokenize=False)
+    else:  # tools differ row by row; calls as the template takes them (chat_mask.template_form)
+        rendered = [tokenizer.apply_chat_template([template_form(m) for m in messages], tools=tools or None,
+                                                  add_generation_prompt=how == "ask", tokenize=False)
+                    for messages, tools in items]
     return _lengths(tokenizer, rendered, special=False)  # as apply_chat_template(tokenize=True) encodes it
+
+
+def _has_calls(messages: list[dict[str, Any]]) -> bool:
+    return any("tool_calls" in m or "weight" in m for m in messages)
 
 
 def _lengths(tokenizer: Any, texts: list[str], special: bool) -> list[int]:

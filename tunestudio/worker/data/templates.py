@@ -34,18 +34,6 @@ def ensure_chat_template(tokenizer: Any) -> str | None:
             "ChatML-style template (<|im_start|>role ... EOS), which is saved with the result")
 
 
-def supports_assistant_mask(tokenizer: Any) -> bool:
-    """Whether TRL's assistant_only_loss can mask with this template (it has, or TRL can patch in, markers)."""
-    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
-
-    if has_generation_markers(tokenizer.chat_template):
-        return True
-    try:
-        return get_training_chat_template(tokenizer) is not None
-    except ValueError:
-        return False
-
-
 def _ids(encoded: Any) -> list[int]:
     return list(encoded["input_ids"])
 
@@ -65,13 +53,6 @@ def prompt_tokens(example: dict[str, Any], tokenizer: Any) -> int | None:
         return len(_ids(tokenizer.apply_chat_template(
             messages[:first], add_generation_prompt=True, tokenize=True, return_dict=True)))
     return None
-
-
-def last_turn_as_completion(example: dict[str, Any]) -> dict[str, Any]:
-    """{"messages"} → conversational prompt/completion, split before the last assistant turn."""
-    messages = example["messages"]
-    last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    return {"prompt": messages[:last], "completion": messages[last:last + 1]}
 
 
 # --- long rows ---------------------------------------------------------------------

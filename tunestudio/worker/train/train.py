@@ -184,7 +184,8 @@ def build_trainer(
     common = _common_args(cfg, precision, gradient_checkpointing, channel, has_eval, report_to)
     callback = ReportingCallback(channel, _watch(cfg))
     # The early stopper sees an evaluation's figures first: the generation metrics it adds reach the Progress event.
-    callbacks = [callback] if cfg.early_stopping is None else [EarlyStopper(cfg, channel, tokenizer, data.eval),
+    held = data.eval_examples if data.eval_examples is not None else data.eval  # as conversations, not tokens
+    callbacks = [callback] if cfg.early_stopping is None else [EarlyStopper(cfg, channel, tokenizer, held),
                                                                  callback]
     if not methods.uses_sft_trainer(cfg):
         return methods.build_trainer(cfg, model, tokenizer, data, common, callbacks, has_eval), callback

@@ -134,6 +134,16 @@ function render(r, setField) {
   const columns = Object.entries(r.columns).map(([name, c]) => [name, count(c.rows), count(c.empty)]);
   const roles = Object.entries(r.roles).map(([name, c]) => [`${name} (role)`, count(c.turns), count(c.empty)]);
   parts.push(table("report-columns", ["column / role", "rows / turns", "empty"], [...columns, ...roles]));
+  const t = r.tools;
+  if (t && (t.tools_per_row.rows || t.calls_per_conversation.rows || t.reasoning_turns)) {
+    const share = t.reasoning_share === null ? "" : ` (${(100 * t.reasoning_share).toFixed(1)} % of the tokens)`;
+    parts.push(el("p", {id: "report-tools"}, el("b", {}, "Tool calls: "),
+      `${count(t.tools_per_row.rows)} rows with tools (at most ${t.tools_per_row.max}) · `,
+      `${count(t.calls_per_conversation.rows)} conversations with calls (${t.calls_per_conversation.mean} each) · `,
+      `refused: ${count(t.undeclared_call_rows)} calling undeclared functions, `,
+      `${count(t.arguments_not_json_rows)} with arguments not JSON · `,
+      `${count(t.reasoning_turns)} turns with reasoning${share}`));
+  }
   for (const note of r.notes) parts.push(el("p", {class: "muted small"}, note));
   return parts;
 }
