@@ -91,11 +91,13 @@ def test_hermes_text_that_is_no_valid_call_stays_content(text: str) -> None:
 @pytest.mark.parametrize(("text", "why"), [
     ('<tool_call>\n{"name": "get_weather", "arguments": {"city": Paris}}\n</tool_call>', "not JSON"),
     ('<tool_call>\n{"name": "get_weather", "arguments": "Paris"}\n</tool_call>', "not a JSON object"),
+    ('<tool_call>\n{"name": "get_weather", "arguments": moo moo', "is not JSON"),
     ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par', "ends before"),
 ])
 def test_hermes_a_call_that_half_parses_is_an_error_not_content(text: str, why: str) -> None:
     parsed = parse(text, Hermes(), NAMES)
     assert parsed.error is not None and why in parsed.error and "get_weather" in parsed.error
+    assert parsed.cut == (why == "ends before")  # only a call the output's end cut may be sent as it stands
 
 
 def test_hermes_a_call_without_arguments_has_an_empty_object_and_any_name_counts_without_names() -> None:

@@ -39,6 +39,7 @@ class Call:
     arguments: str
     closed: bool
     error: str | None = None
+    cut: bool = False  # broken only because the text ended inside it (a reply cut at max_tokens)
 
 
 Segment = Text | Call
@@ -92,27 +93,23 @@ def json_call(s: str, i: int, names: Names, args_keys: tuple[str, ...],
     i = skip_ws(s, i)
     if i >= len(s):
         return ("content" if ended else "pending"), None, None
-    broken: str | None = None
-    try:
-        scan = scan_object(s, i)
-    except NotJSON as exc:
-        scan, broken = None, str(exc)
-    if scan is None:  # what the scanner read before it broke is lost: read the name again from a prefix
-        return "content", None, None
+    scan = scan_object(s, i)
     name = _json_name(s, scan.members.get("name"))
     if name is False or (name is not None and names is not None and name not in names):
         return "content", None, None
     if name is None:
-        return ("content" if ended or scan.end is not None else "pending"), None, None
+        return ("content" if ended or scan.end is not None or scan.error else "pending"), None, None
     span = next((scan.members[k] for k in args_keys if k in scan.members), None)
     arguments = "" if span is None else s[span[0]:span[1]] if span[1] is not None else s[span[0]:]
+    if scan.error is not None:
+        return "call", Call(name, arguments, True, f"the model's call to {name} is not JSON ({scan.error})"), None
     if scan.end is not None:
         if span is None:
             return "call", Call(name, "{}", True), scan.end  # a call with no arguments: an empty object
         return "call", finished_call(name, arguments), scan.end
     if ended:
-        return "call", Call(name, arguments, True, broken or f"the model's call to {name} ends before its "
-                                                           "arguments do"), None
+        return "call", Call(name, arguments, True, f"the model's call to {name} ends before its arguments do",
+                            cut=True), None
     return "call", Call(name, arguments, False), None
 
 
@@ -299,8 +296,8 @@ class Mistral(Family):
             out.call(Call(name, "", True, f"the model's call to {name} has arguments that are not JSON"))
             return -1
         if end is None:
-            out.call(Call(name, text[start:], True, f"the model's call to {name} ends before its arguments do")
-                     if final else Call(name, text[start:], False))
+            out.call(Call(name, text[start:], True, f"the model's call to {name} ends before its arguments do",
+                          cut=True) if final else Call(name, text[start:], False))
             return -1
         out.call(finished_call(name, text[start:end]))
         return end
@@ -339,7 +336,9 @@ class Harmony(Family):
             if recipient and (names is None or recipient.group(1) in names):
                 name = recipient.group(1)
                 # blanks around the JSON are no part of it (held back while more may follow)
-                out.call(finished_call(name, body.strip()) if end >= 0 or final else Call(name, body.strip(), False))
+                call = finished_call(name, body.strip()) if end >= 0 or final else Call(name, body.strip(), False)
+                call.cut = end < 0 and call.error is not None
+                out.call(call)
             else:
                 out.text(body, "reasoning" if channel and channel.group(1) == "analysis" else "content")
             if end < 0:

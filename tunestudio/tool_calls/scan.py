@@ -77,14 +77,23 @@ class ObjectScan:
 
     members: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     end: int | None = None
+    error: str | None = None  # why the text cannot continue the object (the members before it are kept)
 
 
 def scan_object(s: str, i: int) -> ObjectScan:
-    """The members of the JSON object starting at s[i] (a brace), as far as the text goes. Raises NotJSON where
-    the text cannot continue an object."""
+    """The members of the JSON object starting at s[i] (a brace), as far as the text goes; where the text cannot
+    continue an object, the members read before it and the `error`."""
+    scan = ObjectScan()
+    try:
+        _members(s, i, scan)
+    except NotJSON as exc:
+        scan.error = str(exc)
+    return scan
+
+
+def _members(s: str, i: int, scan: ObjectScan) -> ObjectScan:
     if i >= len(s) or s[i] != "{":
         raise NotJSON("not an object")
-    scan = ObjectScan()
     j = skip_ws(s, i + 1)
     if j < len(s) and s[j] == "}":
         scan.end = j + 1

@@ -41,6 +41,7 @@ class Parsed:
     reasoning: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     error: str | None = None
+    cut: bool = False  # the broken call is broken only because the output ended inside it
 
 
 def split_think(text: str, final: bool, open_at_start: bool = False) -> tuple[str | None, int | None]:
@@ -80,6 +81,7 @@ class CallStream:
         self.sent = {"content": "", "reasoning_content": ""}
         self.calls: list[tuple[str, str, str]] = []  # (id, name, arguments sent)
         self.error: str | None = None
+        self.cut = False
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         self.text += text
@@ -89,7 +91,7 @@ class CallStream:
         deltas = self._deltas(final=True)
         content, reasoning = self.sent["content"], self.sent["reasoning_content"]
         return deltas, Parsed(content or None, reasoning or None,
-                              [ToolCall(i, n, a) for i, n, a in self.calls], self.error)
+                              [ToolCall(i, n, a) for i, n, a in self.calls], self.error, self.cut)
 
     def _segments(self, final: bool) -> list[Segment]:
         text, items = self.text, []
@@ -118,7 +120,7 @@ class CallStream:
 
     def _call_deltas(self, index: int, call: Call) -> list[dict[str, Any]]:
         if call.error is not None and self.error is None:
-            self.error = call.error
+            self.error, self.cut = call.error, call.cut
         if index == len(self.calls):
             call_id = self.family.call_id() if self.family else ""
             self.calls.append((call_id, call.name, call.arguments))
