@@ -88,7 +88,7 @@ def test_no_valid_call_where_one_must_come_or_a_broken_one_is_a_422(choice: str,
 
 def test_a_call_cut_at_max_tokens_is_sent_as_it_stands_and_one_call_only_when_not_parallel() -> None:
     _, parsed, reason = read(reader("get_weather"), CALL[:60], finish="length")
-    assert reason == "length" and parsed.tool_calls[0].arguments == '{"city": "Os'
+    assert reason == "length" and parsed.tool_calls[0].arguments == '{"city": "O'
     deltas, parsed, _ = read(reader(parallel=False), CALL + "\n" + CALL.replace("get_weather", "convert"))
     assert [c.name for c in parsed.tool_calls] == ["get_weather"]
     assert {p["index"] for d in deltas for p in d.get("tool_calls", [])} == {0}

@@ -207,7 +207,8 @@ class OutputReader:
         self.tools = tools
         self.active = started is not None and (started.family is not None or started.think)
         family = family_named(started.family) if started is not None and started.family else None
-        self.stream = CallStream(family, tools.names if tools else None, bool(started and started.think),
+        # without tools no name is a call (a harmony model's channels are still read)
+        self.stream = CallStream(family, tools.names if tools else (), bool(started and started.think),
                                  bool(started and started.think_open))
         self.held: list[dict[str, Any]] = []  # content withheld while a call must come
         # the opener is the output's first words (a named function's opener settles its call's id and name)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunestudio.inference_protocol import Tools
-from tunestudio.tool_calls import NO_TOOLS, THINK, Family, detect, thinks
+from tunestudio.tool_calls import NO_TOOLS, THINK, Family, Harmony, detect, thinks
 from tunestudio.worker.errors import UserFacing
 
 
@@ -76,6 +76,7 @@ def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: Tools | N
         ids += tokenizer.encode(prefix, add_special_tokens=False)
     think_open = think and not prefix and tokenizer.decode(ids[-8:], skip_special_tokens=False).rstrip().endswith(
         THINK)
-    keep = (*(family.markers if family is not None and tools is not None else ()), *(("<think>", "</think>")
-                                                                                      if think else ()))
-    return Prompt(ids, family if tools is not None else None, think, think_open, prefix, keep)
+    if tools is None:  # no calls are read; but harmony's channels are read still, to split its analysis out
+        family = detect(template) if isinstance(detect(template), Harmony) else None
+    keep = (*(family.markers if family is not None else ()), *(("<think>", "</think>") if think else ()))
+    return Prompt(ids, family, think, think_open, prefix, keep)
