@@ -68,3 +68,22 @@ def test_a_template_that_calls_no_tools_or_drops_them_is_refused(tokenizer: Any)
     tokenizer.chat_template = plain.replace("{{ bos_token }}", "{{ bos_token }}{# <tool_call> #}")
     with pytest.raises(UserFacing, match=r"did not render the functions \['get_weather'\]"):
         chat_prompt(tokenizer, TURNS[:1], Tools([WEATHER]))
+
+
+def test_the_stream_keeps_a_family_s_markers_where_they_are_special_tokens_and_drops_the_others(
+        tokenizer: Any) -> None:
+    import torch
+
+    from tunestudio.worker.serve.generation import TextStream
+
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
+    ids = tokenizer.encode('<tool_call>{"name": "f"}</tool_call><|end|>', add_special_tokens=False)
+    marked = ("<tool_call>", "</tool_call>")
+    for keep, shown in [((), '{"name": "f"}'), (marked, '<tool_call>{"name": "f"}</tool_call>')]:
+        sent: list[str] = []
+        stream = TextStream(tokenizer, sent.append, [], keep)
+        stream.put(torch.tensor([[0]]))  # generate hands over the prompt first
+        for token in ids:
+            stream.put(torch.tensor([token]))
+        stream.end()
+        assert "".join(sent) == shown  # <|end|>, a special token no family needs, is never text
