@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
 from ..helpers.browser import browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
-from ..helpers.chat import PROMPT, ChatHome
+from ..helpers.chat import PROMPT, ChatHome, ScriptedPool
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
 
@@ -87,3 +88,36 @@ def test_evaluation_samples_and_chat_with_compare(server: str, job: Job, page: P
 
     page.locator("#chat-clear").click()
     assert replies(page, job.id) == []
+
+
+def test_tools_calls_results_and_reasoning_have_their_own_bubbles(job: Job, home: Path, page: Page,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: a model that thinks and calls (a scripted pool: the tiny job was not taught calls). Its reasoning
+    is folded, its call is a bubble of its own, and the next message goes back as the call's result."""
+    pool = ScriptedPool(['<think>Weather: ask.</think>\n<tool_call>\n{"name": "get_weather", "arguments": '
+                         '{"city": "Paris"}}\n</tool_call>', "It is sunny in Paris."])
+    monkeypatch.setattr("tunestudio.api.InferencePool", lambda *args, **kwargs: pool)
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    with running_server(Settings(home=home)) as url:
+        page.goto(f"{url}/#/jobs/{job.id}")
+        page.locator("#chat-tools").fill("[not json")
+        page.locator("#chat-input").fill("What is the weather in Paris?")
+        page.locator("#chat-input").press("Enter")
+        assert "tools: not JSON" in page.locator("#chat-error:not([hidden])").inner_text()
+        page.locator("#chat-tools").fill(json.dumps([weather]))
+        send(page, "What is the weather in Paris?")
+        log = page.locator(f'.chat-log[data-model="{job.id}"]')
+        assert log.locator(".chat-msg.call .chat-text").all_inner_texts() == ['get_weather({"city": "Paris"})']
+        fold = log.locator("details.chat-reasoning")
+        assert fold.locator("summary").inner_text() == "reasoning" and fold.get_attribute("open") is None
+        assert fold.locator("pre").text_content() == "Weather: ask."
+        send(page, "sunny, 21 C")  # the call's result
+        assert log.locator(".chat-msg.tool .chat-text").all_inner_texts() == ["sunny, 21 C"]
+        assert replies(page, job.id)[-1] == "It is sunny in Paris."
+        screenshot(page, "job-chat-tools.png")
+    messages, tools = pool.requests[-1]
+    assert tools is not None and tools.names == ["get_weather"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[1]["content"] == "" and messages[1]["reasoning_content"] == "Weather: ask."
+    assert messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"] and messages[2]["name"] == "get_weather"

@@ -99,10 +99,10 @@ export const api = {
 };
 
 /**
- * POST /v1/chat/completions with stream: true; calls onDelta(text) per chunk and resolves with the finish
- * reason. Rejects with an ApiError for an error answer or an error in the stream, and an AbortError on abort.
+ * POST /v1/chat/completions with stream: true; calls onDelta(text) per chunk of content, onPart(delta) per
+ * chunk with reasoning_content or tool_calls, and resolves with the finish reason. Rejects with an ApiError for an error answer or an error in the stream, and an AbortError on abort.
  */
-export async function chatStream(body, signal, onDelta) {
+export async function chatStream(body, signal, onDelta, onPart = () => {}) {
   const res = await fetch("/v1/chat/completions", {method: "POST", headers: headers(true),
     body: JSON.stringify(body), signal});
   if (!res.ok) {
@@ -126,6 +126,8 @@ export async function chatStream(body, signal, onDelta) {
       if (chunk.error) throw new ApiError(500, chunk.error);
       const choice = chunk.choices && chunk.choices[0];
       if (choice && choice.delta && choice.delta.content) onDelta(choice.delta.content);
+      // reasoning_content and tool_calls deltas (a model whose template thinks or calls tools)
+      if (choice && choice.delta && (choice.delta.reasoning_content || choice.delta.tool_calls)) onPart(choice.delta);
       if (choice && choice.finish_reason) finish = choice.finish_reason;
     }
   }

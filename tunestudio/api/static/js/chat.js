@@ -2,8 +2,10 @@
 //
 // One conversation per side: the fine-tuned model, and in "compare with base" mode the base model
 // beside it, each sent the same prompts and keeping its own replies. Stop aborts the requests; the
-// server sees the client go and stops generating. The system prompt, the weights (final, best, a saved step)
-// and the chat template with the prompt the model saw are chatsettings.js's.
+// server sees the client go and stops generating. With tools (a JSON list), a reply's calls show as bubbles of
+// their own and the next message is a call's result (a `tool` turn); a reply's reasoning (reasoning_content)
+// is folded above it. The system prompt, the tools, the weights (final, best, a saved step) and the chat template
+// with the prompt the model saw are chatsettings.js's.
 
 import {chatStream} from "./api.js";
 import {chatSettings} from "./chatsettings.js";
@@ -17,8 +19,9 @@ function setting(name, label, attrs) {
 
 /** The panel for job `id`; returns {node, dispose}. */
 export function chatPanel(id) {
-  const sides = [{model: id, label: "fine-tuned", history: [], box: null}];
-  const base = {model: `${id}:base`, label: "base model", history: [], box: null};
+  // pending: the calls of a side's last reply not answered yet (the next messages are their results)
+  const sides = [{model: id, label: "fine-tuned", history: [], pending: [], box: null}];
+  const base = {model: `${id}:base`, label: "base model", history: [], pending: [], box: null};
   let controllers = [];
   // Other weights start a fresh conversation (forget and layout are below; they run only on a change).
   const settings = chatSettings(id, {onModel: (model) => { sides[0].model = model; forget(); layout(); }});
@@ -48,12 +51,39 @@ export function chatPanel(id) {
       el("h3", {}, side.label, " ", el("code", {class: "muted small"}, side.model)), side.box)));
   };
 
+  const who = {user: () => "you", tool: () => "tool result", call: () => "calls"};
   const bubble = (side, role, text) => {
-    const node = el("div", {class: `chat-msg ${role}`}, el("b", {}, role === "user" ? "you" : side.label),
+    const node = el("div", {class: `chat-msg ${role}`}, el("b", {}, (who[role] || (() => side.label))()),
       el("span", {class: "chat-text"}, text));
     appendKids(side.box, node);
     side.box.scrollTop = side.box.scrollHeight;
     return node.querySelector(".chat-text");
+  };
+
+  // The reply's reasoning, folded above its text, and its calls, each a bubble of its own, as they stream.
+  const parts = (side, out) => {
+    const calls = [];
+    let reasoning = "", fold = null;
+    const show = (call) => { call.node.textContent = `${call.name}(${call.arguments})`; };
+    return {calls, reasoning: () => reasoning, add: (delta) => {
+      if (delta.reasoning_content) {
+        reasoning += delta.reasoning_content;
+        fold ||= el("details", {class: "chat-reasoning"}, el("summary", {}, "reasoning"), el("pre", {}));
+        if (!fold.parentNode) {
+          insertAfter(out.previousElementSibling, fold);  // between the name and the text
+          out.parentNode.classList.add("thinking");
+        }
+        fold.querySelector("pre").textContent = reasoning;
+      }
+      for (const piece of delta.tool_calls || []) {
+        if (!calls[piece.index]) {
+          calls[piece.index] = {id: piece.id, name: piece.function.name, arguments: "",
+            node: bubble(side, "call", "")};
+        }
+        calls[piece.index].arguments += piece.function.arguments || "";
+        show(calls[piece.index]);
+      }
+    }};
   };
 
   const busy = (on) => {
@@ -65,21 +95,30 @@ export function chatPanel(id) {
 
   // One side's turn; false when the server refused it before answering (a bad setting: temperature -3): the
   // turn is taken back (no "you" left without an answer, nothing in the history) and the error shown.
+  // A side whose last reply called tools takes the next message as the first unanswered call's result.
   const ask = async (side, prompt, params) => {
-    const said = bubble(side, "user", prompt);
+    const answering = side.pending.shift();
+    const turn = answering ? {role: "tool", tool_call_id: answering.id, content: prompt}
+      : {role: "user", content: prompt};
+    const said = bubble(side, answering ? "tool" : "user", prompt);
+    if (side.pending.length) {  // more calls to answer before the model speaks again
+      side.history.push(turn);
+      return true;
+    }
     const out = bubble(side, "assistant", "");
     out.classList.add("streaming");
     const controller = new AbortController();
     controllers.push(controller);
     let text = "", refused = false;
-    const messages = settings.messages([...side.history, {role: "user", content: prompt}]);
+    const messages = settings.messages([...side.history, turn]);
+    const reply = parts(side, out);
     try {
       const done = await chatStream({model: side.model, messages, stream: true, ...params},
         controller.signal, (delta) => {
           text += delta;
           out.textContent = text;
           side.box.scrollTop = side.box.scrollHeight;
-        });
+        }, reply.add);
       if (done === "length") insertAfter(out, el("span", {class: "muted small"}, " (cut at max tokens)"));
     } catch (err) {
       if (err.name === "AbortError") insertAfter(out, el("span", {class: "muted small"}, " (stopped)"));
@@ -94,10 +133,18 @@ export function chatPanel(id) {
     if (refused) {
       said.parentNode.remove();
       out.parentNode.remove();
+      if (answering) side.pending.unshift(answering);
       return false;
     }
-    side.history.push({role: "user", content: prompt}, {role: "assistant", content: text});
-    if (side === sides[0]) settings.show(side.model, messages);  // not awaited: the next side answers meanwhile
+    if (!text && !reply.reasoning() && reply.calls.length) out.parentNode.remove();  // their bubbles say it
+    const calls = reply.calls.map((c) => ({id: c.id, type: "function",
+      function: {name: c.name, arguments: c.arguments}}));
+    side.history.push(turn, {role: "assistant", content: calls.length && !text ? null : text,
+      ...(calls.length ? {tool_calls: calls} : {}),
+      ...(reply.reasoning() ? {reasoning_content: reply.reasoning()} : {})});
+    side.pending = [...calls];
+    // not awaited: the next side answers meanwhile
+    if (side === sides[0]) settings.show(side.model, messages, params.tools);
     return true;
   };
 
@@ -109,6 +156,15 @@ export function chatPanel(id) {
     const params = {temperature: Number(value(temperature)), max_tokens: Number(value(maxTokens)),
       top_p: Number(value(topP))};
     if (value(seed) !== "") params.seed = Number(value(seed));
+    try {
+      const tools = settings.tools();
+      if (tools) params.tools = tools;
+    } catch (err) {
+      input.value = prompt;
+      error.hidden = false;
+      error.textContent = err.message;
+      return;
+    }
     busy(true);
     controllers = [];
     try {
@@ -136,7 +192,11 @@ export function chatPanel(id) {
   });
   stop.addEventListener("click", () => controllers.forEach((c) => c.abort()));
   const forget = () => {
-    for (const side of [base, ...sides]) { side.history = []; if (side.box) replaceKids(side.box); }
+    for (const side of [base, ...sides]) {
+      side.history = [];
+      side.pending = [];
+      if (side.box) replaceKids(side.box);
+    }
     error.hidden = true;
   };
   clear.addEventListener("click", forget);
