@@ -42,8 +42,9 @@ def write_jsonl(path: Path, items: list[Any]) -> Path:
 # --- formats ----------------------------------------------------------------------
 FORMATS = {
     "alpaca.jsonl": ("alpaca", ["prompt", "completion"]),
-    "sharegpt.json": ("sharegpt", ["messages"]),
-    "messages.jsonl": ("messages", ["messages"]),
+    # conversations reach the trainer tokenised, with their per-turn mask (worker/data/chat_mask.py)
+    "sharegpt.json": ("sharegpt", ["input_ids", "assistant_masks"]),
+    "messages.jsonl": ("messages", ["input_ids", "assistant_masks"]),
     "prompt_completion.jsonl": ("prompt_completion", ["prompt", "completion"]),
     "text.jsonl": ("text", ["text"]),
 }
@@ -323,18 +324,24 @@ def test_model_without_a_template_gets_the_default_with_a_warning(tiny_model: Pa
     prepared = data.prepare(cfg_for(DATA / "messages.jsonl", dataset_slice_end=3), tok)
     assert tok.chat_template == data.DEFAULT_CHAT_TEMPLATE
     assert any("no chat template" in w for w in prepared.warnings)
-    text = tok.apply_chat_template(prepared.train[0]["messages"], tokenize=False)
+    text = tok.decode(prepared.train[0]["input_ids"])
     assert text.startswith("<|im_start|>user\n") and text.endswith(tok.eos_token)
 
 
-def test_template_without_generation_markers_trains_the_last_assistant_turn(tiny_model: Path) -> None:
+def test_template_without_generation_markers_trains_every_assistant_turn(tiny_model: Path, tmp_path: Path) -> None:
+    # Before issue 41 such a template trained only the last assistant turn (last_turn_as_completion).
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
     tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    prepared = data.prepare(cfg_for(DATA / "messages.jsonl", dataset_slice_end=3, train_on_completions=True), tok)
-    assert prepared.train.column_names == ["prompt", "completion"]
-    assert any("last assistant turn" in w for w in prepared.warnings)
+    turns = [USER, {"role": "assistant", "content": "one"}, {"role": "user", "content": "again"},
+             {"role": "assistant", "content": "two"}]
+    prepared = data.prepare(cfg_for(write_jsonl(tmp_path / "r.jsonl", [{"messages": turns}]),
+                                    train_on_completions=True), tok)
+    row = prepared.train[0]
+    trained = tok.decode([i for i, m in zip(row["input_ids"], row["assistant_masks"], strict=True) if m])
+    # this template has no generation prompt: the model writes the role too, so that is trained
+    assert trained == "assistant: one\nassistant: two\n" and not prepared.warnings
 
 
 # --- the loss mask, through the worker's own trainer ------------------------------------

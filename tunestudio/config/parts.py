@@ -137,6 +137,21 @@ class DataPart(BaseModel):
                                                     "whitespace) or near (also ≥ 0.8 similar word 3-grams); the "
                                                     "first of each is kept. The dataset report counts them."},
     )
+    reasoning: Literal["auto", "keep", "mask", "drop"] = Field(
+        default="auto",
+        description="What becomes of an assistant turn's reasoning (reasoning_content, a thinking field, or "
+                    "<think>...</think> opening its content): keep (trained on), mask (in the context, no loss), "
+                    "drop (stripped); auto: what the model's chat template does (keep where it renders reasoning, "
+                    "as it renders it; drop where it does not).",
+        title="Reasoning traces",
+        json_schema_extra={"group": "data", "help": "keep: train on the thinking; mask: the model sees it but is "
+                                                    "not trained on it; drop: strip it; auto: as the model's chat "
+                                                    "template renders it.",
+                           "choice_labels": {"auto": ["Auto", "as the chat template renders it"],
+                                             "keep": ["Keep", "trained on"],
+                                             "mask": ["Mask", "in context, no loss"],
+                                             "drop": ["Drop", "stripped"]}},
+    )
     eval_fraction: float | None = Field(
         default=None, gt=0, lt=1,
         description="Without eval_split: the share of the rows held out for evaluation (eval_steps > 0), at least "

@@ -39,6 +39,7 @@ class ReportSpec(DataSpec):
     dataset_slice_end: int | None = DataPart.model_fields["dataset_slice_end"]
     train_on_completions: bool = AdapterPart.model_fields["train_on_completions"]
     dedupe: Literal["off", "exact", "near"] = DataPart.model_fields["dedupe"]
+    reasoning: Literal["auto", "keep", "mask", "drop"] = DataPart.model_fields["reasoning"]
     # No secret travels with a report: a gated tokenizer or dataset is read with the environment's hub login
     # (HF_TOKEN, `hf auth login`), as huggingface_hub does when no token is passed.
     hf_token: ClassVar[None] = None

@@ -202,7 +202,8 @@ def _load_data(job: _Run) -> None:
 
     job.channel.phase("loading_dataset")
     job.data = job.modality.prepare_data(job.cfg, job.processor)
-    job.held_eval = job.data.eval
+    # conversations reach the trainer tokenised; the evaluator reads them as conversations
+    job.held_eval = job.data.eval_examples if job.data.eval_examples is not None else job.data.eval
     for note in job.data.notes:
         job.channel.log(note)
     for warning in job.data.warnings:

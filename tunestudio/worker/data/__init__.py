@@ -19,6 +19,7 @@ from datasets import Dataset
 from tunestudio.config import JobConfig
 from tunestudio.worker.data import dedupe as dedupe_mod
 from tunestudio.worker.data import held_out as held_out_mod
+from tunestudio.worker.data.chat_mask import Renderer, renderer_for
 from tunestudio.worker.data.formats import Converter, RowProblem, detect_format, resolve_format
 from tunestudio.worker.data.held_out import write as write_held_out
 from tunestudio.worker.data.report import build, load_tokenizer
@@ -29,9 +30,7 @@ from tunestudio.worker.data.templates import (
     DEFAULT_CHAT_TEMPLATE,
     clip_example,
     ensure_chat_template,
-    last_turn_as_completion,
     prompt_tokens,
-    supports_assistant_mask,
     text_budget,
 )
 from tunestudio.worker.errors import UserError
@@ -73,6 +72,8 @@ class PreparedData:
     deduplicated: int = 0  # rows removed as duplicates (JobConfig.dedupe)
     held_out: dict[str, Any] | None = None  # which rows the held-out split holds (held_out.record), when it made one
     eval_places: list[dict[str, Any]] = field(default_factory=list)  # each eval row's {file, line}, in eval's order
+    # the eval rows as conversations (OpenAI's form, tools beside), where `eval` holds them tokenised
+    eval_examples: list[dict[str, Any]] | None = None
 
 
 # --- converting and checking rows -------------------------------------------------
@@ -147,9 +148,13 @@ def prepare(cfg: JobConfig, tokenizer: Any = None) -> PreparedData:
     split = _split_eval(work, rows, examples, sources)
     if work.clipped:
         work.notes.append(_clipped_note(work.clipped, cfg.max_seq_length))
+    train, evals = split.train, split.eval
+    if work.renderer is not None:  # conversations: tokenised here, with their per-turn mask (chat_mask.py)
+        train, evals = _tokenised(work, split)
     return PreparedData(
-        train=Dataset.from_list(split.train),
-        eval=Dataset.from_list(split.eval) if split.eval else None,
+        train=Dataset.from_list(train),
+        eval=Dataset.from_list(evals) if evals else None,
+        eval_examples=split.eval if work.renderer is not None and split.eval else None,
         format_type=fmt,
         notes=work.notes,
         warnings=work.warnings,
@@ -168,7 +173,8 @@ class _Work:
     cfg: JobConfig
     tokenizer: Any
     convert: Converter
-    fix: Any = None  # what each converted example goes through (last_turn_as_completion), if anything
+    fix: Any = None  # what each converted example goes through, if anything
+    renderer: Renderer | None = None  # how conversations become tokens and a per-turn mask (chat_mask.py)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     clipped: list[str] = field(default_factory=list)  # where rows were cut as text, training's then eval's
@@ -211,8 +217,9 @@ def _read(cfg: JobConfig) -> tuple[Rows, list[Row], str, Converter, list[str]]:
 
 
 def _chat_template(work: _Work, train_rows: list[Row]) -> Any:
-    """For conversations, the tokenizer gets a chat template if it has none; returns the fix each example needs
-    (last_turn_as_completion, when the template cannot mask the assistant's turns), or None."""
+    """For conversations, the tokenizer gets a chat template if it has none, and `{"messages"}` rows a renderer
+    (work.renderer: tokenised with a mask per assistant turn, chat_mask.py); returns the fix each example needs,
+    or None."""
     cfg, tokenizer = work.cfg, work.tokenizer
     sample = _first_example(train_rows, work.convert)
     if tokenizer is None or sample is None or not _conversational(sample):
@@ -220,11 +227,27 @@ def _chat_template(work: _Work, train_rows: list[Row]) -> Any:
     note = ensure_chat_template(tokenizer)
     if note:
         work.warnings.append(note)
-    if cfg.train_on_completions and "messages" in sample and not supports_assistant_mask(tokenizer):
-        work.warnings.append("train_on_completions: the chat template has no {% generation %} markers, so only "
-                             "the last assistant turn of each conversation is trained on")
-        return last_turn_as_completion
+    if "messages" in sample:
+        work.renderer = renderer_for(tokenizer, cfg.reasoning, cfg.train_on_completions)
     return None
+
+
+def _tokenised(work: _Work, split: _Split) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The training and eval conversations as token rows with their masks; a row the template cannot render is
+    dropped and counted (or the job refused when there are too many), naming its file and row."""
+    assert work.renderer is not None
+    everything = split.train + split.eval
+    work.notes.extend(work.renderer.check(everything))
+    out: list[list[dict[str, Any]]] = []
+    for examples, rows, what in ((split.train, split.train_rows, "dataset"), (split.eval, split.eval_rows, "eval")):
+        tokenised, problems = work.renderer.tokenise(examples, rows)
+        if examples:
+            warning = _check_drops(f"{what}: rendering with the chat template", len(examples), problems)
+            if warning:
+                work.warnings.append(warning)
+        work.dropped += len(problems)
+        out.append(tokenised)
+    return out[0], out[1]
 
 
 def _dedupe(work: _Work, examples: list[dict[str, Any]],

@@ -3,7 +3,9 @@
 - alpaca and custom mappings with one final assistant column become
   conversational prompt/completion ({"prompt": [msgs], "completion": [msgs]}),
   so the completion mask works with any chat template;
-- sharegpt and OpenAI messages become {"messages": [...]};
+- sharegpt and OpenAI messages become {"messages": [...]} in OpenAI's form, with
+  the row's "tools" when it has any (tool calls, tool results and reasoning:
+  tunestudio/chat_rows.py);
 - prompt/completion strings stay plain strings, and text stays {"text"}.
 
 Fields and conversations are read by worker/data/conversations.py, as for the
@@ -17,7 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 from tunestudio.config import DataSpec, JobConfig
-from tunestudio.worker.data.conversations import HOW_TO_SET, Converter, RowProblem, conversation, text
+from tunestudio.worker.data.conversations import (
+    HOW_TO_SET,
+    Converter,
+    RowProblem,
+    check_calls,
+    conversation,
+    text,
+    tools,
+)
 from tunestudio.worker.data.rows import Row, Stream, firsts
 from tunestudio.worker.errors import UserError
 
@@ -95,7 +105,11 @@ def _turns(data: dict[str, Any], key: str) -> dict[str, Any]:
     messages = conversation(turns, key)
     if not any(m["role"] == "assistant" for m in messages):
         raise RowProblem("has no assistant turn to learn from")
-    return {"messages": messages}
+    if not any(m["role"] == "assistant" and m.get("weight", 1) for m in messages):
+        raise RowProblem("has no assistant turn to learn from: every one has weight 0")
+    declared = tools(data)
+    check_calls(messages, declared)
+    return {"messages": messages, **({"tools": declared} if declared else {})}
 
 
 def _prompt_completion(data: dict[str, Any]) -> dict[str, Any]:
