@@ -35,7 +35,7 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
                         "ownership", "export_config", "bench_config", "estimate", "kinds", "openai_client",
-                        "chat_rows"}), False),
+                        "chat_rows", "tool_calls"}), False),
 )
 
 # The doors between rooms of a side-by-side floor: (importing room, module it may import). Each is used

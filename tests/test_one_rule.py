@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 import tunestudio.cli, tunestudio.jobs, tunestudio.jobs.supervisor, tunestudio.config, tunestudio.events
 import tunestudio.export_config, tunestudio.bench_config, tunestudio.cli.bench, tunestudio.api.benchmarks
-import tunestudio.settings, tunestudio.worker.child, tunestudio.api
+import tunestudio.settings, tunestudio.worker.child, tunestudio.api, tunestudio.tool_calls
 tunestudio.api.create_app()
 print(",".join(m for m in {HEAVY!r} if m in sys.modules))
 """

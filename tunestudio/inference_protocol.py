@@ -5,7 +5,7 @@ parent's `inference/pool.py` and the child's `worker/serve/inference.py` and
 `worker/serve/generation.py` both import only this module to talk, so neither wing
 reaches into the other. Plain frozen dataclasses, carried pickled by the
 executor's channels (jobs/executor.py, kind "inference"). Parent → child
-(`Command`): `Generate` (a chat answer), `Complete` (a text completion of one or
+(`Command`): `Generate` (a chat answer, with its `Tools` if any), `Complete` (a text completion of one or
 more prompts, `/v1/completions`), `Render` (a chat prompt as the model would
 see it, nothing generated), `Cancel`, `Shutdown`. Child → parent (`Reply`),
 per request: `Started` (the prompt is accepted), any number of `Delta` (chat)
@@ -17,7 +17,7 @@ when a model comes into memory.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,12 +72,31 @@ class CompletionParams(GenerateParams):
 
 
 @dataclass(frozen=True)
+class Tools:
+    """A chat request's functions, as its chat template gets them (OpenAI's tool objects), and what its reply must
+    do with them: `choice` "auto" (call or answer), "required" (call one), or a function's name (call that one).
+    `parallel`: more than one call may come (False: only the first is kept)."""
+
+    tools: list[dict[str, Any]]
+    choice: str = "auto"
+    parallel: bool = True
+
+    @property
+    def names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+
+@dataclass(frozen=True)
 class Generate:
+    """A chat answer. messages: the turns as the chat template reads them (OpenAI's, a call's arguments as a
+    dict); tools: the request's functions (None: none offered, or `tool_choice: none`)."""
+
     request_id: int
     spec: ModelSpec
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     params: dict
     threads: int  # torch threads for this request (fewer while a training job shares the CPU)
+    tools: Tools | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +116,8 @@ class Render:
 
     request_id: int
     spec: ModelSpec
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
+    tools: Tools | None = None
 
 
 @dataclass(frozen=True)
@@ -122,9 +142,18 @@ class Loaded:
 
 @dataclass(frozen=True)
 class Started:
+    """A request's prompt is accepted. For a chat answer, how to read its output (`tunestudio.tool_calls`):
+    family: the template's tool-call family when the request has tools (None: read no calls); think: the
+    template writes `<think>` reasoning; think_open: the prompt ended inside `<think>`; prefix: the text the
+    reply was begun with (a call's opener under `tool_choice` required or named): the output's first words."""
+
     request_id: int
     prompt_tokens: int
     threads: int = 0  # the torch threads generating it
+    family: str | None = None
+    think: bool = False
+    think_open: bool = False
+    prefix: str = ""
 
 
 @dataclass(frozen=True)

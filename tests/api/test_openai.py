@@ -173,6 +173,7 @@ class _SteadyGeneration:
         self.stop = threading.Event()
         self.cancelled_at: float | None = None
         self.finished = False
+        self.started = None  # a Started that names no tool-call family: the answer is read as plain text
 
     def run(self) -> None:
         self.deliver(Started(1, 3))
@@ -194,7 +195,8 @@ class _SteadyPool:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.generations: list[_SteadyGeneration] = []
 
-    def generate(self, spec: Any, messages: Any, params: Any, deliver: Callable[[Any], None]) -> _SteadyGeneration:
+    def generate(self, spec: Any, messages: Any, params: Any, deliver: Callable[[Any], None],
+                 tools: Any = None) -> _SteadyGeneration:
         generation = _SteadyGeneration(deliver)
         self.generations.append(generation)
         threading.Thread(target=generation.run, daemon=True).start()

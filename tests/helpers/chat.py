@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import itertools
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunestudio.inference import InferenceUnavailable
+from tunestudio.inference_protocol import Delta, Done, Started, Tools
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job
 from tunestudio.jobs.status import JobStatus
@@ -75,3 +78,52 @@ def add_saved_step(job: Job, step: int) -> str:
         if (out / name).is_file():
             shutil.copy2(out / name, folder / name)
     return f"{job.id}:step-{step}"
+
+
+class _Written:
+    """A scripted answer: what the route reads of a Generation."""
+
+    def __init__(self, started: Started) -> None:
+        self.started = started
+
+    def cancel(self) -> None:
+        pass
+
+
+class ScriptedPool:
+    """An inference pool (`tunestudio.api.InferencePool` patched) whose model 'writes' the next of `outputs` (the
+    last one again when they run out) in pieces of 5 characters, after the call opener the request's tool_choice
+    asks for: what a model that calls in the Hermes/Qwen layout writes. It thinks (Started.think). `requests`:
+    each request's (messages, tools) as the worker got them."""
+
+    def __init__(self, outputs: list[str]) -> None:
+        self.outputs = outputs
+        self.requests: list[tuple[list[dict[str, Any]], Tools | None]] = []
+
+    def generate(self, spec: Any, messages: Any, params: Any, deliver: Any, tools: Tools | None = None) -> _Written:
+        from tunestudio.tool_calls import Hermes
+
+        self.requests.append((messages, tools))
+        output = self.outputs[min(len(self.requests), len(self.outputs)) - 1]
+        opener = Hermes().opener(None if tools.choice == "required" else tools.choice) \
+            if tools and tools.choice != "auto" else ""
+        written = _Written(Started(1, 3, family="hermes" if tools else None, think=True, prefix=opener))
+        text = output.removeprefix(opener)
+
+        def play() -> None:
+            deliver(written.started)
+            for i in range(0, len(text), 5):
+                deliver(Delta(1, text[i:i + 5]))
+            deliver(Done(1, "stop", 3, len(text)))
+
+        threading.Thread(target=play, daemon=True).start()
+        return written
+
+    def render(self, *args: Any, **kwargs: Any) -> Any:
+        raise InferenceUnavailable("a scripted pool renders no prompt")
+
+    def status(self) -> dict[str, Any]:
+        return {"state": "running"}
+
+    def close(self) -> None:
+        pass

@@ -24,7 +24,7 @@ from tunestudio.inference.models import (
 )
 from tunestudio.inference.pool import Generation, InferencePool, InferenceUnavailable, WorkerExecutor
 from tunestudio.inference.templates import chat_template
-from tunestudio.inference_protocol import CompletionParams, GenerateParams, ModelSpec
+from tunestudio.inference_protocol import CompletionParams, GenerateParams, ModelSpec, Tools
 
 __all__ = [
     "BASE_SUFFIX",
@@ -39,6 +39,7 @@ __all__ = [
     "InferenceUnavailable",
     "JobSource",
     "ModelSpec",
+    "Tools",
     "UnknownModel",
     "WorkerExecutor",
     "chat_models",

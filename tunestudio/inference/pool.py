@@ -50,6 +50,7 @@ from tunestudio.inference_protocol import (
     Reply,
     Shutdown,
     Started,
+    Tools,
 )
 from tunestudio.process import describe_exit, usable_cores
 from tunestudio.settings import Settings
@@ -206,12 +207,14 @@ class InferencePool:
     def generate(
         self,
         spec: ModelSpec,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         params: GenerateParams,
         deliver: Callable[[Reply], None] | None = None,
+        tools: Tools | None = None,
     ) -> Generation:
         """Queue one request; never blocks on the worker (safe to call from an event loop)."""
-        return self._enqueue(lambda rid, threads: Generate(rid, spec, messages, params.model_dump(), threads), deliver)
+        return self._enqueue(lambda rid, threads: Generate(rid, spec, messages, params.model_dump(), threads, tools),
+                             deliver)
 
     def complete(
         self,
@@ -223,11 +226,11 @@ class InferencePool:
         """Queue one text completion (`/v1/completions`): a choice per prompt, as `ChoiceDelta` replies."""
         return self._enqueue(lambda rid, threads: Complete(rid, spec, prompts, params.model_dump(), threads), deliver)
 
-    def render(self, spec: ModelSpec, messages: list[dict[str, str]],
-               deliver: Callable[[Reply], None] | None = None) -> Generation:
-        """Queue a render: the prompt these messages give the model, as a `Rendered` reply (only the tokenizer
-        loads), then `Done`."""
-        return self._enqueue(lambda rid, threads: Render(rid, spec, messages), deliver)
+    def render(self, spec: ModelSpec, messages: list[dict[str, Any]],
+               deliver: Callable[[Reply], None] | None = None, tools: Tools | None = None) -> Generation:
+        """Queue a render: the prompt these messages (and tools) give the model, as a `Rendered` reply (only the
+        tokenizer loads), then `Done`."""
+        return self._enqueue(lambda rid, threads: Render(rid, spec, messages, tools), deliver)
 
     def _enqueue(self, command: Callable[[int, int], Generate | Complete | Render],
                  deliver: Callable[[Reply], None] | None) -> Generation:

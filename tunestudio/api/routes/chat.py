@@ -3,9 +3,10 @@
 - `GET /api/jobs/{id}/chat`: the job's chat models (its final weights as `<id>`, each saved checkpoint as
   `<id>:step-N`, the best step named), its base model, and the chat template its tokenizer folder holds
   (read from the files: `inference.templates`).
-- `POST /api/chat/prompt` ({model, messages}): the inference worker renders the messages as a chat request
-  would give them to the model (`Render`: the tokenizer alone loads, nothing is generated) and answers the exact
-  prompt text, decoded from its tokens with the special ones, its token count and the template applied.
+- `POST /api/chat/prompt` ({model, messages, tools, tool_choice}): the inference worker renders the messages as
+  a chat request would give them to the model (`Render`: the tokenizer alone loads, nothing is generated) and
+  answers the exact prompt text, decoded from its tokens with the special ones, its token count and the template
+  applied.
 
 `/v1/chat/completions` stays OpenAI's: the page asks for the prompt beside it.
 """
@@ -20,7 +21,8 @@ from pydantic import BaseModel, Field
 
 from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError
-from tunestudio.api.routes.openai import ChatMessage, get_pool
+from tunestudio.api.openai_chat import ChatMessage, ToolRules, template_messages
+from tunestudio.api.routes.openai import get_pool
 from tunestudio.api.schemas import ERRORS
 from tunestudio.inference import (
     BASE_SUFFIX,
@@ -52,7 +54,10 @@ class ChatSettings(BaseModel):
     template_file: str | None
 
 
-class PromptRequest(BaseModel):
+class PromptRequest(ToolRules):
+    """A chat request's turns, and its tools (rendered as the template renders them, the call's opener after the
+    generation prompt under tool_choice required or named)."""
+
     model: str = Field(min_length=1, max_length=300)
     messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
 
@@ -100,10 +105,14 @@ async def chat_prompt(request: Request, manager: ManagerDep, body: Annotated[Pro
         spec = resolve(manager, body.model)
     except UnknownModel as exc:
         raise ApiError(exc.status, exc.code, str(exc), field="model") from None
+    try:
+        messages = template_messages(body.messages)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_request", str(exc), field="messages") from None
     loop = asyncio.get_running_loop()
     replies: asyncio.Queue[Reply] = asyncio.Queue()
     try:
-        render = get_pool(request).render(spec, [m.plain() for m in body.messages],
+        render = get_pool(request).render(spec, messages, tools=body.worker_tools(),
                                           deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
     except InferenceUnavailable as exc:
         raise ApiError(exc.status, exc.code, str(exc)) from None

@@ -8,7 +8,9 @@ statuses (400 for a bad request, 404 for an unknown model or an export job,
 409 for a job whose weights a later job replaced). The token rules of /api apply.
 `GET /api/inference` says what the inference worker holds.
 
-Beyond OpenAI's fields, a request may give `min_tokens` (as vLLM does).
+Beyond OpenAI's fields, a request may give `min_tokens` (as vLLM does). `tools`, `tool_choice` and
+`parallel_tool_calls`, and turns with calls and tool results, are read by api/openai_chat.py; an answer carries
+`tool_calls` (finish_reason `tool_calls`) and, where the template thinks, `reasoning_content` (as vLLM's).
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tunestudio.api.deps import ManagerDep
+from tunestudio.api.errors import ApiError
+from tunestudio.api.openai_chat import (
+    AssistantMessage,
+    ChatMessage,
+    OutputReader,
+    ToolRules,
+    answer_message,
+    template_messages,
+)
 from tunestudio.api.openai_route import OpenAIRoute
 from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.inference import (
@@ -35,7 +46,7 @@ from tunestudio.inference import (
     chat_models,
     resolve,
 )
-from tunestudio.inference_protocol import Delta, Done, Error, Reply, Started
+from tunestudio.inference_protocol import Delta, Done, Error, Reply, Started, Tools
 
 T = TypeVar("T")
 
@@ -45,28 +56,13 @@ status_router = APIRouter(prefix="/api/inference", tags=["chat"])
 
 
 # --- requests and answers -----------------------------------------------------------------
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessage(BaseModel):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
-    name: str | None = None
-
-    def plain(self) -> dict[str, str]:
-        text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
-        return {"role": "system" if self.role == "developer" else self.role, "content": text}
-
-
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(ToolRules):
     # Clients send fields this server does not use (user, metadata, store, ...): ignored, as OpenAI-compatible
-    # servers do. Fields it cannot honour (n > 1) are refused.
+    # servers do. Fields it cannot honour (n > 1) are refused; `tools` and `tool_choice` are honoured (ToolRules).
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1, max_length=300)
@@ -103,15 +99,10 @@ class Usage(BaseModel):
     total_tokens: int
 
 
-class AssistantMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str
-
-
 class Choice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
     logprobs: None = None
 
 
@@ -160,27 +151,41 @@ def get_model(model_id: str, manager: ManagerDep) -> ModelCard:
 async def chat_completions(
     request: Request, manager: ManagerDep, body: Annotated[ChatCompletionRequest, Body()]
 ) -> Response:
-    """Answer a conversation with a job's model (`stream: true`: chunks as they are generated)."""
+    """Answer a conversation with a job's model (`stream: true`: chunks as they are generated); with `tools`, its
+    calls as `tool_calls`."""
     spec = resolve(manager, body.model)
     params = body.params()
+    try:
+        messages = template_messages(body.messages)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_request", str(exc), field="messages") from None
+    tools = body.worker_tools()
     loop = asyncio.get_running_loop()
     replies: asyncio.Queue[Reply] = asyncio.Queue()
     generation = get_pool(request).generate(
-        spec, [m.plain() for m in body.messages], params,
-        deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
+        spec, messages, params, deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply),
+        tools=tools)
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.model}
     usage = bool(body.stream_options and body.stream_options.include_usage)
-    outcome = await answer_or_stream(request, replies, generation,
-                                     (lambda: _chunks(replies, generation, meta, usage)) if body.stream else None,
-                                     lambda: _whole(replies))
+    outcome = await answer_or_stream(
+        request, replies, generation,
+        (lambda: _chunks(replies, generation, meta, usage, tools)) if body.stream else None,
+        lambda: _whole(replies))
     if isinstance(outcome, Response):
         return outcome
     reply, text = outcome
-    answer = ChatCompletion(**meta, choices=[Choice(message=AssistantMessage(content=text),
-                                                    finish_reason="length" if reply.finish_reason == "length"
-                                                    else "stop")],
-                            usage=_usage(reply))
-    return JSONResponse(answer.model_dump())
+    finish = "length" if reply.finish_reason == "length" else "stop"
+    reader = OutputReader(generation.started, tools)
+    if reader.active:  # its template calls tools or thinks: read the output
+        reader.deltas(text)
+        _, parsed, finish = reader.finish(finish)
+        message = answer_message(parsed)
+    else:
+        message = AssistantMessage(content=text)
+    answer = ChatCompletion(**meta, choices=[Choice(message=message, finish_reason=finish)], usage=_usage(reply))
+    body_out = answer.model_dump()
+    body_out["choices"][0]["message"] = message.answer()
+    return JSONResponse(body_out)
 
 
 async def answer_or_stream(request: Request, replies: asyncio.Queue[Reply], generation: Generation,
@@ -255,8 +260,11 @@ def _chunk(meta: dict, delta: dict[str, Any], finish: str | None = None, usage: 
     return f"data: {json.dumps(data)}\n\n"
 
 
-async def _chunks(replies: asyncio.Queue[Reply], generation: Any, meta: dict, usage: bool) -> AsyncIterator[str]:
-    """OpenAI's chunks. A client that goes away cancels the stream task here, and so the generation."""
+async def _chunks(replies: asyncio.Queue[Reply], generation: Any, meta: dict, usage: bool,
+                  tools: Tools | None) -> AsyncIterator[str]:
+    """OpenAI's chunks (content, reasoning_content and tool_calls deltas as the output settles them). A client
+    that goes away cancels the stream task here, and so the generation."""
+    reader = OutputReader(generation.started, tools)
     try:
         yield _chunk(meta, {"role": "assistant", "content": ""})
         while True:
@@ -266,20 +274,32 @@ async def _chunks(replies: asyncio.Queue[Reply], generation: Any, meta: dict, us
                 text.append(reply.text)
                 reply = replies.get_nowait() if not replies.empty() else None
             if text:
-                yield _chunk(meta, {"content": "".join(text)})
+                for delta in reader.deltas("".join(text)) if reader.active else [{"content": "".join(text)}]:
+                    yield _chunk(meta, delta)
             if isinstance(reply, Error):
-                body = {"error": {"message": reply.message, "type": "server_error", "param": None,
-                                  "code": reply.code}}
-                yield f"data: {json.dumps(body)}\n\n"
+                yield _error_chunk(reply.message, "server_error", reply.code)
                 return
             if isinstance(reply, Done):
-                yield _chunk(meta, {}, "length" if reply.finish_reason == "length" else "stop")
+                finish = "length" if reply.finish_reason == "length" else "stop"
+                if reader.active:
+                    try:
+                        last, _, finish = reader.finish(finish)
+                    except ApiError as exc:  # no valid call where one must come, or one that half-parses
+                        yield _error_chunk(exc.message, "invalid_request_error", exc.code)
+                        return
+                    for delta in last:
+                        yield _chunk(meta, delta)
+                yield _chunk(meta, {}, finish)
                 if usage:
                     yield _chunk(meta, {}, usage=_usage(reply))
                 yield "data: [DONE]\n\n"
                 return
     finally:
         generation.cancel()
+
+
+def _error_chunk(message: str, kind: str, code: str) -> str:
+    return f"data: {json.dumps({'error': {'message': message, 'type': kind, 'param': None, 'code': code}})}\n\n"
 
 
 @status_router.get("")

@@ -51,6 +51,7 @@ from tunestudio.inference_protocol import (
 )
 from tunestudio.worker import modalities
 from tunestudio.worker.errors import UserFacing
+from tunestudio.worker.serve.prompting import chat_prompt
 from tunestudio.worker.serve.serving import GreedyHead, Served, int8_chat, serving_dtype
 
 log = logging.getLogger(__name__)
@@ -204,26 +205,13 @@ class Models:
 
 
 # --- prompts ------------------------------------------------------------------------------
-def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """The prompt as the job trained on it: its chat template, or (a job without one) the turns' plain text."""
-    if tokenizer.chat_template:
-        try:
-            encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                    return_dict=True)
-        except Exception as exc:  # jinja raises its own errors for conversations a template refuses
-            raise UserFacing(f"messages: the model's chat template refuses this conversation: {exc}",
-                             400, "invalid_messages") from None
-        return list(encoded["input_ids"])
-    return list(tokenizer("\n".join(m["content"] for m in messages))["input_ids"])
-
-
 def render(models: Models, request: Render, replies: Any, halt: threading.Event) -> None:
     """The prompt `answer` would give the model for these messages, decoded with its special tokens: Rendered, Done.
     Only the tokenizer loads."""
     spec = request.spec
     tokenizer = models.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "",
                                  spec.modality)
-    ids = prompt_ids(tokenizer, request.messages)
+    ids = chat_prompt(tokenizer, request.messages, request.tools).ids
     text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
     replies.put(Rendered(request.request_id, text, len(ids), template))
@@ -267,12 +255,16 @@ class _NoEndBefore(LogitsProcessor):
 
 
 class TextStream(BaseStreamer):
-    """Receives tokens from `generate` and sends text deltas, minus stop strings."""
+    """Receives tokens from `generate` and sends text deltas, minus stop strings. Special tokens are left out of
+    the text, but for those named in `keep` (a tool-call family's markers, where they are special tokens)."""
 
-    def __init__(self, tokenizer: Any, send: Any, stops: list[str]) -> None:
+    def __init__(self, tokenizer: Any, send: Any, stops: list[str], keep: tuple[str, ...] = ()) -> None:
         self.tokenizer = tokenizer
         self.send = send
         self.stops = [s for s in stops if s]
+        special = set(tokenizer.all_special_ids)
+        kept = {tokenizer.convert_tokens_to_ids(t) for t in keep} & special
+        self.drop = special - kept if kept else None  # None: skip every special token, as decode does
         self.ids: list[int] = []
         self.prompt_seen = False
         self._prefix = 0  # ids[_prefix:_read] decode to text already accounted for
@@ -288,8 +280,8 @@ class TextStream(BaseStreamer):
         if self.stopped.is_set():
             return
         self.ids.extend(value.reshape(-1).tolist())
-        before = self.tokenizer.decode(self.ids[self._prefix : self._read], skip_special_tokens=True)
-        now = self.tokenizer.decode(self.ids[self._prefix :], skip_special_tokens=True)
+        before = self._decode(self.ids[self._prefix : self._read])
+        now = self._decode(self.ids[self._prefix :])
         if len(now) <= len(before) or now.endswith("\ufffd"):
             return  # nothing new, or half a character: wait for the next token
         self.text += now[len(before) :]
@@ -298,10 +290,15 @@ class TextStream(BaseStreamer):
 
     def end(self) -> None:
         if not self.stopped.is_set():  # what waited for a character's last byte: as it decodes now
-            before = self.tokenizer.decode(self.ids[self._prefix : self._read], skip_special_tokens=True)
-            now = self.tokenizer.decode(self.ids[self._prefix :], skip_special_tokens=True)
+            before = self._decode(self.ids[self._prefix : self._read])
+            now = self._decode(self.ids[self._prefix :])
             self.text += now[len(before) :]
         self._flush(final=True)
+
+    def _decode(self, ids: list[int]) -> str:
+        if self.drop is None:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.tokenizer.decode([i for i in ids if i not in self.drop], skip_special_tokens=False)
 
     def _flush(self, final: bool) -> None:
         if self.stopped.is_set():
@@ -345,16 +342,18 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
     model, tokenizer, base_off = models.for_spec(request.spec, chat=True)
     if torch.get_num_threads() != request.threads:
         torch.set_num_threads(request.threads)
-    ids = prompt_ids(tokenizer, request.messages)
+    prompt = chat_prompt(tokenizer, request.messages, request.tools)
+    ids = prompt.ids
     limit = context_length(model, tokenizer)
     if len(ids) >= limit:
         raise UserFacing(f"messages: the prompt is {len(ids)} tokens, and the model's context is {limit}",
                          400, "context_length_exceeded")
     max_new = min(params.max_tokens or DEFAULT_MAX_TOKENS, limit - len(ids))
     rid = request.request_id
-    replies.put(Started(rid, len(ids), torch.get_num_threads()))
+    replies.put(Started(rid, len(ids), torch.get_num_threads(), prompt.family.name if prompt.family else None,
+                        prompt.think, prompt.think_open, prompt.prefix))
 
-    stream = TextStream(tokenizer, lambda text: replies.put(Delta(rid, text)), params.stop)
+    stream = TextStream(tokenizer, lambda text: replies.put(Delta(rid, text)), params.stop, prompt.keep)
     sampling = params.temperature > 0
     if sampling and params.seed is not None:
         torch.manual_seed(params.seed)
