@@ -39,7 +39,7 @@ def test_held_out_rows_combine_values_that_train_in_new_ways() -> None:
     assert {a["city"] for name, a, _ in train_calls if name == "get_weather"} == set(CITIES)
     assert {a for a, _, _ in triples} == set(AMOUNTS)
     assert {(s, t) for _, s, t in triples} == {(s, t) for s in CURRENCIES for t in CURRENCIES if s != t}
-    asked = {q.replace(a["city"], "{city}") for name, a, q in train_calls if name == "get_weather"}
+    asked = {q.split("\n\n")[0] for name, _, q in train_calls if name == "get_weather"}
     assert asked == set(WEATHER_ASKED)
     # every kind of row is held out: calls of each tool, answers without a call, whole loops
     kinds = {(m[-1]["role"], bool(m[-1].get("tool_calls")), len(m)) for m in (row["messages"] for row in held)}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tunestudio.worker.train.tool_scores import Call, NotJSON, calls_of, hermes_calls, mean_scores, score_calls
+from tunestudio.worker.tiny import CHAT_TEMPLATE
+from tunestudio.worker.train.tool_scores import Call, NotJSON, calls_of, mean_scores, reader_for, score_calls
 
 WEATHER_PARIS = Call("get_weather", {"city": "Paris"})
 CONVERT = Call("convert", {"amount": 5, "from": "EUR", "to": "USD"})
@@ -21,15 +22,16 @@ def test_a_reference_turns_calls_in_openai_form() -> None:
     assert calls_of({"role": "assistant", "content": "moo"}) == []
 
 
-def test_hermes_output_read_into_calls() -> None:
-    assert hermes_calls('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>') \
-        == [WEATHER_PARIS]
+def test_an_output_read_into_calls_by_its_templates_parser() -> None:
+    read = reader_for(CHAT_TEMPLATE)  # the tiny model's: Hermes/Qwen <tool_call> JSON, <think> first
+    assert read('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>') == [WEATHER_PARIS]
     two = ('<think>\nweather first\n</think>\n\n<tool_call>\n{"arguments": {"city": "Paris"}, "name": "get_weather"}'
            '\n</tool_call>\n<tool_call>\n{"name": "convert", "arguments": {"to": "USD", "from": "EUR", "amount": 5}}')
-    assert hermes_calls(two) == [WEATHER_PARIS, CONVERT]  # any key order; the last block cut at the end of output
-    assert hermes_calls("moo") == []
-    broken = hermes_calls('<tool_call>\n{"name": "get_weather", "arguments": {"city": </tool_call>')
-    assert len(broken) == 1 and broken[0].name == "" and isinstance(broken[0].arguments, NotJSON)
+    assert read(two) == [WEATHER_PARIS, CONVERT]  # any key order; the last block cut at the end of output
+    assert read("moo") == []
+    broken = read('<tool_call>\n{"name": "get_weather", "arguments": {"city": </tool_call>')
+    assert len(broken) == 1 and broken[0].name == "get_weather" and isinstance(broken[0].arguments, NotJSON)
+    assert reader_for("{{ messages }}")('<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>') == []
 
 
 def test_one_call_scored() -> None:

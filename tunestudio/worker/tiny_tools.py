@@ -42,12 +42,13 @@ TOOLS: list[dict[str, Any]] = [
                                          "to": {"type": "string"}}}}},
 ]
 CITIES = ("Paris", "Rome", "Oslo", "Lima", "Cairo", "Tokyo")
-WEATHER_ASKED = ("What is the weather in {city}?", "Is it raining in {city}?", "How warm is it in {city}?",
-                 "Weather report for {city}?")
+# Asked as the bundled lookups are (alpaca_user_text: an instruction, a blank line, the input): the short
+# pre-training taught the model to read the words after the blank line, which is where the arguments stand.
+WEATHER_ASKED = ("What is the weather like?", "Is it raining there?", "How warm is it?", "Give me the weather report.")
 SKIES = ("sunny", "rainy", "cloudy", "snowy")
 CURRENCIES = ("EUR", "USD", "GBP", "JPY")
 AMOUNTS = tuple(range(1, 10))
-CONVERT_ASKED = ("Convert {amount} {source} to {target}.", "How much is {amount} {source} in {target}?")
+CONVERT_ASKED = ("Convert the money.", "How much is it in the other currency?")
 TRIPLES = tuple((a, s, t) for a in AMOUNTS for s, t in itertools.permutations(CURRENCIES, 2))
 # What one unit of each is worth in toy money: the tool answers whole numbers.
 RATES = {"EUR": 11, "USD": 10, "GBP": 13, "JPY": 1}
@@ -72,7 +73,7 @@ def _call(name: str, arguments: dict[str, Any], n: int) -> dict[str, Any]:
 
 def _weather(rng: random.Random, asked: int, city: str, n: int, loop: bool) -> list[dict[str, Any]]:
     call = _call("get_weather", {"city": city}, n)
-    messages = [{"role": "user", "content": WEATHER_ASKED[asked].format(city=city)},
+    messages = [{"role": "user", "content": f"{WEATHER_ASKED[asked]}\n\n{city}"},
                 {"role": "assistant", "tool_calls": [call]}]
     if loop:
         sky = rng.choice(SKIES)
@@ -84,7 +85,7 @@ def _weather(rng: random.Random, asked: int, city: str, n: int, loop: bool) -> l
 def _convert(rng: random.Random, triple: tuple[int, str, str], n: int, loop: bool) -> list[dict[str, Any]]:
     amount, source, target = triple
     call = _call("convert", {"amount": amount, "from": source, "to": target}, n)
-    asked = rng.choice(CONVERT_ASKED).format(amount=amount, source=source, target=target)
+    asked = f"{rng.choice(CONVERT_ASKED)}\n\n{amount} {source} to {target}"
     messages = [{"role": "user", "content": asked}, {"role": "assistant", "tool_calls": [call]}]
     if loop:
         result = max(1, round(amount * RATES[source] / RATES[target]))

@@ -3,7 +3,7 @@ arguments.
 
 A held-out row is a tool row when it comes with `tools`; its reference is the last assistant turn, either calls
 (`tool_calls`) or an answer. The model's output is read into calls by the parser of its chat template's family
-(`reader_for`). Per row, 0..1 each:
+(`reader_for`: tunestudio.tool_calls). Per row, 0..1 each:
 
 - tool_choice: it called a tool when the reference calls one, and answered without one when the reference answers;
 - tool_name: of the calls (the reference's, and any extra call of the answer), the share matched by a call of the
@@ -21,12 +21,12 @@ the other three only where the reference calls (None elsewhere). A row without t
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tunestudio.config.vocabulary import TOOL_METRICS
+from tunestudio.tool_calls import detect, parse, thinks
 
 
 @dataclass(frozen=True)
@@ -68,30 +68,16 @@ def calls_of(message: dict[str, Any]) -> list[Call]:
     return out
 
 
-_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_THINK = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
-
-
-def hermes_calls(text: str) -> list[Call]:
-    """The `<tool_call>{"name": ..., "arguments": ...}</tool_call>` calls of a Hermes/Qwen output (after its
-    thinking); a block that is not such an object is a call of no name, which matches nothing."""
-    calls = []
-    for body in _HERMES.findall(_THINK.sub("", text, count=1)):
-        try:
-            value = json.loads(body)
-        except json.JSONDecodeError:
-            value = None
-        if isinstance(value, dict) and isinstance(value.get("name"), str):
-            calls.append(Call(value["name"], arguments_of(value.get("arguments", value.get("parameters", {})))))
-        else:
-            calls.append(Call("", NotJSON(body)))
-    return calls
-
-
 def reader_for(template: str | None) -> Reader:
-    """How the model's output is read into calls: the parser of its template's family."""
-    del template  # every family reads as Hermes until tunestudio.tool_calls parses them all
-    return hermes_calls
+    """How the model's output is read into calls: the parser of its chat template's family
+    (tunestudio.tool_calls, as /v1/chat/completions reads it), after any thinking. A call whose arguments break
+    off is a call whose arguments are not JSON; a template that writes no calls reads none."""
+    family, think = detect(template), thinks(template)
+
+    def read(text: str) -> list[Call]:
+        return [Call(c.name, arguments_of(c.arguments)) for c in parse(text, family, think=think).tool_calls]
+
+    return read
 
 
 def _pairs(predicted: Sequence[Call], expected: Sequence[Call]) -> tuple[list[tuple[Call, Call]], int]:
