@@ -73,8 +73,7 @@ def run(model: Path, work: Path, overrides: dict[str, Any]) -> dict[str, Any]:
                                     "local_datasets": [str(DATA / "tools.jsonl")],
                                     "eval_split": str(DATA / "tools_eval.jsonl"), **overrides})
     settings = Settings(home=work / "home", model_roots=[model.parent], dataset_roots=[DATA])
-    manager = JobManager(settings)
-    try:
+    with JobManager(settings) as manager:
         started = time.monotonic()
         job = manager.submit(config)
         with manager.subscribe(job.id) as stream:
@@ -86,8 +85,6 @@ def run(model: Path, work: Path, overrides: dict[str, Any]) -> dict[str, Any]:
         job = manager.get(job.id)
         assert job.status.value == "completed", (job.status, job.error)
         return {"job": job, "seconds": time.monotonic() - started, "config": config}
-    finally:
-        manager.close()
 
 
 def loop_answers(rows_file: str) -> dict[str, float | None]:
