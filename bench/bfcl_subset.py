@@ -126,8 +126,8 @@ def main() -> None:
                 answers = {a["id"]: a for a in read(archive, f"bfcl_eval/data/possible_answer/BFCL_v4_{category}.json")}
             for label, model in (("before", f"{args.job}:base"), ("after", args.job)):
                 results = [ask(client, model, item) for item in items]
-                score = sum(right(calls, item, answers.get(item["id"]) if answers else None)
-                            for (calls, _), item in zip(results, items, strict=True))
+                score = sum(ok and right(calls, item, answers.get(item["id"]) if answers else None)
+                            for (calls, ok), item in zip(results, items, strict=True))
                 figures[f"{category}_{label}"] = {"accuracy": score / len(items), "rows": len(items),
                                                   "refused": sum(not ok for _, ok in results)}
                 print(f"{category:14s} {label:6s} {score}/{len(items)} right, "
