@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tunestudio.jobs.evalrows import page
+from tunestudio.jobs.evalrows import ORDER_KEYS, page
 from tunestudio.jobs.models import Job, JobConflict
 from tunestudio.jobs.status import JobStatus
 
@@ -46,6 +46,13 @@ def test_worst_is_the_highest_loss_or_the_lowest_metric_ties_keep_their_order_an
     assert found.loss == "what it is" and found.metrics == ["rouge_l"]
     assert page(done, "loss", "worst", 10, 9).rows == []
 
+
+
+def test_rows_ordered_by_a_tool_call_figure_rows_without_tools_last(tmp_path: Path) -> None:
+    rows = [{"index": 0, "loss": 1.0, "tool_args": 1.0}, {"index": 1, "loss": 1.0},
+            {"index": 2, "loss": 1.0, "tool_args": 0.0}, {"index": 3, "loss": 1.0, "tool_args": None}]
+    assert indices(page(with_rows(tmp_path, rows), "tool_args", "worst", 50, 0)) == [2, 0, 1, 3]
+    assert {"tool_choice", "tool_name", "tool_args", "tool_arg_match"} <= set(ORDER_KEYS)  # GET .../rows?by= takes them
 
 @pytest.mark.parametrize(("status", "result", "kind", "why"), [
     (JobStatus.training, None, "train", "it is training; the rows are measured by its final evaluation, when it "

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tunestudio.events import Evaluation
-from tunestudio.worker.train.evaluation import Evaluator, eval_rows, exact_match, normalise, rouge_l, score, token_f1
+from tunestudio.worker.train.evaluation import Evaluator, eval_rows, score
+from tunestudio.worker.train.text_scores import exact_match, normalise, rouge_l, token_f1
 
 
 def test_exact_match_ignores_case_and_whitespace_only() -> None:
@@ -112,3 +113,76 @@ def test_row_losses_are_each_rows_reference_cross_entropy_under_the_full_logits(
     # cut to max_length as training cuts: a row with no reference token left has no loss
     prompt, _ = row_tokens(tokenizer, rows[0])
     assert row_losses(model, tokenizer, rows[:1], max_length=len(prompt)) == [None]
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def _tool_examples() -> list[dict]:
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    asked = {"role": "user", "content": "What is the weather in Paris?"}
+    return [{"messages": [asked, {"role": "assistant", "tool_calls": [call]}], "tools": [WEATHER]},
+            {"messages": [{"role": "user", "content": "What colour is it?\n\nlemon"},
+                          {"role": "assistant", "content": "yellow"}], "tools": [WEATHER]},
+            {"messages": [asked, {"role": "assistant", "tool_calls": [call]},
+                          {"role": "tool", "tool_call_id": "c1", "content": '{"sky": "sunny"}'},
+                          {"role": "assistant", "content": "It is sunny."}], "tools": [WEATHER]},
+            {"prompt": "p", "completion": "a b"}]
+
+
+def test_tool_rows_are_scored_call_by_call(tiny_model: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from transformers import AutoTokenizer
+
+    import tunestudio.worker.train.evaluation as module
+    from tunestudio.worker.tiny import CHAT_TEMPLATE
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer.chat_template = CHAT_TEMPLATE  # the template that renders tools (models/ may hold an older build)
+    # the answers are given: the base model answers everything, the result calls where it should (one wrong city)
+    before = ["sunny", "yellow", "It is sunny.", "a b"]
+    after = [CALL.replace("Paris", "Rome"), CALL, "It is sunny.", "a b"]
+    answers = iter([before, after])
+    monkeypatch.setattr(module, "generate_answers", lambda *args, **kwargs: next(answers))
+    monkeypatch.setattr(module, "row_losses", lambda model, tok, rows, *args, **kwargs: [1.0] * len(rows))
+    evaluator = Evaluator.for_job(_tool_examples(), limit=8)
+    assert evaluator is not None and evaluator.answer_before(None, tokenizer, 2.0)
+    assert evaluator.rows[0].reference == CALL  # a call's reference reads as the template writes it
+    result = evaluator.result(None, tokenizer, 1.0, rows_file=tmp_path / "rows.json")
+    metrics = {name: (m.before, m.after) for name, m in result.metrics.items()}
+    # 3 tool rows choose (a call, an answer, an answer); one row calls, its function right, its city wrong
+    assert metrics["tool_choice"] == (pytest.approx(2 / 3), pytest.approx(2 / 3))
+    assert metrics["tool_name"] == (0.0, 1.0) and metrics["tool_args"] == (0.0, 0.0)
+    assert metrics["tool_arg_match"] == (0.0, 0.0)
+    body = json.loads((tmp_path / "rows.json").read_text())
+    assert body["metrics"] == ["exact_match", "token_f1", "rouge_l", "tool_choice", "tool_name", "tool_args",
+                               "tool_arg_match"]
+    first, plain = body["rows"][0], body["rows"][3]
+    assert (first["tool_choice"], first["tool_name"], first["tool_args"]) == (1.0, 1.0, 0.0)
+    assert (first["tool_choice_before"], first["tool_name_before"]) == (0.0, 0.0)
+    assert body["rows"][1]["tool_choice"] == 0.0 and body["rows"][1]["tool_name"] is None
+    assert "tool_choice" not in plain  # a row without tools has no call figures
+    # a row without tools keeps its evaluation as before: no call figures in a job without tool rows
+    plain_only = Evaluator.for_job(_tool_examples()[3:], limit=8)
+    answers = iter([["a b"], ["a b"]])
+    assert plain_only is not None and plain_only.answer_before(None, tokenizer, 2.0)
+    assert "tool_choice" not in plain_only.result(None, tokenizer, 1.0).metrics
+
+
+def test_a_tool_rows_loss_is_taken_on_its_calls_with_its_tools_in_the_prompt(tiny_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from tunestudio.worker.tiny import CHAT_TEMPLATE
+    from tunestudio.worker.train.evaluation import row_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    rows = eval_rows(_tool_examples(), limit=8)
+    prompt, reference = row_tokens(tokenizer, rows[0])
+    assert "<tools>" in tokenizer.decode(prompt) and tokenizer.decode(reference) == CALL + "<|end|>"
+    prompt, reference = row_tokens(tokenizer, rows[2])  # the whole loop: the call and the result are the prompt
+    assert "<tool_response>" in tokenizer.decode(prompt) and tokenizer.decode(reference) == "It is sunny.<|end|>"

@@ -177,11 +177,24 @@ class EvalRowOut(BaseModel):
     exact_match_before: float | None = None
     token_f1_before: float | None = None
     rouge_l_before: float | None = None
+    # a tool row's calls (rows with tools only; tool_name, tool_args and tool_arg_match where the reference calls):
+    # worker/train/tool_scores.py
+    tool_choice: float | None = Field(default=None, description="1 when it called a tool exactly when the "
+                                      "reference does (and answered when the reference answers).")
+    tool_name: float | None = Field(default=None, description="Share of the calls made to the right function.")
+    tool_args: float | None = Field(default=None, description="Share of the calls with the right function and "
+                                    "arguments equal as JSON.")
+    tool_arg_match: float | None = Field(default=None, description="Share of the arguments with the right value.")
+    tool_choice_before: float | None = None
+    tool_name_before: float | None = None
+    tool_args_before: float | None = None
+    tool_arg_match_before: float | None = None
 
 
 class EvalRowsOut(BaseModel):
     job_id: str
-    by: str = Field(description="loss, or a generation metric: exact_match, token_f1, rouge_l.")
+    by: str = Field(description="loss, or a generation metric: exact_match, token_f1, rouge_l, and on tool rows "
+                    "tool_choice, tool_name, tool_args, tool_arg_match.")
     order: str = Field(description="worst: highest loss or lowest metric first; best: the other way.")
     total: int = Field(description="Every evaluated row.")
     ranked: int = Field(description="Rows that have the figure ordered by (the others come last).")

@@ -42,9 +42,10 @@ def make_dataset(
     directory: Annotated[Path, typer.Argument(help="Folder to write the bundled dataset to.")] = Path("examples/data"),
 ) -> None:
     """Write the bundled dataset (alpaca, sharegpt, messages, prompt/completion and text forms; preference pairs,
-    unpaired feedback and prompts with answers for DPO/ORPO, KTO and GRPO)."""
+    unpaired feedback and prompts with answers for DPO/ORPO, KTO and GRPO; tool calls, with held-out rows)."""
     from tunestudio.worker.tiny import write_dataset
     from tunestudio.worker.tiny_methods import write_method_datasets
+    from tunestudio.worker.tiny_tools import write_tool_datasets
 
-    for path in [*write_dataset(directory), *write_method_datasets(directory)]:
+    for path in [*write_dataset(directory), *write_method_datasets(directory), *write_tool_datasets(directory)]:
         console.print(str(path))

@@ -7,6 +7,7 @@ from typing import Literal
 
 __all__ = [
     "FIELD_GROUPS", "FORMAT_ALIASES", "GENERATION_METRICS", "MAX_ROWS", "MAX_STEPS", "ROLE_ALIASES", "SECRET_FIELDS",
+    "TOOL_METRICS",
     "DpoLoss", "FormatType", "LrScheduler", "MappingTarget", "Method", "MethodField", "Optimizer", "ReportTarget",
     "Role", "TrainingType",
 ]
@@ -89,6 +90,8 @@ ROLE_ALIASES = {"human": "user", "gpt": "assistant", "instruction": "user", "inp
 
 # What the held-out evaluation measures on generated answers (worker/train/evaluation.py's METRICS, by these names).
 GENERATION_METRICS: tuple[str, ...] = ("exact_match", "token_f1", "rouge_l")
+# What it measures on the calls of held-out rows that come with tools (worker/train/tool_scores.py), 0..1 each.
+TOOL_METRICS: tuple[str, ...] = ("tool_choice", "tool_name", "tool_args", "tool_arg_match")
 
 # Where a job's figures go beside the studio's own store: an MLflow tracking store, W&B, TensorBoard.
 ReportTarget = Literal["mlflow", "wandb", "tensorboard"]

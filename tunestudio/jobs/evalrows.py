@@ -1,9 +1,9 @@
 """A finished job's held-out rows one by one, worst first: read from the file its final evaluation wrote
 (`events.EVAL_ROWS_FILE`, named in its result's evaluation), ordered and paged. No state of its own.
 
-"Worst" is the highest loss, or the lowest score of a generation metric (exact match, token F1, ROUGE-L: higher
-is better); rows without the figure (a metric of a row that was not answered) come last either way, and rows
-that tie keep their held-out order.
+"Worst" is the highest loss, or the lowest score of a generation metric (exact match, token F1, ROUGE-L, and a tool
+row's tool-call figures: higher is better); rows without the figure (a metric of a row that was not answered, a
+call figure of a row without tools) come last either way, and rows that tie keep their held-out order.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tunestudio.config.vocabulary import GENERATION_METRICS
+from tunestudio.config.vocabulary import GENERATION_METRICS, TOOL_METRICS
 from tunestudio.jobs.models import Job, JobConflict
 from tunestudio.jobs.status import JobStatus
 
 __all__ = ["ORDER_KEYS", "Order", "RowsPage", "page"]
 
-ORDER_KEYS: tuple[str, ...] = ("loss", *GENERATION_METRICS)
+ORDER_KEYS: tuple[str, ...] = ("loss", *GENERATION_METRICS, *TOOL_METRICS)
 Order = Literal["worst", "best"]
 
 

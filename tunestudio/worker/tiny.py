@@ -17,15 +17,41 @@ DEFAULT_SEED = 1234
 DEFAULT_ROWS = 400
 PRETRAIN_STEPS = 150
 
-# Role tags are single special tokens; the assistant turn is wrapped in
-# {% generation %} markers so TRL's assistant_only_loss can find it.
+# Role tags are single special tokens; the assistant turn (its thinking and tool calls too) is wrapped in
+# {% generation %} markers so TRL's assistant_only_loss can find it. Tools and reasoning are rendered in the
+# Hermes/Qwen2.5 layout, so the tiny model stands for that family: the tools as one JSON per line inside
+# <tools></tools> in the system turn (a short header instead of Qwen's long instructions: the tiny model's context
+# is 512 tokens), each call as <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call> (arguments given as a
+# JSON string are written as they are), tool results as <tool_response> blocks in one user turn (the role tags are
+# fixed special tokens: a new one would change the tokenizer and so the weights), and `reasoning_content` as
+# <think>\n...\n</think>\n\n before the content. A conversation without tools, calls or reasoning renders exactly as
+# before tools existed (tests/worker/test_tiny.py holds it over the bundled rows).
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
+    "{% if tools %}<|system|>"
+    "{% if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "# Tools\n\n<tools>{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
+    "{{ '\\n' }}</tools><|end|>{% endif %}"
     "{% for message in messages %}"
-    "<|{{ message['role'] }}|>"
-    "{% if message['role'] == 'assistant' %}"
-    "{% generation %}{{ message['content'] }}<|end|>{% endgeneration %}"
-    "{% else %}{{ message['content'] }}<|end|>{% endif %}"
+    "{% if loop.first and tools and message['role'] == 'system' %}"
+    "{% elif message['role'] == 'assistant' %}"
+    "<|assistant|>{% generation %}"
+    "{% if message['reasoning_content'] %}<think>\n{{ message['reasoning_content'] }}\n</think>\n\n{% endif %}"
+    "{% if message['content'] is not none %}{{ message['content'] }}{% endif %}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{% if call['function'] is defined %}{% set call = call['function'] %}{% endif %}"
+    "{% if message['content'] or not loop.first %}{{ '\\n' }}{% endif %}"
+    '<tool_call>\n{"name": "{{ call[\'name\'] }}", "arguments": '
+    "{% if call['arguments'] is string %}{{ call['arguments'] }}{% else %}{{ call['arguments'] | tojson }}{% endif %}"
+    "}\n</tool_call>"
+    "{% endfor %}"
+    "<|end|>{% endgeneration %}"
+    "{% elif message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|user|>{% else %}{{ '\\n' }}{% endif %}"
+    "<tool_response>\n{{ message['content'] }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|end|>{% endif %}"
+    "{% else %}<|{{ message['role'] }}|>{% if message['content'] is not none %}{{ message['content'] }}{% endif %}"
+    "<|end|>{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tunestudio.events import BeforeAfter, EvalExample, Evaluation
+from tunestudio.worker.train import tool_scores
+from tunestudio.worker.train.text_scores import METRICS, score
 
 SHOWN_EXAMPLES = 5  # rows the job's record keeps for people to read
 MAX_NEW_TOKENS = 256  # the longest answer generated for one row
@@ -42,56 +43,19 @@ SCORED_ROWS = 256  # held-out rows whose loss is measured one by one (at least; 
 Progress = Callable[[int, int], None]  # (done, total), as worker/phases.py's Steps.counter takes it
 
 
-# --- metrics ------------------------------------------------------------------------
-def normalise(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
-def exact_match(prediction: str, reference: str) -> float:
-    return float(normalise(prediction) == normalise(reference))
-
-
-def token_f1(prediction: str, reference: str) -> float:
-    """SQuAD-style F1 over whitespace tokens; two empty texts agree (1.0), one empty text scores 0."""
-    pred, ref = normalise(prediction).split(), normalise(reference).split()
-    if not pred or not ref:
-        return float(pred == ref)
-    common = sum((Counter(pred) & Counter(ref)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(pred), common / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
-_ROUGE: Any = None
-
-
-def rouge_l(prediction: str, reference: str) -> float:
-    global _ROUGE
-    if _ROUGE is None:
-        from rouge_score import rouge_scorer
-
-        _ROUGE = rouge_scorer.RougeScorer(["rougeL"])
-    return float(_ROUGE.score(reference, prediction)["rougeL"].fmeasure)
-
-
-METRICS = {"exact_match": exact_match, "token_f1": token_f1, "rouge_l": rouge_l}
-
-
-def score(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Each text metric's mean over the rows; {} for no rows."""
-    if not references:
-        return {}
-    return {name: sum(fn(p, r) for p, r in zip(predictions, references, strict=True)) / len(references)
-            for name, fn in METRICS.items()}
-
-
 # --- held-out rows ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class EvalRow:
     prompt: Any  # a list of chat messages, plain prompt text, or None: a plain text row (its text is the reference)
     reference: str
     place: dict[str, Any] | None = None  # {file, line}: where the row is in the data
+    tools: list[dict[str, Any]] | None = None  # the row's tools (OpenAI's form), rendered with its prompt
+    reply: dict[str, Any] | None = None  # a tool row's reference turn (calls, or an answer): its calls are scored
+
+    @property
+    def calls(self) -> list[tool_scores.Call] | None:
+        """The reference's calls ([] for an answer) of a tool row; None for another row."""
+        return None if self.reply is None else tool_scores.calls_of(self.reply)
 
     @property
     def shown(self) -> str:
@@ -125,7 +89,10 @@ def eval_rows(examples: Iterable[dict[str, Any]], limit: int, places: Sequence[d
             messages = example["messages"]
             last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
             if last:
-                out.append(EvalRow(messages[:last], str(messages[last]["content"]), place))
+                reply, tools = messages[last], example.get("tools") or None
+                tool_row = bool(tools or reply.get("tool_calls"))
+                out.append(EvalRow(messages[:last], str(reply.get("content") or ""), place, tools,
+                                   reply if tool_row else None))
             continue
         reply = example.get("completion", example.get("chosen"))
         reference = _content(reply)
@@ -164,6 +131,9 @@ def generate_answers(model: Any, tokenizer: Any, rows: Sequence[EvalRow], should
             batch = rows[start : start + BATCH]
             if isinstance(batch[0].prompt, str):
                 inputs = tokenizer([r.prompt for r in batch], return_tensors="pt", padding=True)
+            elif any(r.tools for r in batch):  # each row's own tools: the template renders them with its prompt
+                texts = [tool_scores.chat_text(tokenizer, r.prompt, r.tools, True) for r in batch]
+                inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
             else:
                 inputs = tokenizer.apply_chat_template([r.prompt for r in batch], add_generation_prompt=True,
                                                        return_tensors="pt", return_dict=True, padding=True)
@@ -195,8 +165,10 @@ def _token_ids(encoded: Any) -> list[int]:
     return list(ids[0] if ids and isinstance(ids[0], list) else ids)
 
 
-def _chat_ids(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
-    return _token_ids(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt))
+def _chat_ids(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool,
+              tools: list[dict[str, Any]] | None = None) -> list[int]:
+    return _token_ids(tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
+                                                    add_generation_prompt=generation_prompt))
 
 
 def row_tokens(tokenizer: Any, row: EvalRow) -> tuple[list[int], list[int]]:
@@ -209,8 +181,9 @@ def row_tokens(tokenizer: Any, row: EvalRow) -> tuple[list[int], list[int]]:
         prompt = _token_ids(tokenizer(row.prompt))
         full = _token_ids(tokenizer(row.prompt + row.reference)) + eos
     else:
-        prompt = _chat_ids(tokenizer, row.prompt, True)
-        full = _chat_ids(tokenizer, [*row.prompt, {"role": "assistant", "content": row.reference}], False)
+        prompt = _chat_ids(tokenizer, row.prompt, True, row.tools)
+        reply = row.reply or {"role": "assistant", "content": row.reference}
+        full = _chat_ids(tokenizer, [*row.prompt, reply], False, row.tools)
     if full[: len(prompt)] != prompt:  # a tokenizer that merges across the seam: the reply on its own
         full = prompt + _token_ids(tokenizer(row.reference, add_special_tokens=False)) + eos
     return prompt, full[len(prompt):]
@@ -296,6 +269,7 @@ class Evaluator:
         self.before: list[str] | None = None
         self.loss_before: float | None = None
         self.row_loss_before: list[float | None] = []
+        self.tools_before: list[dict[str, float | None] | None] = []
 
     @classmethod
     def for_job(cls, eval_examples: Iterable[dict[str, Any]] | None, limit: int,
@@ -310,10 +284,12 @@ class Evaluator:
     def answer_before(self, model: Any, tokenizer: Any, loss: float | None, should_stop: Any = None,
                       progress: Progress | None = None) -> bool:
         """The base model's answers and row losses; False if a stop arrived meanwhile."""
+        self._render_calls(tokenizer)
         self.loss_before = loss
         self.before = generate_answers(model, tokenizer, self.rows, should_stop, progress) if self.rows else []
         if self.before is None:
             return False
+        self.tools_before = self._score_calls(tokenizer, self.before)
         losses = row_losses(model, tokenizer, self.scored, self.max_length, should_stop)
         self.row_loss_before = losses or []
         return losses is not None
@@ -324,8 +300,10 @@ class Evaluator:
         after = generate_answers(model, tokenizer, self.rows, progress=progress) if self.rows else []
         assert after is not None and self.before is not None
         references = [r.reference for r in self.rows]
-        first, last = score(self.before, references), score(after, references)
-        metrics = {name: BeforeAfter(before=first[name], after=last[name]) for name in first}
+        tools_after = self._score_calls(tokenizer, after)
+        first = {**score(self.before, references), **tool_scores.mean_scores([t for t in self.tools_before if t])}
+        last = {**score(after, references), **tool_scores.mean_scores([t for t in tools_after if t])}
+        metrics = {name: BeforeAfter(before=first.get(name), after=last.get(name)) for name in {**first, **last}}
         metrics["eval_loss"] = BeforeAfter(before=self.loss_before, after=loss_after)
         metrics["perplexity"] = BeforeAfter(before=_perplexity(self.loss_before), after=_perplexity(loss_after))
         examples = [EvalExample(prompt=r.shown, reference=r.reference, before=b, after=a)
@@ -333,15 +311,35 @@ class Evaluator:
         written = None
         if rows_file is not None and self.scored:
             losses = row_losses(model, tokenizer, self.scored, self.max_length) or []
-            write_rows(rows_file, self.table(after, losses))
+            tools = [name for name in tool_scores.TOOL_METRICS if name in metrics]
+            write_rows(rows_file, self.table(after, losses, tools_after), [*METRICS, *tools])
             written = str(rows_file)
         return Evaluation(rows=len(self.rows), metrics=metrics, examples=examples, rows_file=written,
                           scored_rows=len(self.scored) if written else 0)
 
-    def table(self, after: Sequence[str], losses: Sequence[float | None]) -> list[dict[str, Any]]:
+    def _render_calls(self, tokenizer: Any) -> None:
+        """A reference that calls tools reads as the chat template writes the calls (the text metrics compare the
+        model's output with it, and people read it); the rows keep their identities' correspondence."""
+        rendered = {}
+        for row in self.scored:
+            if row.reply is not None and row.reply.get("tool_calls") and isinstance(row.prompt, list):
+                text = tool_scores.reply_text(tokenizer, row.prompt, row.reply, row.tools)
+                if text is not None:
+                    rendered[id(row)] = replace(row, reference=text)
+        self.scored = [rendered.get(id(r), r) for r in self.scored]
+        self.rows = [rendered.get(id(r), r) for r in self.rows]
+
+    def _score_calls(self, tokenizer: Any, answers: Sequence[str]) -> list[dict[str, float | None] | None]:
+        """Each answered row's tool-call figures (tool_scores), None for a row that is not a tool row."""
+        read = tool_scores.reader_for(getattr(tokenizer, "chat_template", None))
+        return [None if row.calls is None else tool_scores.score_calls(read(answer), row.calls)
+                for row, answer in zip(self.rows, answers, strict=True)]
+
+    def table(self, after: Sequence[str], losses: Sequence[float | None],
+              tools_after: Sequence[dict[str, float | None] | None] = ()) -> list[dict[str, Any]]:
         """One record per scored row, in the held-out rows' order: where it is, its prompt (as shown, and a chat
         row's whole conversation before its reference) and reference, its loss before and after, and, where it was
-        answered, both answers and each metric of the answer after."""
+        answered, both answers and each metric of the answer after (a tool row's tool-call figures too)."""
         answered = {id(r): i for i, r in enumerate(self.rows)}
         before_losses = list(self.row_loss_before) + [None] * (len(self.scored) - len(self.row_loss_before))
         table = []
@@ -360,14 +358,20 @@ class Evaluator:
                 for name, fn in METRICS.items():
                     record[name] = fn(after[i], row.reference)
                     record[f"{name}_before"] = fn(self.before[i], row.reference)
+                for figures, suffix in ((_at(tools_after, i), ""), (_at(self.tools_before, i), "_before")):
+                    record.update({f"{name}{suffix}": value for name, value in (figures or {}).items()})
             table.append(record)
         return table
 
 
-def write_rows(path: Path, table: list[dict[str, Any]]) -> None:
+def _at(items: Sequence[Any], i: int) -> Any:
+    return items[i] if i < len(items) else None
+
+
+def write_rows(path: Path, table: list[dict[str, Any]], metrics: Sequence[str] = tuple(METRICS)) -> None:
     """The rows' records as EVAL_ROWS_FILE: {"loss": what loss means, "metrics": [...], "rows": [...]}."""
     body = {"loss": "mean cross-entropy per token of the reference reply given the prompt (teacher-forced)",
-            "metrics": list(METRICS), "rows": table}
+            "metrics": list(metrics), "rows": table}
     path.write_text(json.dumps(body, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

@@ -5,14 +5,18 @@ import {ApiError, call} from "./api.js";
 import {appendKids, basename, el, fmtNumber, replaceKids} from "./util.js";
 
 const PAGE = 20;
-const LABELS = {loss: "loss", exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L"};
+// The tool-call figures of held-out rows that come with tools (worker/train/tool_scores.py).
+export const TOOL_LABELS = {tool_choice: "call or answer", tool_name: "function", tool_args: "call (name and arguments)",
+  tool_arg_match: "arguments"};
+const LABELS = {loss: "loss", exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L", ...TOOL_LABELS};
 
 const answer = (text) => (text === null || text === undefined ? "–" : text.trim() === "" ? "(empty)" : text);
 const share = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)}%`);
 const loss = (v) => (v === null || v === undefined ? "–" : fmtNumber(v, 3));
 
 export function rowsPanel(jobId, evaluation) {
-  const metrics = evaluation.rows ? ["exact_match", "token_f1", "rouge_l"] : [];  // answered rows carry them
+  const tools = Object.keys(TOOL_LABELS).filter((k) => k in (evaluation.metrics || {}));  // a job with tool rows
+  const metrics = evaluation.rows ? ["exact_match", "token_f1", "rouge_l", ...tools] : [];  // answered rows carry them
   const by = el("select", {id: "rows-by", "aria-label": "order the rows by"},
     ["loss", ...metrics].map((k) => el("option", {value: k}, LABELS[k])));
   const order = el("select", {id: "rows-order", "aria-label": "which rows first"},

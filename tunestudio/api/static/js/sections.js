@@ -9,12 +9,12 @@ import {benchPanel, benchTable} from "./bench.js";
 import {chatPanel} from "./chat.js";
 import {exportPanel} from "./export.js";
 import {judgePanel} from "./judge.js";
-import {rowsPanel} from "./rows.js";
+import {TOOL_LABELS, rowsPanel} from "./rows.js";
 import {el, fmtBytes, fmtNumber, fold, replaceKids} from "./util.js";
 
 export const METRIC_LABELS = {exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L",
-  eval_loss: "eval loss", perplexity: "perplexity"};
-const SHARES = new Set(["exact_match", "token_f1", "rouge_l"]);
+  eval_loss: "eval loss", perplexity: "perplexity", ...TOOL_LABELS};
+const SHARES = new Set(["exact_match", "token_f1", "rouge_l", ...Object.keys(TOOL_LABELS)]);
 
 /** A model's answer as shown: "–" when there is none yet, "(empty)" when the model said nothing. */
 function answerText(text) {
