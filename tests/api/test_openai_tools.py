@@ -20,6 +20,7 @@ from tunestudio.settings import Settings
 from ..helpers.chat import ChatHome, ScriptedPool, add_saved_step
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
+from ..helpers.templates import PLAIN_CHAT_TEMPLATE
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -59,8 +60,11 @@ def job(chat_home: ChatHome) -> Job:
 
 @pytest.fixture(scope="module")
 def plain_model(job: Job) -> str:
-    """A saved step of the job with the tiny model's own template, which calls no tools."""
-    return add_saved_step(job, 5)
+    """A saved step of the job with a template that calls no tools (the tiny model's before it learnt them)."""
+    model = add_saved_step(job, 5)
+    (Path(job.output_dir or "") / "checkpoint-5" / "chat_template.jinja").write_text(PLAIN_CHAT_TEMPLATE,
+                                                                                     encoding="utf-8")
+    return model
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from tunestudio.worker import data
 from tunestudio.worker.data.chat_mask import Renderer, renderer_for
 from tunestudio.worker.errors import UserError
 
+from ..helpers.templates import PLAIN_CHAT_TEMPLATE
 from .test_data import cfg_for, write_jsonl
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -116,7 +117,8 @@ def test_reasoning_auto_is_what_the_template_does(tokenizers: dict[str, Any]) ->
 def test_a_template_that_cannot_render_tools_is_refused_naming_it(tiny_model: Path) -> None:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(tiny_model))  # the tiny model's template knows no tools
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    tok.chat_template = PLAIN_CHAT_TEMPLATE  # a template that knows no tools
     with pytest.raises(UserError, match=r"the chat template of .*tiny-llama cannot render tools \(it renders the same "
                                         r"text with and without them\)"):
         renderer_for(tok, "auto", True).check([EXAMPLE])

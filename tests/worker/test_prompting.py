@@ -17,6 +17,8 @@ from tunestudio.tool_calls import detect
 from tunestudio.worker.errors import UserFacing
 from tunestudio.worker.serve.prompting import chat_prompt
 
+from ..helpers.templates import PLAIN_CHAT_TEMPLATE
+
 TEMPLATES = Path(__file__).parent / "templates"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
                                             "parameters": {"type": "object", "properties": {
@@ -33,7 +35,7 @@ TURNS: list[dict[str, Any]] = [
 
 @pytest.fixture
 def tokenizer(tiny_model: Path) -> Any:
-    """The tiny model's tokenizer (its own template: no tools), fresh for each test (the tests set templates)."""
+    """The tiny model's tokenizer, fresh for each test (the tests set templates)."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model)
@@ -58,7 +60,7 @@ def test_a_named_call_is_begun_as_the_template_writes_calls(tokenizer: Any, name
 
 
 def test_a_template_that_calls_no_tools_or_drops_them_is_refused(tokenizer: Any) -> None:
-    plain = tokenizer.chat_template
+    plain = tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
     assert detect(plain) is None
     with pytest.raises(UserFacing, match="does not call tools") as caught:
         chat_prompt(tokenizer, TURNS[:1], Tools([WEATHER]))
