@@ -19,7 +19,7 @@ choosing the tool and filling each argument from the question for known values, 
 The model: models/tiny-llama when its chat template writes tool calls, else one built here from worker/tiny.py
 (the same weights: the template is not part of the pre-training). Prints the figures and one JSON line.
 
-    .venv/bin/python bench/tools_demo.py [--steps N] [--lr X] [--keep]
+    TUNESTUDIO_TORCH_THREADS=1 .venv/bin/python bench/tools_demo.py [--steps N] [--lr X] [--scheduler S] [--keep]
 """
 
 from __future__ import annotations
@@ -101,9 +101,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, help="max_steps (default: examples/tools.yaml's)")
     parser.add_argument("--lr", type=float, help="learning_rate (default: examples/tools.yaml's)")
+    parser.add_argument("--scheduler", help="lr_scheduler_type (default: examples/tools.yaml's)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args()
-    overrides = {k: v for k, v in (("max_steps", args.steps), ("learning_rate", args.lr)) if v is not None}
+    chosen = (("max_steps", args.steps), ("learning_rate", args.lr), ("lr_scheduler_type", args.scheduler))
+    overrides = {k: v for k, v in chosen if v is not None}
     work = Path(tempfile.mkdtemp(prefix="bench-tools-"))
     try:
         model = tool_model(work)
@@ -125,7 +127,8 @@ def main() -> None:
         print(f"  {'loop answers':15s} {loop['before']:7.1%} -> {loop['after']:7.1%} ({loop['rows']} rows)")
     print(json.dumps({"bench": "tools_demo", "goal": GOAL, "goal_met": (calls.get("after") or 0) >= GOAL,
                       "call_accuracy": calls, "metrics": metrics, "loop_answers": loop, "steps": config.max_steps,
-                      "learning_rate": config.learning_rate, "training_type": config.training_type.value,
+                      "learning_rate": config.learning_rate,
+                      "scheduler": config.lr_scheduler_type, "training_type": config.training_type.value,
                       "seconds": round(done["seconds"], 1), "held_out_rows": evaluation["rows"]}))
 
 

@@ -7,7 +7,8 @@ template's {% generation %} markers say) and scores the held-out rows as the stu
 minutes. --without-tools renders the rows without their tools (no <tools> block in the system turn) to measure
 what the ~300 tokens of tool schemas cost the tiny model.
 
-    .venv/bin/python bench/tools_probe.py [--steps 600] [--lr 3e-3] [--batch 8] [--without-tools] [--show 8]
+    .venv/bin/python bench/tools_probe.py [--steps 600] [--lr 3e-3] [--batch 8] [--constant] [--without-tools]
+        [--data DIR] [--show 8]
 
 The model: models/tiny-llama when its template writes tool calls, else bench/tools_demo.py builds one.
 """
@@ -42,12 +43,12 @@ def encode(tokenizer, rows: list[dict], with_tools: bool) -> list[tuple[list[int
     return out
 
 
-def train(model, tokenizer, rows, steps: int, lr: float, batch: int) -> None:  # type: ignore[no-untyped-def]
+def train(model, tokenizer, rows, steps: int, lr: float, batch: int, constant: bool) -> None:  # type: ignore[no-untyped-def]
     import torch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 10) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    decay = (lambda s: 1.0) if constant else (lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 10) * decay(s))
     rng, started = random.Random(0), time.monotonic()
     model.train()
     for step in range(steps):
@@ -96,24 +97,31 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--without-tools", action="store_true")
+    parser.add_argument("--constant", action="store_true", help="a constant learning rate after the warm-up")
+    parser.add_argument("--data", type=Path, default=DATA, help="folder of tools.jsonl and tools_eval.jsonl")
     parser.add_argument("--show", type=int, default=8, help="wrong calls printed")
     args = parser.parse_args()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from tunestudio.process import torch_threads
+
+    torch.set_num_threads(torch_threads())  # TUNESTUDIO_TORCH_THREADS caps it, as in a job
     torch.manual_seed(0)
     folder = tool_model(Path(tempfile.mkdtemp(prefix="bench-tools-probe-")))
     tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder)
-    read = lambda name: [json.loads(line) for line in (DATA / name).read_text().splitlines()]  # noqa: E731
+    read = lambda name: [json.loads(line) for line in (args.data / name).read_text().splitlines()]  # noqa: E731
     with_tools = not args.without_tools
     held = read("tools_eval.jsonl")
     before = evaluate(model, tokenizer, held, with_tools, 0)
     started = time.monotonic()
-    train(model, tokenizer, encode(tokenizer, read("tools.jsonl"), with_tools), args.steps, args.lr, args.batch)
+    train(model, tokenizer, encode(tokenizer, read("tools.jsonl"), with_tools), args.steps, args.lr, args.batch,
+          args.constant)
     seconds = time.monotonic() - started
     after = evaluate(model, tokenizer, held, with_tools, args.show)
     print(json.dumps({"bench": "tools_probe", "steps": args.steps, "lr": args.lr, "batch": args.batch,
-                      "tools_in_prompt": with_tools, "train_seconds": round(seconds, 1), "before": before,
+                      "tools_in_prompt": with_tools, "constant_lr": args.constant,
+                      "data": str(args.data), "train_seconds": round(seconds, 1), "before": before,
                       "after": after}))
 
 
