@@ -284,7 +284,12 @@ class JobManager(Scheduling):
                     self.delete(row["id"], delete_artifacts=True)
                 artefacts.check_users(self._store, job)
             self._store.delete_job(job_id)
-            self._jobs.pop(job_id, None)
+            # A job's end is recorded before its exit handler frees its slot (scheduling._on_exit): a delete in
+            # between leaves the record to _free, which forgets it once the slot is released.
+            if job_id in self._running and job_id in self._jobs:
+                self._jobs[job_id].deleted = True
+            else:
+                self._jobs.pop(job_id, None)
         if delete_artifacts:
             artefacts.remove(job, self.settings.jobs_dir())
         self.views.drop(job_id)

@@ -172,4 +172,6 @@ class Scheduling:
             if running.slot is not None:
                 self._slots.release(running.slot)
                 running.slot = None
+            if running.deleted:  # deleted while its end was being recorded (JobManager.delete)
+                self._jobs.pop(job_id, None)
             self._wake.notify_all()

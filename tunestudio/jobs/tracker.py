@@ -40,6 +40,7 @@ class Running:
     failed: bool = False  # the worker sent a Failed event
     slot: int | None = None  # the job slot (see slots.py) its worker holds
     waiting_noted: bool = False  # told its stream it waits for another process's slot
+    deleted: bool = False  # deleted once its status was terminal, before its exit handler freed its slot
 
 
 class Tracker:
