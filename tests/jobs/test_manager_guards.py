@@ -153,3 +153,28 @@ def test_the_manager_answers_while_a_worker_starts_and_a_stop_asked_then_is_pass
         other = wait_until(lambda: j if (j := manager.get(queued.id)).status.is_terminal else None, 60,
                            "the second job's end")
         assert other.status is S.completed, other.error
+
+
+def test_a_job_deleted_as_its_end_is_recorded_still_frees_its_slot(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end is recorded before the exit handler frees the slot: a client that sees the job end may delete it
+    in between. The slot must still be freed (else the next job never starts) and the record forgotten."""
+    with JobManager(settings(tmp_path), worker_target=fake_workers.instant) as manager:
+        record_exit = manager._tracker.record_exit
+        deleted: list[str] = []
+
+        def end_then_delete(job_id: str, outcome: object) -> None:
+            record_exit(job_id, outcome)  # type: ignore[arg-type]
+            if not deleted:  # the first job only: a client deleting it the moment it reads "completed"
+                manager.delete(job_id)
+                deleted.append(job_id)
+
+        monkeypatch.setattr(manager._tracker, "record_exit", end_then_delete)
+        first = manager.submit(job_config("org/fake", tmp_path / "home" / "one"))
+        wait_until(lambda: deleted == [first.id], 30, "the first job to end and be deleted")
+        second = manager.submit(job_config("org/fake", tmp_path / "home" / "two"))
+        wait_until(lambda: manager.get(second.id).status.is_terminal, 30, "the second job to run in the freed slot")
+        assert manager.get(second.id).status is S.completed
+        wait_until(lambda: first.id not in manager._jobs, 10, "the deleted job's record to be forgotten")
+        with pytest.raises(JobNotFound):
+            manager.get(first.id)
