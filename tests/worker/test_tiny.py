@@ -7,6 +7,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tunestudio.worker.tiny import CHAT_TEMPLATE, make_rows, write_dataset
 
+from ..helpers.templates import PLAIN_CHAT_TEMPLATE  # the template before tools and reasoning existed
+
 
 def test_tiny_model_loads_through_from_pretrained(tiny_model: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
@@ -34,19 +36,6 @@ def test_bundled_dataset_is_what_the_generator_writes(tmp_path: Path) -> None:
                                                 "What number comes next?"}
 
 
-# The template before tools and reasoning existed: every conversation without them must still render to these bytes.
-PLAIN_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "<|{{ message['role'] }}|>"
-    "{% if message['role'] == 'assistant' %}"
-    "{% generation %}{{ message['content'] }}<|end|>{% endgeneration %}"
-    "{% else %}{{ message['content'] }}<|end|>{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
-
-
 def _bundled_conversations() -> list[list[dict[str, str]]]:
     bundled = Path(__file__).resolve().parents[2] / "examples" / "data"
 
@@ -71,7 +60,7 @@ def test_a_conversation_without_tools_renders_as_before(tiny_model: Path) -> Non
             for generation_prompt in (True, False):
                 old, new = (tokenizer.apply_chat_template(prompt, chat_template=template, tokenize=False,
                                                           add_generation_prompt=generation_prompt)
-                            for template in (PLAIN_TEMPLATE, CHAT_TEMPLATE))
+                            for template in (PLAIN_CHAT_TEMPLATE, CHAT_TEMPLATE))
                 assert new == old
 
 
