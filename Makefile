@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TINY := models/tiny-llama
+# The tiny vision-language models (two families: their image handling differs) and the bundled pictures.
+VLM := models/tiny-smolvlm/config.json models/tiny-qwen2-vl/config.json
+SHAPES := examples/data/shapes.jsonl
 # The web page's charting library (uPlot), from the npm registry into api/web/node_modules.
 WEB := tunestudio/api/web
 WEB_STAMP := $(WEB)/node_modules/.installed-stamp
@@ -56,6 +59,18 @@ $(TINY)/config.json: tunestudio/worker/tiny.py | $(STAMP)
 	rm -rf $(TINY)
 	$(BIN)/tunestudio make-tiny-model $(TINY)
 
+models/tiny-smolvlm/config.json: tunestudio/worker/tiny_vision.py | $(STAMP)
+	rm -rf models/tiny-smolvlm
+	$(BIN)/tunestudio make-tiny-model models/tiny-smolvlm --vision --family smolvlm
+
+models/tiny-qwen2-vl/config.json: tunestudio/worker/tiny_vision.py | $(STAMP)
+	rm -rf models/tiny-qwen2-vl
+	$(BIN)/tunestudio make-tiny-model models/tiny-qwen2-vl --vision --family qwen2_vl
+
+# The pictures are drawn from a seed, not kept in git (examples/data/shapes/ is ignored).
+$(SHAPES): tunestudio/worker/tiny_images.py | $(STAMP)
+	$(BIN)/python -c "from tunestudio.worker.tiny_images import write_image_datasets as w; w('examples/data')"
+
 run: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(TINY)/config.json
 	$(BIN)/tunestudio train examples/quickstart.yaml
 
@@ -65,7 +80,7 @@ serve: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(TINY)/config.json
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(CHROMIUM) $(TINY)/config.json
+test: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(CHROMIUM) $(TINY)/config.json $(VLM) $(SHAPES)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -n 2 --dist loadscope --durations=15
 
@@ -80,4 +95,4 @@ bench: $(STAMP) $(TINY)/config.json
 	$(BIN)/python bench/throughput.py --steps 10
 
 clean:
-	rm -rf $(VENV) $(TINY) outputs $(WEB)/node_modules $(LLAMA_CPP)
+	rm -rf $(VENV) $(TINY) models/tiny-smolvlm models/tiny-qwen2-vl outputs $(WEB)/node_modules $(LLAMA_CPP)
