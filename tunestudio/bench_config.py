@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from tunestudio.config.vocabulary import PathText
+
 __all__ = ["BENCH_SECRET_FIELDS", "BenchConfig", "BenchOptions"]
 
 BENCH_SECRET_FIELDS = ("api_token",)
@@ -32,7 +34,7 @@ class BenchOptions(BaseModel):
 
     tasks: list[str] = Field(default_factory=list, max_length=32,
                              description="lm-evaluation-harness task or group names (their data must be cached).")
-    eval_file: str | None = Field(default=None, max_length=4096, description=(
+    eval_file: PathText | None = Field(default=None, max_length=4096, description=(
         "A JSON lines file of your own, run as a task: rows {question, choices, answer} (multiple choice; answer "
         "the right choice's index or text) or {question, answer} (generation, exact match)."))
     limit: int | None = Field(default=None, ge=1, le=1_000_000, description="At most this many rows per task.")
@@ -67,7 +69,7 @@ class BenchConfig(BenchOptions):
     tokenizer: str = Field(min_length=1, description="The job's tokenizer folder (the harness's tokenizer).")
     base_model: str | None = Field(default=None, description="The job's base model (its context length).")
     models: dict[str, str] = Field(description='{"before": "<id>:base", "after": "<id>"}: the models compared.')
-    output_dir: str | None = None
+    output_dir: PathText | None = None
     api_token: SecretStr | None = None
 
     def public_dict(self) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from tunestudio.config.vocabulary import PathText
+
 __all__ = [
     "EXPORT_SECRET_FIELDS",
     "GGUF_QUANTIZATIONS",
@@ -62,8 +64,9 @@ class ExportOptions(BaseModel):
     target: ExportTarget
     quantization: str | None = Field(default=None, description="gguf: f32, f16, bf16, q8_0, q4_k_m (default f16).")
     dtype: ExportDtype = Field(default="fp32", description="merged (and hub merged): the saved weights' type.")
-    output_dir: str | None = Field(default=None, description="Where the files go; default: inside the job's output.")
-    checkpoint: str | None = Field(
+    output_dir: PathText | None = Field(
+        default=None, description="Where the files go; default: inside the job's output.")
+    checkpoint: PathText | None = Field(
         default=None, description="A checkpoint-N folder (inside the job's output, or a path) instead of the end."
     )
     repo: str | None = Field(default=None, description="hub: the repository, 'name' or 'owner/name'.")
@@ -98,7 +101,7 @@ class ExportConfig(ExportOptions):
     """The options plus what the manager fills in: the job they export and its output folder."""
 
     source_job_id: str | None = Field(default=None, description="The job whose result is exported (for the record).")
-    source_dir: str = Field(min_length=1, description="The finished job's output folder.")
+    source_dir: PathText = Field(min_length=1, description="The finished job's output folder.")
 
     @property
     def resolved_quantization(self) -> str | None:

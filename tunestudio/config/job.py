@@ -41,6 +41,7 @@ from tunestudio.config.vocabulary import (
     FormatType,
     MappingTarget,
     Method,
+    PathText,
     TrainingType,
 )
 
@@ -143,13 +144,15 @@ class DataSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    local_datasets: list[str] = Field(default_factory=list, max_length=256)
+    local_datasets: list[PathText] = Field(default_factory=list, max_length=256)
     train_split: str = "train"
     method: Method = "sft"
     format_type: FormatType = "auto"
     custom_format_mapping: dict[str, MappingTarget] | None = None
-    reward_functions: list[str] = Field(default_factory=list, max_length=16,
-                                        description="GRPO: the rows must hold what these compare with (an answer).")
+    reward_functions: list[PathText] = Field(
+        default_factory=list, max_length=16,
+        description="GRPO: the rows must hold what these compare with (an answer).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -240,10 +243,15 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
         if self.modality not in TRAINED_MODALITIES:
             raise ValueError(f"is_dataset_{self.modality}: {self.modality} datasets are not supported yet "
                              f"(this release trains {', '.join(TRAINED_MODALITIES)} data)")
-        if not self.finetune_language_layers:
-            raise ValueError(
-                "finetune_language_layers: training only vision layers is not supported yet (text models only)"
-            )
+        if self.modality not in METHOD_SPECS[self.method].modalities:
+            raise ValueError(f"method: {self.method} trains {' or '.join(METHOD_SPECS[self.method].modalities)} data, "
+                             f"not {self.modality} data (is_dataset_{self.modality} is set)")
+        if self.modality == "text" and not self.finetune_language_layers:
+            raise ValueError("finetune_language_layers: a text model has language layers only; leave it on (the "
+                             "vision switches are for image datasets, is_dataset_image)")
+        if self.modality == "image" and not (self.finetune_vision_layers or self.finetune_language_layers):
+            raise ValueError("finetune_vision_layers: at least one of finetune_vision_layers and "
+                             "finetune_language_layers must be true")
         if not (self.finetune_attention_modules or self.finetune_mlp_modules):
             raise ValueError(
                 "finetune_attention_modules: at least one of finetune_attention_modules and "

@@ -26,6 +26,7 @@ from tunestudio.config.vocabulary import (
     Method,
     Modality,
     Optimizer,
+    PathText,
     TrainingType,
 )
 
@@ -33,7 +34,7 @@ from tunestudio.config.vocabulary import (
 class ModelPart(BaseModel):
     """Which model, how it is loaded."""
 
-    model_name: str = Field(
+    model_name: PathText = Field(
         min_length=1, description="Local model folder or a hub model id.", title="Model",
         json_schema_extra={"group": "model"},
     )
@@ -88,11 +89,11 @@ def unique_datasets(value: list[str]) -> list[str]:
 class DataPart(BaseModel):
     """Which rows, in which format, and the held-out split."""
 
-    hf_dataset: str | None = Field(
+    hf_dataset: PathText | None = Field(
         default=None, title="Hub dataset id", description="Read when the job starts (from the cache or the hub).",
         json_schema_extra={"group": "data"},
     )
-    local_datasets: list[str] = Field(
+    local_datasets: list[PathText] = Field(
         default_factory=list, max_length=256, title="Dataset files", json_schema_extra={"group": "data"},
     )
     format_type: FormatType = Field(default="auto", title="Format", json_schema_extra={"group": "data"})
@@ -105,7 +106,7 @@ class DataPart(BaseModel):
         default="train", title="Training split", description="Which split of the dataset to train on.",
         json_schema_extra={"group": "data"},
     )
-    eval_split: str | None = Field(
+    eval_split: PathText | None = Field(
         default=None, title="Evaluation split or file", description="A split name (test) or a file (data/val.jsonl).",
         json_schema_extra={"group": "evaluation"},
     )
@@ -161,7 +162,7 @@ class DataPart(BaseModel):
                            "help": "Without an evaluation split: the share of rows held out (0.1 = 10%). Empty: 5%, "
                                    "16 to 128 rows."},
     )
-    held_out_rows: str | None = Field(
+    held_out_rows: PathText | None = Field(
         default=None,
         description="The held_out.json an earlier job wrote in its output folder: hold out exactly its rows again "
                     "(a resume and a clone do), matched by content; the job fails naming the rows its data no "
@@ -292,19 +293,38 @@ class AdapterPart(BaseModel):
 
 class SeedMediaPart(BaseModel):
     """The seed's vision and audio fields: they name the job's kind of data (`modality`, worker/modalities/).
-    The page hides the switches of images and audio (`hidden`): this release trains text only."""
+    The page hides the audio switch (`hidden`): audio is not trained yet."""
 
     is_dataset_image: bool = Field(
-        default=False, title="Image dataset", json_schema_extra={"group": "media", "hidden": True},
+        default=False, title="Image dataset",
+        description="The rows hold images and the model is a vision-language model (auto-detected from the data "
+                    "when left off; set, a dataset without images is refused).",
+        json_schema_extra={"group": "media"},
     )
     is_dataset_audio: bool = Field(
         default=False, title="Audio dataset", json_schema_extra={"group": "media", "hidden": True},
     )
     finetune_vision_layers: bool = Field(
-        default=True, title="Train vision layers", json_schema_extra={"group": "media", "hidden": True},
+        default=True, title="Train vision layers",
+        description="Image jobs: adapters (or, full, training) on the vision tower and its projector.",
+        json_schema_extra={"group": "media"},
     )
     finetune_language_layers: bool = Field(
-        default=True, title="Train language layers", json_schema_extra={"group": "media", "hidden": True},
+        default=True, title="Train language layers",
+        description="Image jobs: adapters (or, full, training) on the language model.",
+        json_schema_extra={"group": "media"},
+    )
+    image_splitting: bool = Field(
+        default=False, title="Split large images",
+        description="Image jobs: let the processor cut a large image into tiles plus a global view (Idefics3/"
+                    "SmolVLM: hundreds to a thousand tokens an image); off, each image is one view.",
+        json_schema_extra={"group": "media"},
+    )
+    max_image_size: int | None = Field(
+        default=None, ge=28, le=4096, title="Longest image side (px)",
+        description="Image jobs: images are resized to at most this many pixels on their longest side (Qwen2-VL's "
+                    "family: at most its square in pixels); empty: the vision tower's own input size.",
+        json_schema_extra={"group": "media"},
     )
     finetune_attention_modules: bool = Field(
         default=True, title="Adapt attention layers", description="Put adapters on the attention projections.",
@@ -365,7 +385,7 @@ class MethodPart(BaseModel):
         default=0.0, ge=0, le=100, description="GRPO: KL penalty against the starting model; 0 loads no reference.",
         title="KL penalty (β)", json_schema_extra={"group": "method"},
     )
-    reward_functions: list[str] = Field(
+    reward_functions: list[PathText] = Field(
         default_factory=list, max_length=16,
         description="GRPO: built-in names (exact_match, contains_answer, numeric_match, format_regex, "
                     "length_penalty) or path/to/file.py:function (your code, run inside the worker).",

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tunestudio.config.job import DataSpec, check_options, check_rows
 from tunestudio.config.parts import AdapterPart, DataPart, ModelPart, OptimisationPart
+from tunestudio.config.vocabulary import PathText
 
 __all__ = ["ReportSpec"]
 
@@ -25,11 +26,11 @@ class ReportSpec(DataSpec):
 
     hf_dataset: str | None = DataPart.model_fields["hf_dataset"]
     subset: str | None = DataPart.model_fields["subset"]
-    model_name: str | None = Field(default=None, min_length=1, description="The tokenizer that measures the rows "
-                                   "(a local model folder or a hub id); unset: no token lengths.")
+    model_name: PathText | None = Field(default=None, min_length=1, description="The tokenizer that measures the "
+                                        "rows (a local model folder or a hub id); unset: no token lengths.")
     max_seq_length: int = ModelPart.model_fields["max_seq_length"]
-    eval_split: str | None = Field(default=None, description="An eval file (a path) or a split name (among the "
-                                   "local files, or of hf_dataset), as JobConfig's.")
+    eval_split: PathText | None = Field(default=None, description="An eval file (a path) or a split name (among "
+                                        "the local files, or of hf_dataset), as JobConfig's.")
     held_out: bool = Field(default=False, description="Without eval_split: the rows a job with eval_steps > 0 holds "
                                                       "out (seeded by random_seed).")
     eval_fraction: float | None = DataPart.model_fields["eval_fraction"]

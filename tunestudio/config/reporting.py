@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from tunestudio.config.methods import METHOD_SPECS
-from tunestudio.config.vocabulary import GENERATION_METRICS, ReportTarget
+from tunestudio.config.vocabulary import GENERATION_METRICS, PathText, ReportTarget
 
 
 class LoggingPart(BaseModel):
@@ -34,7 +34,7 @@ class LoggingPart(BaseModel):
         default=False, title="TensorBoard", description="Write TensorBoard event files.",
         json_schema_extra={"group": "logging"},
     )
-    tensorboard_dir: str = Field(
+    tensorboard_dir: PathText = Field(
         default="runs", min_length=1, description="TensorBoard event files; relative: inside output_dir.",
         title="TensorBoard folder",
         json_schema_extra={"group": "logging", "help": "Relative: inside the output folder."},
@@ -47,7 +47,7 @@ class LoggingPart(BaseModel):
         title="Report to",
         json_schema_extra={"group": "logging", "help": "Experiment trackers, one a line: mlflow, wandb, tensorboard."},
     )
-    mlflow_tracking_uri: str | None = Field(
+    mlflow_tracking_uri: PathText | None = Field(
         default=None, max_length=2000,
         description="With report_to mlflow: the tracking store; unset: TUNESTUDIO_MLFLOW_URI, else a SQLite store "
                     "in the data directory (filled in at submit).",
@@ -93,11 +93,11 @@ class LoggingPart(BaseModel):
 class OutputPart(BaseModel):
     """Where the artefacts go, resume, and what is compared before and after."""
 
-    output_dir: str | None = Field(
+    output_dir: PathText | None = Field(
         default=None, description="Where artefacts go; set by the launcher if unset.", title="Output folder",
         json_schema_extra={"group": "logging", "help": "Where the result goes; empty: the job's own folder."},
     )
-    resume_from_checkpoint: str | None = Field(
+    resume_from_checkpoint: PathText | None = Field(
         default=None, description='A checkpoint folder, or "latest" in output_dir.', title="Resume from checkpoint",
         json_schema_extra={"group": "logging", "help": "A checkpoint folder, or 'latest' in the output folder."},
     )

@@ -109,6 +109,9 @@ def _check_takeable(output_dir: str) -> None:
         ownership.check(expand(output_dir))
     except ownership.NotOurs as exc:
         raise paths.PathRefused("output_dir", str(exc), code="output_dir_not_empty") from None
+    except OSError as exc:  # a name the filesystem refuses (ENAMETOOLONG): no folder to take, not a server fault
+        raise paths.PathRefused("output_dir", f"{output_dir}: the filesystem cannot use this name "
+                                              f"({exc.strerror})") from None
 
 
 def _check_processes(num_processes: int, settings: Settings) -> None:
