@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
@@ -217,7 +218,7 @@ def print_evaluation(out: Console, evaluation: Evaluation | None) -> None:
     out.print()
     out.print(evaluation_table(evaluation))
     for example in evaluation.examples[:3]:
-        out.print(f"[bold]held-out[/]    {example.prompt!r}")
-        out.print(f"[bold]reference[/]   {example.reference!r}")
-        out.print(f"[bold]base model[/]  {example.before!r}")
-        out.print(f"[bold]fine-tuned[/]  {example.after!r}")
+        out.print(f"[bold]held-out[/]    {escape(repr(example.prompt))}")
+        out.print(f"[bold]reference[/]   {escape(repr(example.reference))}")
+        out.print(f"[bold]base model[/]  {escape(repr(example.before))}")
+        out.print(f"[bold]fine-tuned[/]  {escape(repr(example.after))}")

@@ -82,6 +82,8 @@ class MethodSpec:
         "help": "Sequences a batch runs per example: 2 where a pair's chosen and rejected answers run together. "
                 "The estimate counts it in a micro-batch's activations and logits, the tokens of a step and each "
                 "evaluation's forward pass."})
+    modalities: tuple[str, ...] = field(default=("text",), metadata={
+        "help": "The kinds of data (JobConfig.modality) it trains; another is refused, naming both."})
     openai_type: str | None = field(default=None, metadata={
         "help": "The OpenAI fine-tuning API's method.type a job of it is shown as (GET /v1/fine_tuning/jobs); "
                 "None: its own name."})
@@ -158,7 +160,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("sft", "SFT", "supervised fine-tuning on examples", "sft",
                formats=("alpaca", "sharegpt", "messages", "prompt_completion", "text"),
                options=(*_SEQUENCE_OPTIONS, "train_on_completions"), aliases=("supervised",),
-               openai_type="supervised", openai_file=OpenAIFile("chat", "messages")),
+               modalities=("text", "image"), openai_type="supervised", openai_file=OpenAIFile("chat", "messages")),
     MethodSpec("dpo", "DPO", "preference pairs: chosen over rejected", "dpo", formats=("preference",),
                options=("beta", "dpo_loss_type"), mappings=(_PAIRS,), main_metric="rewards/margins",
                rows_per_example=2, openai_type="dpo", openai_file=OpenAIFile("preference", "preference")),

@@ -135,6 +135,9 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
     from tunestudio.worker import modalities
     from tunestudio.worker.train import resolve_checkpoint
 
+    cfg, note = modalities.detected(cfg)
+    if note:
+        channel.log(note)
     job = _Run(cfg, channel, output_dir, cache_dir, modality=modalities.for_job(cfg))
     checkpoint = resolve_checkpoint(cfg)
     _load_model(job)  # 1. processor and model, prepared for LoRA / QLoRA / full

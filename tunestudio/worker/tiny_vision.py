@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from tunestudio.worker.tiny_images import COLOURS, QUESTIONS, SHAPES
+from tunestudio.worker.tiny_images import COLOURS, SHAPES
 
 FAMILIES = ("smolvlm", "qwen2_vl")
 DEFAULT_SEED = 1234
@@ -55,13 +55,14 @@ _SPECIAL = {
 
 
 def _corpus(seed: int, n: int = 2000) -> list[str]:
-    """Plain sentences with the demo's words, no image and no chat layout (the pre-training's text)."""
+    """Plain sentences with the demo's words, no image, no chat layout and none of the demo's questions (the
+    pre-training's text: the base model knows the words, not how to answer a question about a picture)."""
     rng = random.Random(seed)
     lines = []
     for _ in range(n):
         colour, shape = rng.choice(COLOURS), rng.choice(SHAPES)
-        lines.append(rng.choice((f"{rng.choice(QUESTIONS)}\n{colour} {shape}", f"a {colour} {shape}",
-                                 f"the {shape} is {colour}", f"{colour} and {rng.choice(COLOURS)}")))
+        lines.append(rng.choice((f"a {colour} {shape}", f"the {shape} is {colour}", f"is it {colour}? {shape}",
+                                 f"{colour} and {rng.choice(COLOURS)}", f"what shape? what colour? a {shape}")))
     return lines
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tunestudio.worker.modalities.image import ImageModality
 from tunestudio.worker.modalities.text import TextModality
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from tunestudio.worker.data import PreparedData
     from tunestudio.worker.train import Evaluator
 
-__all__ = ["MODALITIES", "Modality", "for_job", "named"]
+__all__ = ["MODALITIES", "Modality", "detected", "for_job", "named"]
 
 
 class Modality(Protocol):
@@ -50,7 +51,7 @@ class Modality(Protocol):
         """(processor class, model class) the chat worker loads a finished job's folder with."""
 
 
-MODALITIES: dict[str, Modality] = {m.name: m for m in (TextModality(),)}
+MODALITIES: dict[str, Modality] = {m.name: m for m in (TextModality(), ImageModality())}
 
 
 def named(name: str) -> Modality:
@@ -64,3 +65,24 @@ def named(name: str) -> Modality:
 
 def for_job(cfg: JobConfig) -> Modality:
     return named(cfg.modality)
+
+
+def detected(cfg: JobConfig) -> tuple[JobConfig, str | None]:
+    """The job with its kind of data read from the data when its flags leave it at text (is_dataset_image is
+    detected like the text formats: from the first rows), and the note saying so; a method that trains text only
+    keeps text (its own checks then name the rows)."""
+    from tunestudio.config import METHOD_SPECS
+
+    if cfg.modality != "text" or "image" not in METHOD_SPECS[cfg.method].modalities:
+        return cfg, None
+    from tunestudio.worker.data import read_head
+    from tunestudio.worker.data.images import is_image_row
+
+    try:
+        head, _, _ = read_head(cfg.local_datasets, cfg.train_split, 20, 1 << 20) if cfg.local_datasets else ([], 0, 0)
+    except Exception:  # unreadable data is the data step's to report, with its row
+        return cfg, None
+    if not any(is_image_row(r.data) for r in head):
+        return cfg, None
+    return (cfg.model_copy(update={"is_dataset_image": True}),
+            "dataset: its rows hold images, so the job trains as an image job (is_dataset_image auto-detected)")

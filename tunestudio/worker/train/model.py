@@ -61,7 +61,8 @@ def hidden_size(cfg: JobConfig) -> int | None:
     return getattr(text, "hidden_size", None)
 
 
-def load_model(cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
+def load_model(cfg: JobConfig, compute_dtype: torch.dtype, loader: Any = AutoModelForCausalLM) -> torch.nn.Module:
+    """The base model for training, through `loader` (AutoModelForImageTextToText for image jobs)."""
     token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
     kwargs: dict[str, Any] = {"token": token, "dtype": torch.float32}
     if cfg.training_type is TrainingType.qlora:
@@ -73,14 +74,18 @@ def load_model(cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
         )
         if not torch.cuda.is_available():
             kwargs["device_map"] = {"": "cpu"}
-    model = from_pretrained(AutoModelForCausalLM, cfg.model_name, "model", **kwargs)
+    model = from_pretrained(loader, cfg.model_name, "model", **kwargs)
     model.config.use_cache = False  # training never reads the KV cache
     return model
 
 
-def lora_target_modules(cfg: JobConfig) -> list[str] | str:
+def lora_target_modules(cfg: JobConfig, model: torch.nn.Module | None = None) -> list[str] | str:
     if cfg.target_modules:
         return cfg.target_modules
+    if cfg.modality == "image" and model is not None:  # the vision switches choose among the model's layers
+        from tunestudio.worker.modalities.image import targets
+
+        return targets(model, cfg)
     if cfg.finetune_attention_modules and cfg.finetune_mlp_modules:
         return "all-linear"
     return list(ATTENTION_MODULES if cfg.finetune_attention_modules else MLP_MODULES)
@@ -89,6 +94,10 @@ def lora_target_modules(cfg: JobConfig) -> list[str] | str:
 def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing: bool) -> torch.nn.Module:
     """Wrap the model for its training type; a full fine-tune trains every weight."""
     if cfg.training_type is TrainingType.full:
+        if cfg.modality == "image":
+            from tunestudio.worker.modalities.image import freeze_unchosen
+
+            freeze_unchosen(model, cfg)
         return model
     if cfg.training_type is TrainingType.qlora:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
@@ -96,7 +105,7 @@ def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing
         r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout,
-        target_modules=lora_target_modules(cfg),
+        target_modules=lora_target_modules(cfg, model),
         use_rslora=cfg.use_rslora,
         bias="none",
         task_type="CAUSAL_LM",

@@ -267,6 +267,8 @@ def _sft_trainer(
     # {"messages"} rows need assistant_only_loss (completion_only_loss silently does nothing there,
     # as it does on plain text).
     conversational_messages = "messages" in data.train.column_names
+    if "images" in data.train.column_names:
+        return _vision_trainer(cfg, model, tokenizer, data, common, callbacks, has_eval)
     args = SFTConfig(
         **common,
         max_length=cfg.max_seq_length,
@@ -287,6 +289,26 @@ def _sft_trainer(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     save_checkpoints_atomically(trainer)  # a worker killed while saving leaves the previous checkpoint usable
+    return trainer
+
+
+def _vision_trainer(cfg: JobConfig, model: torch.nn.Module, processor: Any, data: PreparedData,
+                    common: dict[str, Any], callbacks: list[Any], has_eval: bool) -> SFTTrainer:
+    """SFTTrainer on rows with images: TRL's vision collator renders and tokenises each batch with the processor
+    (worker/data/image_data.py has measured every row: none is cut); train_on_completions trains the assistant's
+    turns only (the template's generation markers)."""
+    args = SFTConfig(
+        **common,
+        max_length=cfg.max_seq_length,
+        packing=False,
+        assistant_only_loss=cfg.train_on_completions,
+        remove_unused_columns=False,  # the collator reads the images column
+        dataset_kwargs={"skip_prepare_dataset": True},
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data.train,
+                         eval_dataset=data.eval if has_eval else None, processing_class=processor,
+                         callbacks=callbacks)
+    save_checkpoints_atomically(trainer)
     return trainer
 
 

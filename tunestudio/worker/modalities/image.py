@@ -1,0 +1,149 @@
+"""Images: a vision-language model (`AutoModelForImageTextToText`, one code path for its families), its processor,
+rows with images (worker/data/images.py), TRL's vision collator, and the before/after answers given the images.
+
+The processor is set for a CPU unless the job asks otherwise: images at most `max_image_size` pixels on their
+longest side (default: the vision tower's own input size) and never split into tiles (`image_splitting`), since
+Idefics3/SmolVLM's splitting makes hundreds to a thousand tokens of each image. Which modules train follows the
+seed's four switches (vision layers, language layers, attention, MLP): `targets` names them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tunestudio.config import JobConfig
+from tunestudio.worker.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+    from tunestudio.worker.data import PreparedData
+
+# A module belongs to the vision side when its path names the tower or the projector that feeds the language model.
+VISION_PARTS = re.compile(r"(^|\.)(vision_tower|vision_model|visual|vision|connector|multi_modal_projector|"
+                          r"mm_projector|merger|image_newline)(\.|$)")
+ATTENTION_PARTS = re.compile(r"(^|\.)(self_attn|attn|attention|cross_attn)(\.|$)")
+PROJECTOR_PARTS = re.compile(r"(^|\.)(connector|multi_modal_projector|mm_projector|merger)(\.|$)")
+
+
+def side(processor: Any, model_config: Any, cfg: JobConfig) -> int:
+    """The longest side images are resized to: the job's max_image_size, else the vision tower's input size."""
+    if cfg.max_image_size:
+        return cfg.max_image_size
+    vision = getattr(model_config, "vision_config", None)
+    size = getattr(vision, "image_size", None)
+    return int(size[0] if isinstance(size, (list, tuple)) else size) if size else 448
+
+
+def set_for_cpu(processor: Any, model_config: Any, cfg: JobConfig) -> list[str]:
+    """The job's image size and splitting applied to the processor; what was set, for the log."""
+    images = getattr(processor, "image_processor", None)
+    if images is None:
+        raise UserError(f"model {cfg.model_name!r}: its processor has no image processor (not a vision model?)")
+    longest, said = side(processor, model_config, cfg), []
+    if hasattr(images, "do_image_splitting"):
+        images.do_image_splitting = cfg.image_splitting
+        said.append(f"splitting {'on' if cfg.image_splitting else 'off'}")
+    if isinstance(getattr(images, "size", None), dict) and "longest_edge" in images.size:
+        images.size = {**images.size, "longest_edge": longest}
+        said.append(f"longest side {longest} px")
+    if getattr(images, "max_pixels", None):  # Qwen2-VL's family: a pixel budget instead of a side
+        images.max_pixels = min(images.max_pixels, longest * longest)
+        images.min_pixels = min(getattr(images, "min_pixels", 0) or 0, images.max_pixels)
+        if isinstance(getattr(images, "size", None), dict) and "longest_edge" in images.size:
+            images.size = {"shortest_edge": images.min_pixels, "longest_edge": images.max_pixels}
+        said.append(f"at most {images.max_pixels} pixels")
+    return said
+
+
+def targets(model: Any, cfg: JobConfig) -> list[str]:
+    """The linear layers that get adapters, by the switches: vision or language side, attention or MLP (a
+    projector counts as the vision side's MLP); never the output head."""
+    import torch
+
+    chosen = []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or name.endswith("lm_head"):
+            continue
+        vision = bool(VISION_PARTS.search(name))
+        if not (cfg.finetune_vision_layers if vision else cfg.finetune_language_layers):
+            continue
+        attention = bool(ATTENTION_PARTS.search(name)) and not PROJECTOR_PARTS.search(name)
+        if cfg.finetune_attention_modules if attention else cfg.finetune_mlp_modules:
+            chosen.append(name)
+    if not chosen:
+        raise UserError("finetune_vision_layers: these switches choose no layer of this model to train")
+    return chosen
+
+
+def describe_targets(names: Sequence[str]) -> str:
+    vision = sum(bool(VISION_PARTS.search(n)) for n in names)
+    return f"{vision} in the vision tower and projector, {len(names) - vision} in the language model"
+
+
+def freeze_unchosen(model: Any, cfg: JobConfig) -> None:
+    """A full fine-tune trains what the switches choose: the other side's weights are frozen."""
+    for name, parameter in model.named_parameters():
+        vision = bool(VISION_PARTS.search(name))
+        if not (cfg.finetune_vision_layers if vision else cfg.finetune_language_layers):
+            parameter.requires_grad_(False)
+
+
+class ImageModality:
+    name = "image"
+
+    def load_processor(self, cfg: JobConfig) -> Any:
+        from transformers import AutoConfig, AutoProcessor
+
+        from tunestudio.worker.modalities.vision_compat import allow_missing_video
+        from tunestudio.worker.train.model import from_pretrained
+
+        allow_missing_video()
+        token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
+        config = from_pretrained(AutoConfig, cfg.model_name, "config", token=token)
+        if getattr(config, "vision_config", None) is None:
+            raise UserError(f"model {cfg.model_name!r} is a {config.model_type} model without a vision tower: image "
+                            "datasets need a vision-language model (leave is_dataset_image off for text data)")
+        processor = from_pretrained(AutoProcessor, cfg.model_name, "processor", token=token)
+        if not getattr(processor, "chat_template", None):
+            raise UserError(f"model {cfg.model_name!r}: its processor has no chat template; image rows are "
+                            "conversations and need one")
+        processor.tunestudio_notes = [f"images: {', '.join(set_for_cpu(processor, config, cfg))}"]
+        if processor.tokenizer.pad_token is None:
+            processor.tokenizer.pad_token = processor.tokenizer.eos_token
+        return processor
+
+    def load_model(self, cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
+        from transformers import AutoModelForImageTextToText
+
+        from tunestudio.worker.train.model import load_model
+
+        return load_model(cfg, compute_dtype, AutoModelForImageTextToText)
+
+    def prepare_data(self, cfg: JobConfig, processor: Any) -> PreparedData:
+        from tunestudio.worker.data.image_data import prepare_images
+
+        data = prepare_images(cfg, processor)
+        data.notes[:0] = getattr(processor, "tunestudio_notes", [])
+        return data
+
+    def generate(self, model: torch.nn.Module, processor: Any, prompt: str) -> str:
+        from tunestudio.worker.modalities.image_eval import answer
+
+        return answer(model, processor, [{"role": "user", "content": prompt}], [], 40)
+
+    def evaluator(self, held_eval: Any, limit: int, places: Sequence[dict[str, Any]] | None,
+                  max_length: int) -> Any:
+        from tunestudio.worker.modalities.image_eval import ImageEvaluator
+
+        return ImageEvaluator.for_job(held_eval, limit, places)
+
+    def serving_loaders(self) -> tuple[Any, Any]:
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        from tunestudio.worker.modalities.vision_compat import allow_missing_video
+
+        allow_missing_video()
+        return AutoProcessor, AutoModelForImageTextToText
