@@ -19,15 +19,13 @@ def test_the_config_and_the_worker_name_the_same_modalities(tiny_model: Path, tm
     assert tuple(modalities.MODALITIES) == TRAINED_MODALITIES
     cfg = job_config(tiny_model, tmp_path / "out")
     assert cfg.modality == "text" and isinstance(modalities.for_job(cfg), TextModality)
-    with pytest.raises(KeyError, match="image data has no implementation in this worker"):
-        modalities.named("image")
+    with pytest.raises(KeyError, match="audio data has no implementation in this worker"):
+        modalities.named("audio")
 
 
-@pytest.mark.parametrize("field", ["is_dataset_image", "is_dataset_audio"])
-def test_a_modality_the_worker_cannot_train_is_refused_at_submit(tiny_model: Path, tmp_path: Path,
-                                                                field: str) -> None:
-    with pytest.raises(ValidationError, match=f"{field}: .* datasets are not supported yet"):
-        job_config(tiny_model, tmp_path / "out", **{field: True})
+def test_a_modality_the_worker_cannot_train_is_refused_at_submit(tiny_model: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="is_dataset_audio: audio datasets are not supported yet"):
+        job_config(tiny_model, tmp_path / "out", is_dataset_audio=True)
 
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # peft's own call

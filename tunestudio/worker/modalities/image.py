@@ -9,6 +9,7 @@ seed's four switches (vision layers, language layers, attention, MLP): `targets`
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,13 @@ def side(processor: Any, model_config: Any, cfg: JobConfig) -> int:
     return int(size[0] if isinstance(size, (list, tuple)) else size) if size else 448
 
 
+def _with(size: Any, **values: int) -> Any:
+    """The processor's size record (a dict or transformers' SizeDict) with `values` set."""
+    if isinstance(size, dict):
+        return {**size, **values}
+    return dataclasses.replace(size, **values)
+
+
 def set_for_cpu(processor: Any, model_config: Any, cfg: JobConfig) -> list[str]:
     """The job's image size and splitting applied to the processor; what was set, for the log."""
     images = getattr(processor, "image_processor", None)
@@ -46,15 +54,18 @@ def set_for_cpu(processor: Any, model_config: Any, cfg: JobConfig) -> list[str]:
     if hasattr(images, "do_image_splitting"):
         images.do_image_splitting = cfg.image_splitting
         said.append(f"splitting {'on' if cfg.image_splitting else 'off'}")
-    if isinstance(getattr(images, "size", None), dict) and "longest_edge" in images.size:
-        images.size = {**images.size, "longest_edge": longest}
+    size = getattr(images, "size", None)
+    edge = size.get("longest_edge") if isinstance(size, dict) else getattr(size, "longest_edge", None)
+    if edge and hasattr(images, "merge_size"):  # Qwen2-VL's family: the edges are pixel counts, not sides
+        most = min(edge, longest * longest)
+        shortest = size.get("shortest_edge") if isinstance(size, dict) else getattr(size, "shortest_edge", None)
+        images.size = _with(size, longest_edge=most, shortest_edge=min(shortest or most, most))
+        said.append(f"at most {most} pixels an image")
+    elif edge:
+        images.size = _with(size, longest_edge=longest)
+        if isinstance(getattr(images, "max_image_size", None), dict):  # Idefics3's tile size
+            images.max_image_size = {**images.max_image_size, "longest_edge": longest}
         said.append(f"longest side {longest} px")
-    if getattr(images, "max_pixels", None):  # Qwen2-VL's family: a pixel budget instead of a side
-        images.max_pixels = min(images.max_pixels, longest * longest)
-        images.min_pixels = min(getattr(images, "min_pixels", 0) or 0, images.max_pixels)
-        if isinstance(getattr(images, "size", None), dict) and "longest_edge" in images.size:
-            images.size = {"shortest_edge": images.min_pixels, "longest_edge": images.max_pixels}
-        said.append(f"at most {images.max_pixels} pixels")
     return said
 
 

@@ -85,7 +85,7 @@ def lora_target_modules(cfg: JobConfig, model: torch.nn.Module | None = None) ->
     if cfg.modality == "image" and model is not None:  # the vision switches choose among the model's layers
         from tunestudio.worker.modalities.image import targets
 
-        return targets(model, cfg)
+        return targets(model, cfg)  # the worker logs them (worker/main.py)
     if cfg.finetune_attention_modules and cfg.finetune_mlp_modules:
         return "all-linear"
     return list(ATTENTION_MODULES if cfg.finetune_attention_modules else MLP_MODULES)

@@ -1,0 +1,135 @@
+"""Image jobs (worker/modalities/image.py): the switches choose the layers, the processor is set for a CPU, and a
+short job on each tiny family trains, evaluates with its images and saves what a vision model loads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tunestudio.worker.modalities.image import ATTENTION_PARTS, PROJECTOR_PARTS, VISION_PARTS, set_for_cpu, targets
+
+from ...helpers.jobs import job_config
+
+pytestmark = pytest.mark.timeout(240)
+REPO = Path(__file__).resolve().parents[3]
+FAMILIES = {"smolvlm": REPO / "models" / "tiny-smolvlm", "qwen2_vl": REPO / "models" / "tiny-qwen2-vl"}
+SHAPES = REPO / "examples" / "data"
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(request: pytest.FixtureRequest) -> tuple[str, Path]:
+    folder = FAMILIES[request.param]
+    assert (folder / "model.safetensors").is_file(), f"{folder} is not built: `make test` builds it"
+    return request.param, folder
+
+
+@pytest.fixture(scope="module")
+def loaded(family: tuple[str, Path]) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    from tunestudio.worker.modalities.vision_compat import allow_missing_video
+
+    allow_missing_video()
+    return AutoModelForImageTextToText.from_pretrained(family[1]), (AutoProcessor.from_pretrained(family[1]),
+                                                                     AutoConfig.from_pretrained(family[1]))
+
+
+def _shapes(tmp: Path, train: int = 8, held: int = 4) -> tuple[Path, Path]:
+    """A few of the bundled rows with their pictures, copied beside their own data files."""
+    for name, n in (("shapes.jsonl", train), ("shapes_eval.jsonl", held)):
+        rows = [json.loads(line) for line in (SHAPES / name).read_text().splitlines()[:n]]
+        (tmp / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        for row in rows:
+            (tmp / row["images"][0]).parent.mkdir(exist_ok=True)
+            shutil.copy(SHAPES / row["images"][0], tmp / row["images"][0])
+    return tmp / "shapes.jsonl", tmp / "shapes_eval.jsonl"
+
+
+@pytest.mark.parametrize(("switches", "vision", "language", "attention", "mlp"), [
+    ({}, True, True, True, True),
+    ({"finetune_vision_layers": False}, False, True, True, True),
+    ({"finetune_language_layers": False}, True, False, True, True),
+    ({"finetune_attention_modules": False}, True, True, False, True),
+    ({"finetune_mlp_modules": False}, True, True, True, False),
+])
+def test_the_four_switches_choose_the_layers_that_get_adapters(loaded: tuple[Any, Any], family: tuple[str, Path],
+                                                               tmp_path: Path, switches: dict[str, bool],
+                                                               vision: bool, language: bool, attention: bool,
+                                                               mlp: bool) -> None:
+    model, _ = loaded
+    cfg = job_config(family[1], tmp_path, is_dataset_image=True, **switches)
+    names = targets(model, cfg)
+    sides = {bool(VISION_PARTS.search(n)) for n in names}
+    assert (True in sides) is vision and (False in sides) is language
+    def is_attention(name: str) -> bool:
+        return bool(ATTENTION_PARTS.search(name)) and not PROJECTOR_PARTS.search(name)
+
+    assert any(is_attention(n) for n in names) is attention
+    assert any(not is_attention(n) for n in names) is mlp
+    assert not any(n.endswith("lm_head") for n in names)
+
+
+def test_the_processor_is_set_for_a_cpu(loaded: tuple[Any, Any], family: tuple[str, Path], tmp_path: Path) -> None:
+    _, (processor, config) = loaded
+    said = set_for_cpu(processor, config, job_config(family[1], tmp_path, is_dataset_image=True, max_image_size=28))
+    size = processor.image_processor.size
+    if family[0] == "qwen2_vl":
+        assert size.longest_edge == 28 * 28 and said == ["at most 784 pixels an image"]
+    else:
+        assert size.longest_edge == 28 and processor.image_processor.do_image_splitting is False
+        assert said == ["splitting off", "longest side 28 px"]
+
+
+def test_the_config_refuses_what_images_cannot_do(tmp_path: Path) -> None:
+    model = FAMILIES["smolvlm"]
+    with pytest.raises(ValidationError, match="method: dpo trains text data, not image data"):
+        job_config(model, tmp_path, is_dataset_image=True, method="dpo")
+    with pytest.raises(ValidationError, match="finetune_vision_layers: at least one of"):
+        job_config(model, tmp_path, is_dataset_image=True, finetune_vision_layers=False,
+                   finetune_language_layers=False)
+    with pytest.raises(ValidationError, match="finetune_language_layers: a text model has language layers only"):
+        job_config(model, tmp_path, finetune_language_layers=False)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+def test_a_short_image_job_trains_evaluates_with_its_pictures_and_saves_a_vision_model(
+        family: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """is_dataset_image is left off: the rows' images make it an image job."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from tunestudio.events import Completed, parse_event
+    from tunestudio.worker import main
+
+    from ...helpers.channel import ListChannel
+
+    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
+        monkeypatch.delenv(name, raising=False)
+    train, held = _shapes(tmp_path)
+    cfg = job_config(family[1], tmp_path / "out", local_datasets=[str(train)], eval_split=str(held), max_steps=2,
+                     eval_steps=2, eval_generate_rows=2, batch_size=4, sample_prompts=["Hello"], precision="fp32",
+                     train_on_completions=True)
+    channel = ListChannel()
+    assert main.run(cfg, channel) == 0, channel.lines[-3:]
+    done = parse_event(channel.lines[-1])
+    assert isinstance(done, Completed) and done.evaluation is not None
+    log = "\n".join(channel.lines)
+    assert "is_dataset_image auto-detected" in log and "LoRA targets" in log
+    assert set(done.evaluation.metrics) >= {"exact_match", "token_f1", "rouge_l", "eval_loss"}
+    assert done.evaluation.examples[0].prompt.startswith("[image]")
+    rows = json.loads(Path(done.evaluation.rows_file).read_text())["rows"]
+    assert len(rows) == 2 and rows[0]["images"][0].startswith("data:image/png;base64,")
+    assert json.loads((tmp_path / "out" / "job_config.json").read_text())["is_dataset_image"] is True
+
+    from peft import PeftModel
+
+    from tunestudio.worker.modalities.vision_compat import allow_missing_video
+
+    allow_missing_video()
+    processor = AutoProcessor.from_pretrained(tmp_path / "out")  # the job's processor, as a chat worker loads it
+    model = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(family[1]), tmp_path / "out")
+    assert processor.chat_template and any("lora_" in n for n, _ in model.named_parameters())
