@@ -133,3 +133,23 @@ def test_a_short_image_job_trains_evaluates_with_its_pictures_and_saves_a_vision
     processor = AutoProcessor.from_pretrained(tmp_path / "out")  # the job's processor, as a chat worker loads it
     model = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(family[1]), tmp_path / "out")
     assert processor.chat_template and any("lora_" in n for n, _ in model.named_parameters())
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+def test_early_stopping_on_exact_match_answers_with_the_pictures_and_keeps_the_best(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunestudio.events import Completed, parse_event
+    from tunestudio.worker import main
+
+    from ...helpers.channel import ListChannel
+
+    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
+        monkeypatch.delenv(name, raising=False)
+    train, held = _shapes(tmp_path)
+    cfg = job_config(FAMILIES["smolvlm"], tmp_path / "out", local_datasets=[str(train)], eval_split=str(held),
+                     max_steps=4, eval_steps=2, eval_generate_rows=2, batch_size=4, precision="fp32",
+                     early_stopping={"metric": "exact_match", "patience": 5}, keep_best=True)
+    channel = ListChannel()
+    assert main.run(cfg, channel) == 0, channel.lines[-3:]
+    done = parse_event(channel.lines[-1])
+    assert isinstance(done, Completed) and done.best is not None and done.best.metric == "exact_match"

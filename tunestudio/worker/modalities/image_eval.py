@@ -103,7 +103,8 @@ class ImageEvaluator:
             return None
         return cls(rows_of(examples, places)[:limit] if limit > 0 else [])
 
-    def _answers(self, model: Any, processor: Any, should_stop: Any = None, progress: Any = None) -> list[str] | None:
+    def answers(self, model: Any, processor: Any, should_stop: Any = None, progress: Any = None) -> list[str] | None:
+        """Greedy answers to each row with its images; None if `should_stop()` said so between them."""
         answers: list[str] = []
         for row in self.rows:
             if should_stop is not None and should_stop():
@@ -117,14 +118,14 @@ class ImageEvaluator:
     def answer_before(self, model: Any, processor: Any, loss: float | None, should_stop: Any = None,
                       progress: Any = None) -> bool:
         self.loss_before = loss
-        self.before = self._answers(model, processor, should_stop, progress)
+        self.before = self.answers(model, processor, should_stop, progress)
         return self.before is not None
 
     def result(self, model: Any, processor: Any, loss_after: float | None, progress: Any = None,
                rows_file: Path | None = None) -> Evaluation:
         from tunestudio.worker.train.evaluation import _perplexity
 
-        after = self._answers(model, processor, progress=progress) or []
+        after = self.answers(model, processor, progress=progress) or []
         assert self.before is not None
         references = [r.reference for r in self.rows]
         first, last = score(self.before, references), score(after, references)

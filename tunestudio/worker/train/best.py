@@ -93,9 +93,16 @@ class EarlyStopper(TrainerCallback, ExportableState):
         self.watch = Watch(stopping.metric, stopping.direction, stopping.patience, stopping.min_delta)
         self.key = stopping.metric if stopping.metric.startswith("eval_") else f"eval_{stopping.metric}"
         self.rows: list[evaluation.EvalRow] = []
+        self.images: Any = None  # an image job's rows answer with their pictures (modalities/image_eval.py)
         if stopping.generates:
             limit = cfg.early_stopping_rows or cfg.eval_generate_rows
-            self.rows = evaluation.eval_rows(eval_examples, limit)
+            if cfg.modality == "image":
+                from tunestudio.worker.modalities.image_eval import ImageEvaluator
+
+                self.images = ImageEvaluator.for_job(eval_examples or [], limit)
+                self.rows = self.images.rows
+            else:
+                self.rows = evaluation.eval_rows(eval_examples, limit)
             if not self.rows:
                 raise UserError(f"early_stopping.metric: {stopping.metric} compares generated answers with the "
                                 "reference replies of held-out rows, and the eval split has no row with a prompt "
@@ -209,7 +216,8 @@ class EarlyStopper(TrainerCallback, ExportableState):
         distributed = dist.is_available() and dist.is_initialized()
         scores: dict[str, float] = {}
         if not distributed or dist.get_rank() == 0:
-            answers = evaluation.generate_answers(model, self.tokenizer, self.rows)
+            answers = (self.images.answers(model, self.tokenizer) if self.images is not None
+                       else evaluation.generate_answers(model, self.tokenizer, self.rows))
             assert answers is not None
             scores = evaluation.score(answers, [r.reference for r in self.rows])
         if distributed:
