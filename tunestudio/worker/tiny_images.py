@@ -17,7 +17,14 @@ from typing import Any
 COLOURS = ("red", "green", "blue", "yellow")
 SHAPES = ("circle", "square", "triangle")
 QUESTIONS = ("What colour is the shape?", "What shape is it?")
-_RGB = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), "yellow": (230, 210, 40)}
+# What the tiny vision models' own pre-training shows them (worker/tiny_vision.py): other colours, other shapes,
+# another question, so that they learn to look at a picture but know none of the demo's answers.
+PRETRAIN_COLOURS = ("orange", "purple", "cyan", "pink", "brown", "black")
+PRETRAIN_SHAPES = ("diamond", "cross", "ring")
+PRETRAIN_QUESTION = "What is in the picture?"
+_RGB = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), "yellow": (230, 210, 40),
+        "orange": (240, 140, 30), "purple": (140, 50, 170), "cyan": (40, 200, 210), "pink": (240, 130, 190),
+        "brown": (120, 75, 40), "black": (30, 30, 30)}
 TRAIN_ROWS, EVAL_ROWS, SEED = 480, 48, 4242
 SIDE = 64
 
@@ -40,8 +47,17 @@ def draw(colour: str, shape: str, rng: random.Random, side: int = SIDE) -> Any:
         pen.ellipse(box, fill=fill)
     elif shape == "square":
         pen.rectangle(box, fill=fill)
-    else:
+    elif shape == "triangle":
         pen.polygon([(x0 + size // 2, y0), (x0, y0 + size), (x0 + size, y0 + size)], fill=fill)
+    elif shape == "diamond":
+        half = size // 2
+        pen.polygon([(x0 + half, y0), (x0 + size, y0 + half), (x0 + half, y0 + size), (x0, y0 + half)], fill=fill)
+    elif shape == "cross":
+        third = size // 3
+        pen.rectangle((x0 + third, y0, x0 + 2 * third, y0 + size), fill=fill)
+        pen.rectangle((x0, y0 + third, x0 + size, y0 + 2 * third), fill=fill)
+    else:  # ring
+        pen.ellipse(box, outline=fill, width=max(3, size // 6))
     return image
 
 
