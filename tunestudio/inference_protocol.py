@@ -5,9 +5,10 @@ parent's `inference/pool.py` and the child's `worker/serve/inference.py` and
 `worker/serve/generation.py` both import only this module to talk, so neither wing
 reaches into the other. Plain frozen dataclasses, carried pickled by the
 executor's channels (jobs/executor.py, kind "inference"). Parent → child
-(`Command`): `Generate` (a chat answer, with its `Tools` if any), `Complete` (a text completion of one or
-more prompts, `/v1/completions`), `Render` (a chat prompt as the model would
-see it, nothing generated), `Cancel`, `Shutdown`. Child → parent (`Reply`),
+(`Command`): `Generate` (a chat answer, with its `Tools` and `ImageInput`s if
+any), `Complete` (a text completion of one or more prompts, `/v1/completions`),
+`Render` (a chat prompt as the model would see it, nothing generated), `Cancel`,
+`Shutdown`. Child → parent (`Reply`),
 per request: `Started` (the prompt is accepted), any number of `Delta` (chat)
 or `ChoiceDelta` (completions: text of one choice with its tokens'
 log-probabilities), or one `Rendered`, then `Done` or `Error`; and `Loaded`
@@ -87,9 +88,20 @@ class Tools:
 
 
 @dataclass(frozen=True)
+class ImageInput:
+    """An image of a chat request: its encoded bytes as sent (the worker decodes them with Pillow) and where the
+    request put it (`messages[0].content[1]`), which an error about it names. Its turn holds a `{"type": "image"}`
+    part in its place: a request's images are in the order of those parts."""
+
+    where: str
+    data: bytes
+
+
+@dataclass(frozen=True)
 class Generate:
     """A chat answer. messages: the turns as the chat template reads them (OpenAI's, a call's arguments as a
-    dict); tools: the request's functions (None: none offered, or `tool_choice: none`)."""
+    dict); tools: the request's functions (None: none offered, or `tool_choice: none`); images: one for each
+    `{"type": "image"}` part of the turns, in order (an image model's requests only)."""
 
     request_id: int
     spec: ModelSpec
@@ -97,6 +109,7 @@ class Generate:
     params: dict
     threads: int  # torch threads for this request (fewer while a training job shares the CPU)
     tools: Tools | None = None
+    images: tuple[ImageInput, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,7 @@ class Render:
     spec: ModelSpec
     messages: list[dict[str, Any]]
     tools: Tools | None = None
+    images: tuple[ImageInput, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,11 @@ class Settings(BaseSettings):
                     "directory's rewards/ folder only, so code under the current directory is not importable.",
     )
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    max_chat_body_bytes: int = Field(
+        default=32_000_000, ge=1024,
+        description="The largest chat request (/v1/chat/completions, /api/chat/prompt): images travel in it as "
+                    "base64 data: URLs.",
+    )
     header_timeout_seconds: float = Field(
         default=10.0, gt=0, le=600, description="A connection whose request headers take longer is closed."
     )

@@ -252,7 +252,7 @@ def test_the_token_rules_of_the_api_apply(job: Job, home: Path) -> None:
 
 
 def test_middleware_refusals_on_v1_are_in_openai_shape(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "home", max_body_bytes=2048)
+    settings = Settings(home=tmp_path / "home", max_body_bytes=2048, max_chat_body_bytes=2048)
     with running_server(settings) as url, \
             openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30) as client:
         with pytest.raises(openai.NotFoundError) as caught:  # no such route: routing's 404

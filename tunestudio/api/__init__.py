@@ -120,8 +120,10 @@ def _include_routers(app: FastAPI) -> None:
 
 def _guard(app: FastAPI, settings: Settings) -> None:
     """The body limits and the request guard (Host, same origin, security headers); the last added is outermost."""
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/api/uploads": settings.max_upload_bytes,
-                                                                             "/v1/files": settings.max_upload_bytes})
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={
+        "/api/uploads": settings.max_upload_bytes, "/v1/files": settings.max_upload_bytes,
+        # images travel in chat requests, as base64
+        "/v1/chat/completions": settings.max_chat_body_bytes, "/api/chat/prompt": settings.max_chat_body_bytes})
     app.add_middleware(RequestGuard, settings=settings)  # added last: outermost, so it sees every request
 
 

@@ -7,6 +7,9 @@ dict, a tool turn with its function's name). `tools` must be functions whose `pa
 `tool_choice` is `auto`, `none` (no tools rendered), `required` or a named function among them. Whatever breaks
 these rules is a 400 naming the field, before anything reaches the worker.
 
+A user turn's content may hold images (`image_url` parts, OpenAI's shape); each reaches the template as a
+`{"type": "image"}` part in its place, its bytes read by api/chat_images.py.
+
 `OutputReader` reads the worker's output (tunestudio.tool_calls, the family the worker named in `Started`) into
 OpenAI's message or chunk deltas: `content`, `reasoning_content`, `tool_calls` with `finish_reason: "tool_calls"`.
 Under `required` or a named function the reply was begun with the call's opener; an output that still holds no
@@ -16,7 +19,7 @@ whole call, or a call that half-parses, is a 422 in OpenAI's shape (`invalid_too
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -30,6 +33,22 @@ INVALID_CALL = "invalid_tool_call"
 class TextPart(BaseModel):
     type: Literal["text"]
     text: str
+
+
+class ImageURL(BaseModel):
+    url: str = Field(min_length=1, description="A data: URL (data:image/png;base64,...), or a file inside the "
+                                               "server's model or data folders (a file:// URL or an absolute "
+                                               "path). http(s) URLs are refused: the server fetches nothing.")
+    detail: Literal["auto", "low", "high"] | None = Field(default=None, description="Accepted; the model's "
+                                                                                    "processor decides the size.")
+
+
+class ImagePart(BaseModel):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
 class CalledFunction(BaseModel):
@@ -56,7 +75,7 @@ class MessageToolCall(BaseModel):
 
 class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[MessageToolCall] | None = Field(default=None, max_length=128)
     tool_call_id: str | None = Field(default=None, max_length=200)
@@ -72,14 +91,29 @@ class ChatMessage(BaseModel):
             raise ValueError("a tool turn answers a call: it needs the call's tool_call_id")
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
             raise ValueError("content may be null only on an assistant turn with tool_calls")
+        if self.images() and self.role != "user":
+            raise ValueError("only a user turn may hold images (image_url parts)")
         return self
 
+    def images(self) -> list[tuple[int, ImagePart]]:
+        """The turn's image parts, by their place in its content."""
+        if not isinstance(self.content, list):
+            return []
+        return [(i, p) for i, p in enumerate(self.content) if isinstance(p, ImagePart)]
+
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content or [] if isinstance(p, TextPart))
 
     def plain(self) -> dict[str, Any]:
-        """The turn as a chat template reads it (see `template_messages` for the names of a tool turn)."""
-        turn: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        """The turn as a chat template reads it (see `template_messages` for the names of a tool turn); with
+        images, its content as parts, each image a `{"type": "image"}` placeholder in its place."""
+        content: str | list[dict[str, Any]] = self.text()
+        if self.images():
+            content = [{"type": "text", "text": p.text} if isinstance(p, TextPart) else {"type": "image"}
+                       for p in self.content or []]
+        turn: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": content}
         if self.tool_calls:
             turn["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                 "name": c.function.name, "arguments": json.loads(c.function.arguments)}} for c in self.tool_calls]

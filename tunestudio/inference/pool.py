@@ -43,6 +43,7 @@ from tunestudio.inference_protocol import (
     Error,
     Generate,
     GenerateParams,
+    ImageInput,
     Loaded,
     ModelSpec,
     Render,
@@ -211,10 +212,12 @@ class InferencePool:
         params: GenerateParams,
         deliver: Callable[[Reply], None] | None = None,
         tools: Tools | None = None,
+        images: tuple[ImageInput, ...] = (),
     ) -> Generation:
-        """Queue one request; never blocks on the worker (safe to call from an event loop)."""
-        return self._enqueue(lambda rid, threads: Generate(rid, spec, messages, params.model_dump(), threads, tools),
-                             deliver)
+        """Queue one request (`images`: one for each `{"type": "image"}` part of the turns, in order); never
+        blocks on the worker (safe to call from an event loop)."""
+        return self._enqueue(lambda rid, threads: Generate(rid, spec, messages, params.model_dump(), threads, tools,
+                                                           images), deliver)
 
     def complete(
         self,
@@ -227,10 +230,11 @@ class InferencePool:
         return self._enqueue(lambda rid, threads: Complete(rid, spec, prompts, params.model_dump(), threads), deliver)
 
     def render(self, spec: ModelSpec, messages: list[dict[str, Any]],
-               deliver: Callable[[Reply], None] | None = None, tools: Tools | None = None) -> Generation:
-        """Queue a render: the prompt these messages (and tools) give the model, as a `Rendered` reply (only the
-        tokenizer loads), then `Done`."""
-        return self._enqueue(lambda rid, threads: Render(rid, spec, messages, tools), deliver)
+               deliver: Callable[[Reply], None] | None = None, tools: Tools | None = None,
+               images: tuple[ImageInput, ...] = ()) -> Generation:
+        """Queue a render: the prompt these messages (and tools, and images) give the model, as a `Rendered` reply
+        (only the tokenizer, or an image model's processor, loads), then `Done`."""
+        return self._enqueue(lambda rid, threads: Render(rid, spec, messages, tools, images), deliver)
 
     def _enqueue(self, command: Callable[[int, int], Generate | Complete | Render],
                  deliver: Callable[[Reply], None] | None) -> Generation:

@@ -6,7 +6,7 @@
 - `POST /api/chat/prompt` ({model, messages, tools, tool_choice}): the inference worker renders the messages as
   a chat request would give them to the model (`Render`: the tokenizer alone loads, nothing is generated) and
   answers the exact prompt text, decoded from its tokens with the special ones, its token count and the template
-  applied.
+  applied. An image job's turns may hold images (`image_url` parts), expanded into the image tokens the model reads.
 
 `/v1/chat/completions` stays OpenAI's: the page asks for the prompt beside it.
 """
@@ -19,7 +19,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
 
-from tunestudio.api.deps import ManagerDep
+from tunestudio.api.chat_images import request_images
+from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.openai_chat import ChatMessage, ToolRules, template_messages
 from tunestudio.api.routes.openai import get_pool
@@ -52,6 +53,7 @@ class ChatSettings(BaseModel):
     template: str | None = Field(description="The chat template of the job's tokenizer; None: it has none (the "
                                              "turns' text is joined by newlines) or it is not in a local folder.")
     template_file: str | None
+    images: bool = Field(description="The model reads images (an image job's): messages may hold image_url parts.")
 
 
 class PromptRequest(ToolRules):
@@ -95,16 +97,19 @@ def chat_settings(job_id: str, manager: ManagerDep) -> ChatSettings:
     models = weight_choices(job.id, final is not None, job.status in FINISHED, checkpoint_steps(job),
                             (job.result or {}).get("best") or {})
     template, source = chat_template(final.tokenizer) if final is not None else (None, None)
-    return ChatSettings(models=models, base=job.id + BASE_SUFFIX, template=template, template_file=source)
+    return ChatSettings(models=models, base=job.id + BASE_SUFFIX, template=template, template_file=source,
+                        images=job.config.modality == "image")
 
 
 @router.post("/chat/prompt", response_model=PromptOut)
-async def chat_prompt(request: Request, manager: ManagerDep, body: Annotated[PromptRequest, Body()]) -> PromptOut:
+async def chat_prompt(request: Request, manager: ManagerDep, settings: SettingsDep,
+                      body: Annotated[PromptRequest, Body()]) -> PromptOut:
     """The exact prompt a chat request with these messages gives the model (nothing is generated)."""
     try:
         spec = resolve(manager, body.model)
     except UnknownModel as exc:
         raise ApiError(exc.status, exc.code, str(exc), field="model") from None
+    images = await request_images(body.messages, spec, settings.roots())
     try:
         messages = template_messages(body.messages)
     except ValueError as exc:
@@ -112,7 +117,7 @@ async def chat_prompt(request: Request, manager: ManagerDep, body: Annotated[Pro
     loop = asyncio.get_running_loop()
     replies: asyncio.Queue[Reply] = asyncio.Queue()
     try:
-        render = get_pool(request).render(spec, messages, tools=body.worker_tools(),
+        render = get_pool(request).render(spec, messages, tools=body.worker_tools(), images=images,
                                           deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
     except InferenceUnavailable as exc:
         raise ApiError(exc.status, exc.code, str(exc)) from None
@@ -127,8 +132,8 @@ async def chat_prompt(request: Request, manager: ManagerDep, body: Annotated[Pro
             if isinstance(reply, Rendered):
                 rendered = reply
             elif isinstance(reply, Error):
-                raise ApiError(reply.status, reply.code, reply.message, field="messages" if reply.status == 400
-                               else None)
+                raise ApiError(reply.status, reply.code, reply.message, field=reply.extra.get("param", "messages")
+                               if reply.status == 400 else None)
             elif isinstance(reply, Done):
                 break
     finally:

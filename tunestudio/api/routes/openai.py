@@ -11,6 +11,8 @@ statuses (400 for a bad request, 404 for an unknown model or an export job,
 Beyond OpenAI's fields, a request may give `min_tokens` (as vLLM does). `tools`, `tool_choice` and
 `parallel_tool_calls`, and turns with calls and tool results, are read by api/openai_chat.py; an answer carries
 `tool_calls` (finish_reason `tool_calls`) and, where the template thinks, `reasoning_content` (as vLLM's).
+An image job's model reads images in user turns (`image_url` parts: data: URLs, or files inside the server's model
+and data folders; api/chat_images.py); any other model refuses them (400).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tunestudio.api.deps import ManagerDep
+from tunestudio.api.chat_images import request_images
+from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.openai_chat import (
     AssistantMessage,
@@ -149,11 +152,12 @@ def get_model(model_id: str, manager: ManagerDep) -> ModelCard:
 @router.post("/chat/completions", response_model=ChatCompletion,
              responses={200: {"content": {"text/event-stream": {}}, "description": "The answer, or its chunks"}})
 async def chat_completions(
-    request: Request, manager: ManagerDep, body: Annotated[ChatCompletionRequest, Body()]
+    request: Request, manager: ManagerDep, settings: SettingsDep, body: Annotated[ChatCompletionRequest, Body()]
 ) -> Response:
     """Answer a conversation with a job's model (`stream: true`: chunks as they are generated); with `tools`, its
-    calls as `tool_calls`."""
+    calls as `tool_calls`; an image job's model, with images in the user's turns."""
     spec = resolve(manager, body.model)
+    images = await request_images(body.messages, spec, settings.roots())
     params = body.params()
     try:
         messages = template_messages(body.messages)
@@ -164,7 +168,7 @@ async def chat_completions(
     replies: asyncio.Queue[Reply] = asyncio.Queue()
     generation = get_pool(request).generate(
         spec, messages, params, deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply),
-        tools=tools)
+        tools=tools, images=images)
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.model}
     usage = bool(body.stream_options and body.stream_options.include_usage)
     outcome = await answer_or_stream(

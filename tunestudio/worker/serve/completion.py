@@ -22,6 +22,7 @@ import torch
 from tunestudio.inference_protocol import ChoiceDelta, Complete, CompletionParams, Done, Started, TokenLogprob
 from tunestudio.worker.errors import UserFacing
 from tunestudio.worker.serve.generation import Models, context_length, held_back
+from tunestudio.worker.serve.prompting import text_tokenizer
 
 
 def complete(models: Models, request: Complete, replies: Any, halt: threading.Event) -> None:
@@ -29,6 +30,7 @@ def complete(models: Models, request: Complete, replies: Any, halt: threading.Ev
     before Started: a prompt the model cannot take)."""
     params = CompletionParams.model_validate(request.params)
     model, tokenizer, base_off = models.for_spec(request.spec)
+    tokenizer = text_tokenizer(tokenizer)  # an image model completes text with its processor's tokenizer
     if torch.get_num_threads() != request.threads:
         torch.set_num_threads(request.threads)
     limit = context_length(model, tokenizer)

@@ -51,7 +51,7 @@ from tunestudio.inference_protocol import (
 )
 from tunestudio.worker import modalities
 from tunestudio.worker.errors import UserFacing
-from tunestudio.worker.serve.prompting import chat_prompt
+from tunestudio.worker.serve.prompting import chat_prompt, text_tokenizer
 from tunestudio.worker.serve.serving import GreedyHead, Served, int8_chat, serving_dtype
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,9 @@ class Models:
                 tokenizer = processor_class.from_pretrained(folder, local_files_only=True)
             except (OSError, ValueError) as exc:
                 raise UserFacing(f"cannot load the tokenizer from {folder}: {exc}", 409, "model_unavailable") from None
-            if tokenizer.pad_token is None:
-                tokenizer.pad_token = tokenizer.eos_token
+            text = text_tokenizer(tokenizer)  # an image model's processor holds its tokenizer
+            if text.pad_token is None:
+                text.pad_token = text.eos_token
             self._tokenizers = {k: v for k, v in self._tokenizers.items() if k[0] != folder}  # an older fingerprint's
             self._tokenizers[key] = tokenizer
         return self._tokenizers[key]
@@ -211,8 +212,8 @@ def render(models: Models, request: Render, replies: Any, halt: threading.Event)
     spec = request.spec
     tokenizer = models.tokenizer(spec.tokenizer, spec.fingerprint if spec.tokenizer == spec.weights else "",
                                  spec.modality)
-    ids = chat_prompt(tokenizer, request.messages, request.tools).ids
-    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    ids = chat_prompt(tokenizer, request.messages, request.tools, request.images).ids
+    text = text_tokenizer(tokenizer).decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
     replies.put(Rendered(request.request_id, text, len(ids), template))
     replies.put(Done(request.request_id, "stop", len(ids), 0))
@@ -220,6 +221,8 @@ def render(models: Models, request: Render, replies: Any, halt: threading.Event)
 
 def context_length(model: Any, tokenizer: Any) -> int:
     config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()  # an image model's language model's (a text model's own config)
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
@@ -342,7 +345,8 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
     model, tokenizer, base_off = models.for_spec(request.spec, chat=True)
     if torch.get_num_threads() != request.threads:
         torch.set_num_threads(request.threads)
-    prompt = chat_prompt(tokenizer, request.messages, request.tools)
+    prompt = chat_prompt(tokenizer, request.messages, request.tools, request.images)
+    tokenizer = text_tokenizer(tokenizer)
     ids = prompt.ids
     limit = context_length(model, tokenizer)
     if len(ids) >= limit:
@@ -359,6 +363,7 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
         torch.manual_seed(params.seed)
     device = next(model.parameters()).device
     inputs = torch.tensor([ids], device=device)
+    extra = {name: value.to(device) for name, value in prompt.inputs.items()}  # an image model's pixels
     eos = _eos_ids(model, tokenizer)
     min_new = min(params.min_tokens, max_new)
     kwargs: dict[str, Any] = {
@@ -382,9 +387,9 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
     with torch.inference_mode(), fast_head:
         if base_off:
             with model.disable_adapter():
-                output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
+                output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **extra, **kwargs)
         else:
-            output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
+            output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **extra, **kwargs)
     new = output[0, len(ids) :].tolist()
     if halt.is_set() and not stream.stopped.is_set():
         reason = "cancelled"

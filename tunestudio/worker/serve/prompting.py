@@ -7,14 +7,19 @@ the prompt (a template that drops `tools` silently is refused too). Under `tool_
 function the reply is begun here with the family's call opener (and the name): those tokens follow the generation
 prompt, as guided decoding begins an answer, so the model writes the rest of a call rather than being hoped to
 start one. The opener goes back to the parent (`Started.prefix`), which reads it as the output's first words.
+
+An image model's prompt comes from its processor instead (serve/vision.py, loaded only then): its images decoded
+and its chat template applied give the ids and the model's other inputs (`Prompt.inputs`: pixel values); the rest
+(tools, openers, thinking) is read from its text tokenizer as for any model.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from tunestudio.inference_protocol import Tools
+from tunestudio.inference_protocol import ImageInput, Tools
 from tunestudio.tool_calls import NO_TOOLS, THINK, Family, Harmony, detect, thinks
 from tunestudio.worker.errors import UserFacing
 
@@ -23,7 +28,8 @@ from tunestudio.worker.errors import UserFacing
 class Prompt:
     """The prompt's token ids (the opener's included) and how to read the output: the family (None: no calls are
     read), whether the template thinks and the prompt ended inside `<think>`, the opener the reply begins with, and
-    the special tokens the output must keep when decoded (the family's markers)."""
+    the special tokens the output must keep when decoded (the family's markers); `inputs`: the model's inputs
+    besides the ids (an image model's pixel values and the like; empty for text)."""
 
     ids: list[int]
     family: Family | None = None
@@ -31,6 +37,12 @@ class Prompt:
     think_open: bool = False
     prefix: str = ""
     keep: tuple[str, ...] = ()
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def text_tokenizer(tokenizer: Any) -> Any:
+    """The text tokenizer: an image model's processor's own, or the tokenizer itself."""
+    return tokenizer.tokenizer if hasattr(tokenizer, "image_processor") else tokenizer
 
 
 def _template(tokenizer: Any) -> str | None:
@@ -54,16 +66,32 @@ def _has_calls(messages: list[dict[str, Any]]) -> bool:
     return any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
 
 
-def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: Tools | None = None) -> Prompt:
-    """The prompt of a chat request, and how to read its output (see the module's notes). UserFacing (400) for a
-    template that does not call tools when the request needs one that does."""
+def _encode(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+            images: Sequence[ImageInput]) -> tuple[list[int], dict[str, Any]]:
+    """The prompt's ids and the model's other inputs: a processor's (images decoded) or the tokenizer's."""
+    if text_tokenizer(tokenizer) is not tokenizer:
+        from tunestudio.worker.serve.vision import processor_prompt
+
+        return processor_prompt(tokenizer, messages, images, tools)
+    if images:
+        raise UserFacing(f"{images[0].where}: this model is a text model; it reads no images", 400,
+                         "image_not_supported", param=images[0].where)
+    return prompt_ids(tokenizer, messages, tools), {}
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: Tools | None = None,
+                images: Sequence[ImageInput] = ()) -> Prompt:
+    """The prompt of a chat request, and how to read its output (see the module's notes). `tokenizer`: the
+    model's tokenizer, or an image model's processor. UserFacing (400) for a template that does not call tools
+    when the request needs one that does, and for an image a model cannot read."""
     template = _template(tokenizer)
     think = thinks(template)
     family = detect(template) if tools is not None or _has_calls(messages) else None
     if family is None and (tools is not None or _has_calls(messages)):
         raise UserFacing(f"tools: {NO_TOOLS}; chat without tools, or fine-tune a model whose template calls them",
                          400, "tools_unsupported")
-    ids = prompt_ids(tokenizer, messages, tools.tools if tools is not None else None)
+    ids, inputs = _encode(tokenizer, messages, tools.tools if tools is not None else None, images)
+    tokenizer = text_tokenizer(tokenizer)
     if tools is not None:
         shown = tokenizer.decode(ids, skip_special_tokens=False)
         missing = [name for name in tools.names if name not in shown]
@@ -79,4 +107,4 @@ def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: Tools | N
     if tools is None:  # no calls are read; but harmony's channels are read still, to split its analysis out
         family = detect(template) if isinstance(detect(template), Harmony) else None
     keep = (*(family.markers if family is not None else ()), *(("<think>", "</think>") if think else ()))
-    return Prompt(ids, family, think, think_open, prefix, keep)
+    return Prompt(ids, family, think, think_open, prefix, keep, inputs)
