@@ -2,16 +2,21 @@
 
 Layouts (auto-detected per row, like the text formats):
 - Hugging Face / TRL: an `images` column (or `image`) of paths, bytes or the hub's {"bytes", "path"} records, and
-  `messages` whose turns hold {"type": "image"} placeholders, one per image, in order;
+  `messages` whose turns hold {"type": "image"} placeholders, one per image, in order (turns of plain text get
+  them before the first user turn's text, where TRL's collator puts them);
 - OpenAI's vision fine-tuning: `messages` with {"type": "image_url", "image_url": {"url": ...}} parts (a data: URL,
-  a file path or a file:// URL);
+  a file path or a file:// URL); image parts that hold their image ({"type": "image", "image" or "url" or
+  "path": ...}, as transformers' chat templates take them) are read alike. A row names its images in its column
+  or in its messages, not both;
 - a folder of images with a captions file (CSV or JSONL; what an image folder's `metadata.csv` holds): a
-  `file_name` column and a `caption` (or `text`), or a `question` and an `answer`.
+  `file_name` column and a `caption` (or `text`), or a `question` and an `answer`; the hub's captioning layout
+  (an `image` column beside a `caption` or `text`) reads alike.
 
 Every row becomes {"messages": [...], "images": [PIL.Image, ...]} with its images' placeholders as {"type":
 "image"} parts. A path is read relative to the data file's folder and must lie inside it (a row cannot reach the
 rest of the machine); http(s) URLs are refused (the studio fetches nothing). Pillow's decompression-bomb limit is
-an error here, not a warning, and every image is decoded in full, so a truncated file is found before training.
+an error here, not a warning, and every image is decoded in full, so a truncated file is found before training;
+a photo is turned upright by its EXIF orientation, as `datasets` and transformers read it.
 """
 
 from __future__ import annotations
@@ -39,14 +44,16 @@ def is_image_row(data: dict[str, Any] | None) -> bool:
         return False
     if any(data.get(c) not in (None, []) for c in _COLUMNS) or "file_name" in data:
         return True
-    return any(_parts(m).count("image_url") for m in data.get("messages") or [] if isinstance(m, dict))
+    messages = data.get("messages")
+    return isinstance(messages, list) and any(
+        {"image_url", "image"} & set(_parts(m)) for m in messages if isinstance(m, dict))
 
 
 def _parts(message: dict[str, Any]) -> list[str]:
     content = message.get("content")
     if not isinstance(content, list):
         return []
-    return [p.get("type") for p in content if isinstance(p, dict)]
+    return [p["type"] for p in content if isinstance(p, dict) and isinstance(p.get("type"), str)]
 
 
 @dataclass(frozen=True)
@@ -71,13 +78,16 @@ def read_row(row: Row) -> tuple[dict[str, Any], list[ImageRef]]:
     if data is None:
         raise RowProblem(row.problem or "cannot be read")
     base = Path(row.source).parent
-    if "file_name" in data and "messages" not in data:
-        messages, sources = _caption_messages(data), [data["file_name"]]
-    elif "messages" in data:
+    if "messages" in data:
         messages, sources = _messages(data)
+    elif "file_name" in data or _column(data) is not None:  # a captions file, or the hub's image + caption
+        messages, sources = _caption_messages(data), _column(data) or [data["file_name"]]
     else:
         raise RowProblem("has images but no `messages` (or `file_name` with a caption)")
     placeholders = sum(_parts(m).count("image") for m in messages)
+    if not placeholders and sources and all(isinstance(m.get("content"), str | None) for m in messages):
+        messages = _images_first(messages, len(sources))
+        placeholders = len(sources)
     if placeholders != len(sources):
         raise RowProblem(f"has {len(sources)} image(s) but {placeholders} image placeholder(s) in its messages "
                          "({\"type\": \"image\"} parts); they must match one for one")
@@ -87,6 +97,25 @@ def read_row(row: Row) -> tuple[dict[str, Any], list[ImageRef]]:
         raise RowProblem(f"has {len(sources)} images, more than the {MAX_IMAGES_PER_ROW} a row may hold")
     refs = [open_image(source, base, f"image {i + 1}") for i, source in enumerate(sources)]
     return {"messages": messages, "images": [r.image for r in refs]}, refs
+
+
+def _column(data: dict[str, Any]) -> list[Any] | None:
+    """The images of the row's `images` (or `image`) column, or None without one."""
+    column = next((data[c] for c in _COLUMNS if data.get(c) not in (None, [])), None)
+    return None if column is None else list(column) if isinstance(column, list) else [column]
+
+
+def _images_first(messages: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """Turns of plain text with images beside them: the placeholders go before the first user turn's text, where
+    TRL's vision collator puts them (trl.data_utils.prepare_multimodal_messages)."""
+    out, placed = [], False
+    for message in messages:
+        if message["role"] == "user" and not placed:
+            text = [{"type": "text", "text": message["content"]}] if message.get("content") else []
+            message = {**message, "content": [*[{"type": "image"}] * n, *text]}
+            placed = True
+        out.append(message)
+    return out
 
 
 def _caption_messages(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -99,38 +128,50 @@ def _caption_messages(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _messages(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The messages with image_url parts turned into placeholders, and the images in order (a column's first)."""
-    column = next((data[c] for c in _COLUMNS if data.get(c) not in (None, [])), None)
-    sources: list[Any] = [] if column is None else list(column) if isinstance(column, list) else [column]
+    """The messages with their images' parts turned into placeholders, and the images in order: the column's, or
+    those the messages hold (image_url parts; image parts with their image, as transformers' templates take)."""
+    column = _column(data)
     messages = data["messages"]
     if not isinstance(messages, list) or not messages:
         raise RowProblem("`messages` must be a non-empty list of turns")
-    out = []
+    out, held = [], []
     for n, message in enumerate(messages, 1):
         if not isinstance(message, dict) or "role" not in message:
             raise RowProblem(f"message {n} needs a role")
         content = message.get("content")
         if isinstance(content, list):
-            parts = []
-            for part in content:
-                if not isinstance(part, dict) or "type" not in part:
-                    raise RowProblem(f"message {n} has a content part without a type")
-                if part["type"] == "image_url":
-                    url = part.get("image_url")
-                    sources.append(url.get("url") if isinstance(url, dict) else url)
-                    parts.append({"type": "image"})
-                elif part["type"] == "image":
-                    parts.append({"type": "image"})
-                elif part["type"] == "text":
-                    parts.append({"type": "text", "text": str(part.get("text", ""))})
-                else:
-                    raise RowProblem(f"message {n} has a content part of type {part['type']!r} (text, image and "
-                                     "image_url are read)")
-            content = parts
+            content = _content(n, content, held)
         elif content is not None and not isinstance(content, str):
             raise RowProblem(f"message {n}: content must be text or a list of parts")
         out.append({"role": message["role"], "content": content})
-    return out, sources
+    if column is not None and held:  # which placeholder is whose would be a guess
+        raise RowProblem("names images both in its `images` column and in its messages (image_url parts or image "
+                         "parts holding an image); name them in one place")
+    return out, column if column is not None else held
+
+
+def _content(n: int, content: list[Any], held: list[Any]) -> list[dict[str, Any]]:
+    """A turn's parts as placeholders and text; the images the parts hold are appended to `held`, in order."""
+    parts = []
+    for part in content:
+        if not isinstance(part, dict) or "type" not in part:
+            raise RowProblem(f"message {n} has a content part without a type")
+        if part["type"] == "image_url":
+            url = part.get("image_url")
+            held.append(url.get("url") if isinstance(url, dict) else url)
+            parts.append({"type": "image"})
+        elif part["type"] == "image":
+            # Arrow gives every part every key, so a placeholder read from Parquet has "image": None and the like
+            inline = next((part[k] for k in ("image", "url", "path") if part.get(k) is not None), None)
+            if inline is not None:
+                held.append(inline)
+            parts.append({"type": "image"})
+        elif part["type"] == "text":
+            parts.append({"type": "text", "text": str(part.get("text") or "")})
+        else:
+            raise RowProblem(f"message {n} has a content part of type {part['type']!r} (text, image and "
+                             "image_url are read)")
+    return parts
 
 
 def open_image(source: Any, base: Path, what: str) -> ImageRef:
@@ -153,8 +194,13 @@ def open_image(source: Any, base: Path, what: str) -> ImageRef:
 
 
 def _ref(image: Any, label: str, digest: str) -> ImageRef:
-    fmt, size = image.format, image.size
-    return ImageRef(image=image.convert("RGB"), label=label, digest=digest, format=fmt, size=size)
+    from PIL import ImageOps
+
+    fmt = image.format
+    # upright as a viewer shows it (a phone's photo is stored turned, with its turn in EXIF), as `datasets` and
+    # transformers' load_image read it: the model sees the same picture in training and in chat
+    image = ImageOps.exif_transpose(image)
+    return ImageRef(image=image.convert("RGB"), label=label, digest=digest, format=fmt, size=image.size)
 
 
 def _bytes(source: Any, base: Path, what: str) -> tuple[bytes, str]:
