@@ -1,5 +1,10 @@
 """GGUF exports through llama.cpp's own converters, and an Ollama Modelfile beside the file.
 
+A vision-language model becomes two files, as llama.cpp serves it (`llama-mtmd-cli -m MODEL --mmproj
+PROJECTOR`): the text model, and its vision tower and projector (`convert_hf_to_gguf.py --mmproj`), written
+first because it is the smaller one and a converter that fails on it should fail early. Whether the converter
+knows both halves is asked before anything is merged (`require_convertible`).
+
 The converters come from the `llama-cpp-python` source distribution that
 `make setup` fetches (third_party/llama.cpp, or $TUNESTUDIO_LLAMA_CPP). They
 run as a child process (`tunestudio.worker.export.gguf_driver`) with llama.cpp's
@@ -33,6 +38,7 @@ LLAMA_CPP_VERSION = "0.3.36"  # the llama-cpp-python release pinned in the Makef
 POLL_S = 0.1
 KILL_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
+DRIVER = "tunestudio.worker.export.gguf_driver"
 
 
 def llama_cpp_dir() -> Path:
@@ -65,9 +71,43 @@ def require_quantize() -> str:
     return found
 
 
-def write_gguf(hf_dir: Path, staging: Path, quantization: str, step: ExportStep) -> Path:
-    """`model-<quantization>.gguf` and its Modelfile in `staging`; returns the GGUF's path."""
+def require_convertible(config_dir: Path, step: ExportStep) -> None:
+    """UserError unless llama.cpp's converter knows both halves of the vision-language model whose config.json is
+    in `config_dir` (its text model and its vision projector); nothing is loaded or written."""
+    found: list[dict] = []
+    _run_child([*_driver("check", None), str(config_dir)], _driver_env(), step.channel, step.check_stop, None, found)
+    answer = next((m["check"] for m in found if isinstance(m.get("check"), dict)), None)
+    if answer is None:
+        raise UserError("the GGUF converter did not say whether it can convert this model")
+    missing = []
+    if not answer["text_supported"]:
+        missing.append(f"its text model ({answer['text']})")
+    if not answer["mmproj_supported"]:
+        missing.append(f"its vision projector ({answer['mmproj'] or 'the config has no vision_config'})")
+    if missing:
+        raise UserError(
+            f"llama.cpp's converter (llama-cpp-python {LLAMA_CPP_VERSION}) cannot convert {' nor '.join(missing)} "
+            "to GGUF, so this image model has no GGUF export here; export it as merged (transformers loads it) "
+            "instead.")
+
+
+def projector_quantization(quantization: str) -> str:
+    """The projector's type: the one asked for, except q4_k_m (llama-quantize is for text models): f16."""
+    return "f16" if quantization == "q4_k_m" else quantization
+
+
+def write_gguf(hf_dir: Path, staging: Path, quantization: str, step: ExportStep, vision: bool = False) -> Path:
+    """`model-<quantization>.gguf` and its Modelfile in `staging` (and, for a vision-language model,
+    `mmproj-<type>.gguf`, named in the Modelfile too); returns the text model GGUF's path."""
     name = f"model-{quantization}.gguf"
+    projector = None
+    if vision:
+        projector = f"mmproj-{projector_quantization(quantization)}.gguf"
+        start, end = step.progress
+        split = start + (end - start) // 3
+        _convert("hf", [str(hf_dir), "--mmproj", "--outtype", projector_quantization(quantization),
+                        "--outfile", str(staging / projector)], None, step.within(start, split))
+        step = step.within(split, end)
     start, end = step.progress
     if quantization == "q4_k_m":
         # The Python converter stops at q8_0; k-quants come from llama-quantize, from an f16 file.
@@ -80,7 +120,7 @@ def write_gguf(hf_dir: Path, staging: Path, quantization: str, step: ExportStep)
         f16.unlink()
     else:
         _convert("hf", [str(hf_dir), "--outtype", quantization, "--outfile", str(staging / name)], hf_dir, step)
-    for warning in write_modelfile(hf_dir, staging / "Modelfile", name):
+    for warning in write_modelfile(hf_dir, staging / "Modelfile", name, projector):
         step.channel.warn(warning)
     return staging / name
 
@@ -97,12 +137,18 @@ def write_gguf_lora(source: Source, staging: Path, quantization: str, step: Expo
 
 
 def _convert(which: str, args: list[str], model_dir: Path | None, step: ExportStep) -> None:
-    root = require_converter()
-    command = [sys.executable, "-m", "tunestudio.worker.export.gguf_driver", which]
+    _run_child([*_driver(which, model_dir), *args], _driver_env(), step.channel, step.check_stop, step.progress)
+
+
+def _driver(which: str, model_dir: Path | None) -> list[str]:
+    command = [sys.executable, "-m", DRIVER, which]
     if model_dir is not None:
         command.append(f"--pre-tokenizer-fallback={model_dir}")
-    env = {"TUNESTUDIO_LLAMA_CPP": str(root)}
-    _run_child([*command, *args], env, step.channel, step.check_stop, step.progress)
+    return command
+
+
+def _driver_env() -> dict[str, str]:
+    return {"TUNESTUDIO_LLAMA_CPP": str(require_converter())}
 
 
 def _run_child(
@@ -111,9 +157,11 @@ def _run_child(
     channel: Channel,
     check_stop: Callable[[], None],
     progress: tuple[int, int] | None,
+    found: list[dict] | None = None,
 ) -> None:
     """Run a converter or llama-quantize; its JSON lines become events (progress into `progress` of the
-    0–100 scale, none if None), a stop request (`check_stop` raising) ends it.
+    0–100 scale, none if None), a stop request (`check_stop` raising) ends it; any other JSON line goes into
+    `found`.
 
     stderr (the converter's own log) goes to this worker's stderr (the job's log
     file), and its last lines into the error if the child fails.
@@ -133,8 +181,11 @@ def _run_child(
                     tail.append(line.rstrip())
                 elif "warning" in message:
                     channel.warn(str(message["warning"]))
-                elif step is not None and message.get("total"):
-                    step.report(int(message["progress"]) / int(message["total"]))
+                elif "total" in message:
+                    if step is not None and message["total"]:
+                        step.report(int(message["progress"]) / int(message["total"]))
+                elif found is not None:
+                    found.append(message)
 
         def pump_stderr() -> None:
             assert proc.stderr is not None
@@ -163,8 +214,9 @@ def _run_child(
                 reader.join()
     if proc.returncode != 0:
         detail = "\n".join(line for line in tail if line)
-        raise UserError(f"{Path(command[0]).name if 'gguf_driver' not in command else 'the GGUF converter'} "
-                        f"failed (exit code {proc.returncode}):\n{detail[-2000:]}")
+        # the converter runs as `python -m tunestudio.worker.export.gguf_driver`: named, not as "python3"
+        name = "the GGUF converter" if DRIVER in command else Path(command[0]).name
+        raise UserError(f"{name} failed (exit code {proc.returncode}):\n{detail[-2000:]}")
 
 
 def _dies_with_this_process() -> Callable[[], None] | None:

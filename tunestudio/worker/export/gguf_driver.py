@@ -3,6 +3,9 @@
 `python -m tunestudio.worker.export.gguf_driver hf|lora ARGS...` runs
 `convert_hf_to_gguf.py` or `convert_lora_to_gguf.py` (from the llama.cpp
 source that `make setup` fetches) with ARGS, as its own command line would.
+`... check MODEL_DIR` asks the converter, without converting, which of its
+model classes a vision-language model's text half and projector would use
+(`{"check": {...}}`: the export refuses one it cannot convert before merging).
 
 It runs in its own interpreter with llama.cpp's bundled `gguf-py` first on
 sys.path: the converter needs that copy (the PyPI `gguf` of the same version
@@ -18,6 +21,11 @@ The additions, reported as JSON lines on stdout (the converter logs to stderr):
   `--pre-tokenizer-fallback=MODEL_DIR`, an unknown one is named after what its
   tokenizer.json says (byte-level with the GPT-2 split → "gpt-2", else
   "default") and `{"warning": ...}` says so.
+- a SmolVLM/Idefics3 text half whose config does not name its architecture:
+  the converter routes a VLM's text half by `text_config.architectures`, which
+  the published SmolVLM configs carry (VLlama3ForCausalLM) and a config built
+  with transformers' SmolVLMConfig does not; such a Llama text half is routed
+  as the published ones are (`text_architecture`).
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from typing import Any
 
 FALLBACK_FLAG = "--pre-tokenizer-fallback"
 REPORT_EVERY_S = 0.2
+# VLM wrappers whose Llama text half llama.cpp converts as VLlama3ForCausalLM (conversion/llama.py).
+LLAMA_TEXT_HALF = ("SmolVLMForConditionalGeneration", "Idefics3ForConditionalGeneration")
 
 
 def report(**fields: Any) -> None:
@@ -49,6 +59,41 @@ def pre_tokenizer_name(model_dir: Path) -> str:
     if len(parts) == 1 and parts[0].get("type") == "ByteLevel" and parts[0].get("use_regex", True):
         return "gpt-2"  # ByteLevel with its regex is exactly GPT-2's split
     return "default"
+
+
+def text_architecture(architecture: str, hparams: dict[str, Any]) -> str:
+    """The class the converter should use for a model's text half: `architecture` (what llama.cpp found), or
+    VLlama3ForCausalLM for a SmolVLM/Idefics3 whose text_config names no architecture and is a Llama."""
+    text_config = hparams.get("text_config") or {}
+    if (architecture in LLAMA_TEXT_HALF and not text_config.get("architectures")
+            and text_config.get("model_type") == "llama"):
+        return "VLlama3ForCausalLM"
+    return architecture
+
+
+def _patch_text_architecture() -> None:
+    import conversion
+
+    original = conversion.get_model_architecture
+
+    def get_model_architecture(hparams: dict[str, Any], model_type: Any) -> str:
+        found = original(hparams, model_type)
+        return text_architecture(found, hparams) if model_type == conversion.ModelType.TEXT else found
+
+    conversion.get_model_architecture = get_model_architecture  # convert_hf_to_gguf.py imports it from here
+
+
+def check(model_dir: Path) -> dict[str, Any]:
+    """What the converter would make of a vision-language model: the class of its text half and of its projector
+    (None where it has no vision config), and whether the converter knows each."""
+    import conversion
+
+    hparams = conversion.ModelBase.load_hparams(model_dir, False)
+    text = conversion.get_model_architecture(hparams, conversion.ModelType.TEXT)
+    mmproj = (conversion.get_model_architecture(hparams, conversion.ModelType.MMPROJ)
+              if hparams.get("vision_config") else None)
+    return {"text": text, "text_supported": text in conversion.TEXT_MODEL_MAP, "mmproj": mmproj,
+            "mmproj_supported": mmproj in conversion.MMPROJ_MODEL_MAP}
 
 
 def _patch_pre_tokenizer(model_dir: Path) -> None:
@@ -99,9 +144,9 @@ def _patch_progress() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("hf", "lora"):
-        print("usage: python -m tunestudio.worker.export.gguf_driver hf|lora [--pre-tokenizer-fallback=DIR] ARGS...",
-              file=sys.stderr)
+    if not argv or argv[0] not in ("hf", "lora", "check"):
+        print("usage: python -m tunestudio.worker.export.gguf_driver hf|lora [--pre-tokenizer-fallback=DIR] ARGS...\n"
+              "       python -m tunestudio.worker.export.gguf_driver check MODEL_DIR", file=sys.stderr)
         return 2
     which, args = argv[0], argv[1:]
     root = Path(os.environ["TUNESTUDIO_LLAMA_CPP"])
@@ -109,6 +154,10 @@ def main(argv: list[str]) -> int:
     sys.path[:0] = [str(root / "gguf-py"), str(root)]
     fallback = [a.split("=", 1)[1] for a in args if a.startswith(FALLBACK_FLAG + "=")]
     args = [a for a in args if not a.startswith(FALLBACK_FLAG + "=")]
+    _patch_text_architecture()
+    if which == "check":
+        report(check=check(Path(args[0])))
+        return 0
     _patch_progress()
     if which == "hf" and fallback:
         _patch_pre_tokenizer(Path(fallback[0]))

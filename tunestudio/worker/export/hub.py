@@ -26,9 +26,11 @@ from tunestudio.worker.errors import UserError
 from tunestudio.worker.export.model import write_merged
 from tunestudio.worker.export.source import ExportStep, Source
 
-# What an adapter folder holds that belongs on the hub (checkpoints' optimizer states do not).
+# What an adapter folder holds that belongs on the hub (checkpoints' optimizer states do not); an image job's
+# processor is saved as processor_config.json (older processors: preprocessor_config.json).
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "special_tokens_map.json", "chat_template.jinja", "tokenizer.model", "generation_config.json")
+                 "special_tokens_map.json", "chat_template.jinja", "tokenizer.model", "generation_config.json",
+                 "processor_config.json", "preprocessor_config.json")
 
 
 def require_hub(cfg: ExportConfig) -> None:

@@ -17,9 +17,12 @@ target is written or uploaded).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import tempfile
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,19 +84,10 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
 
     source = find_source(cfg)
     output = expand(cfg.resolved_output_dir())
-    kind = "adapter" if source.adapter else "full model"
+    kind = ("image model's " if source.vision else "") + ("adapter" if source.adapter else "full model")
     channel.log(f"exporting the {kind} in {source.path} as {cfg.target} to {output}")
 
-    # Check what the target needs before loading anything: a missing tool should cost seconds, not minutes.
-    if cfg.target in ("gguf", "gguf-lora"):
-        export_gguf.require_converter()
-    if cfg.resolved_quantization == "q4_k_m":
-        export_gguf.require_quantize()
-    if cfg.target == "gguf-lora" and not source.adapter:
-        raise UserError("gguf-lora exports an adapter, and this job is a full fine-tune; export it as gguf")
-    if cfg.target == "hub":
-        export_hub.require_hub(cfg)
-
+    _check_target(cfg, source, channel)
     staging = _prepare_staging(output)
     step = ExportStep.of(channel)
     try:
@@ -107,7 +101,8 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
                 hf_dir = staging / ".merged"
                 export_model.write_merged(source, "fp32", hf_dir, step.within(0, 30))
             channel.phase("saving", f"converting to GGUF {cfg.resolved_quantization}")
-            export_gguf.write_gguf(hf_dir, staging, cfg.resolved_quantization or "f16", step.within(30, 98))
+            export_gguf.write_gguf(hf_dir, staging, cfg.resolved_quantization or "f16", step.within(30, 98),
+                                   vision=source.vision)
             if hf_dir != source.path:
                 shutil.rmtree(hf_dir)
         elif cfg.target == "gguf-lora":
@@ -125,6 +120,46 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
     channel.log(f"export written to {output}: {', '.join(sorted(_earlier_files(output)))}")
     channel.completed(output_dir=str(output), saved=True)
     return 0
+
+
+def _check_target(cfg: ExportConfig, source: Source, channel: Channel) -> None:
+    """What the target needs, checked before anything loads: a missing tool should cost seconds, not minutes."""
+    from tunestudio.worker.export import gguf as export_gguf
+    from tunestudio.worker.export import hub as export_hub
+
+    if cfg.target in ("gguf", "gguf-lora"):
+        export_gguf.require_converter()
+    if cfg.resolved_quantization == "q4_k_m":
+        export_gguf.require_quantize()
+    if cfg.target == "gguf-lora" and not source.adapter:
+        raise UserError("gguf-lora exports an adapter, and this job is a full fine-tune; export it as gguf")
+    if cfg.target == "gguf-lora" and source.vision:
+        # llama.cpp's LoRA converter keeps the text model's tensors and drops the vision tower's without a word.
+        raise UserError("gguf-lora carries a LoRA for llama.cpp's text model only, and this image job's adapter "
+                        "may change its vision tower and projector too; export it as gguf (the merged model and "
+                        "its mmproj projector) or merged")
+    if cfg.target == "gguf" and source.vision:
+        with _config_dir(source) as config_dir:
+            export_gguf.require_convertible(config_dir, ExportStep.of(channel))
+    if cfg.target == "hub":
+        export_hub.require_hub(cfg)
+
+
+@contextlib.contextmanager
+def _config_dir(source: Source) -> Iterator[Path]:
+    """A folder holding the config.json of the model the export converts (the base of an adapter), for the
+    converter's check; a hub model's config is read from the cache (or the hub) into a temporary folder."""
+    local = source.path if not source.adapter else expand(source.base_model or "")
+    if (local / "config.json").is_file():
+        yield local
+        return
+    from transformers import AutoConfig
+
+    from tunestudio.worker.train import from_pretrained
+
+    with tempfile.TemporaryDirectory(prefix="tunestudio-config-") as folder:
+        from_pretrained(AutoConfig, source.base_model or "", "config").save_pretrained(folder)
+        yield Path(folder)
 
 
 def staging_dir(output: Path) -> Path:

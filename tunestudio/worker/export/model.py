@@ -1,5 +1,9 @@
 """The merged model: base + adapter folded into plain weights (`merge_and_unload`),
-saved as safetensors with the tokenizer and its chat template."""
+saved as safetensors with the tokenizer and its chat template.
+
+A vision-language model (an image job's) loads as the training did, through
+`AutoModelForImageTextToText`, and is saved with its processor (image processor,
+tokenizer, chat template), which `AutoProcessor` loads back."""
 
 from __future__ import annotations
 
@@ -17,23 +21,37 @@ from tunestudio.worker.train import from_pretrained
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def _loaders(source: Source) -> tuple[Any, Any, str, tuple[str, ...]]:
+    """(model class, tokenizer or processor class, what the latter is called, files only its folder has)."""
+    if not source.vision:
+        return AutoModelForCausalLM, AutoTokenizer, "tokenizer", ("tokenizer_config.json",)
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from tunestudio.worker.modalities.vision_compat import allow_missing_video
+
+    allow_missing_video()  # the processor loads and saves without torchvision (images only)
+    markers = ("processor_config.json", "preprocessor_config.json")
+    return AutoModelForImageTextToText, AutoProcessor, "processor", markers
+
+
 def load_merged(source: Source, channel: Channel) -> tuple[torch.nn.Module, Any]:
-    """The model to export in fp32, and its tokenizer (the job's own copy, else the base model's)."""
+    """The model to export in fp32, and its tokenizer or processor (the job's own copy, else the base model's)."""
+    model_class, processing_class, what, markers = _loaders(source)
     if not source.adapter:
-        model = from_pretrained(AutoModelForCausalLM, str(source.path), "model", dtype=torch.float32)
-        return model, from_pretrained(AutoTokenizer, str(source.path), "tokenizer")
+        model = from_pretrained(model_class, str(source.path), "model", dtype=torch.float32)
+        return model, from_pretrained(processing_class, str(source.path), what)
     from peft import PeftModel
 
     # A QLoRA adapter merges into the base in full precision: merging into 4-bit weights would round it away.
     if source.job_config.get("training_type") == "qlora":
         channel.log("QLoRA adapter: merged into the base model's full-precision weights")
-    base = from_pretrained(AutoModelForCausalLM, source.base_model or "", "model", dtype=torch.float32)
+    base = from_pretrained(model_class, source.base_model or "", "model", dtype=torch.float32)
     with warnings.catch_warnings():
         # peft 0.21.2 reads transformers 5's deprecated `is_gradient_checkpointing` alias; nothing for us to fix.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         model = PeftModel.from_pretrained(base, str(source.path)).merge_and_unload()
-    tokenizer_dir = source.path if (source.path / "tokenizer_config.json").is_file() else source.base_model
-    return model, from_pretrained(AutoTokenizer, str(tokenizer_dir), "tokenizer")
+    processing_dir = source.path if any((source.path / m).is_file() for m in markers) else source.base_model
+    return model, from_pretrained(processing_class, str(processing_dir), what)
 
 
 def write_merged(source: Source, dtype: str, dest: Path, step: ExportStep) -> None:
@@ -48,6 +66,6 @@ def write_merged(source: Source, dtype: str, dest: Path, step: ExportStep) -> No
     model.config.use_cache = True  # training switched it off; an exported model is for inference
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(dest), safe_serialization=True)
-    tokenizer.save_pretrained(str(dest))  # with transformers 5: chat_template.jinja beside it
+    tokenizer.save_pretrained(str(dest))  # with transformers 5: chat_template.jinja beside it (a processor too)
     step.check_stop()
     step.report(1.0)

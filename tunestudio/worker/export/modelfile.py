@@ -7,6 +7,10 @@ suffix, and the text that `add_generation_prompt` appends opens the
 assistant's turn. Those strings are written into a Go template over Ollama's
 `.Messages`. A template that does not render this way (one that insists on
 alternating roles, say) gets a plain one with a warning.
+
+A vision-language model's projector GGUF is named by a second FROM line: Ollama
+takes a GGUF with a vision tower and no text blocks as the model's projector,
+and runs such a split model in its llama.cpp runner.
 """
 
 from __future__ import annotations
@@ -102,14 +106,15 @@ def _quote(text: str) -> str:
     return '"""' + text + '"""' if "\n" in text or '"' in text else f'"{text}"'
 
 
-def write_modelfile(hf_dir: Path, path: Path, gguf_name: str) -> list[str]:
-    """Write the Modelfile; returns the warnings to report."""
+def write_modelfile(hf_dir: Path, path: Path, gguf_name: str, projector: str | None = None) -> list[str]:
+    """Write the Modelfile (with `projector`, the vision projector GGUF beside it); returns the warnings to
+    report."""
     from transformers import AutoTokenizer
 
     warnings: list[str] = []
     tokenizer = AutoTokenizer.from_pretrained(str(hf_dir))
     measured = measure_template(tokenizer)
-    lines = [f"FROM ./{gguf_name}", ""]
+    lines = [f"FROM ./{gguf_name}", *([f"FROM ./{projector}"] if projector else []), ""]
     if measured is None:
         warnings.append("the model has no chat template that could be measured; the Modelfile uses a plain "
                         "\"{{ .Prompt }}\" template. Edit its TEMPLATE before chatting with it in Ollama.")

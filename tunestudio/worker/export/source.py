@@ -1,7 +1,8 @@
 """What an export reads, and what each of its steps is handed.
 
 `Source` is what the finished job left (`find_source`: adapter or full model,
-the base an adapter belongs to, the job's own config). `ExportStep` is what a
+the base an adapter belongs to, the job's own config, and whether it is a
+vision-language model: an image job's, `is_dataset_image`). `ExportStep` is what a
 step (merge, GGUF conversion, hub upload) works with: the channel it reports
 on, the stop check it calls between pieces of work (raising `Cancelled`), and
 the part of the export's one 0–100 progress scale it fills.
@@ -39,6 +40,7 @@ class Source:
     adapter: bool
     base_model: str | None
     job_config: dict[str, Any]
+    vision: bool = False  # a vision-language model (AutoModelForImageTextToText and its processor)
 
 
 def find_source(cfg: ExportConfig) -> Source:
@@ -61,10 +63,20 @@ def find_source(cfg: ExportConfig) -> Source:
         base = job_config.get("model_name") or adapter_config.get("base_model_name_or_path")
         if not base:
             raise UserError(f"{path}: the adapter does not say which base model it belongs to")
-        return Source(path, True, base, job_config)
+        return Source(path, True, base, job_config, _is_vision(job_config, expand(base) / "config.json"))
     if (path / "config.json").is_file():
-        return Source(path, False, None, job_config)
+        return Source(path, False, None, job_config, _is_vision(job_config, path / "config.json"))
     raise UserError(f"{path}: neither an adapter (adapter_config.json) nor a model (config.json) to export")
+
+
+def _is_vision(job_config: dict[str, Any], config_json: Path) -> bool:
+    """An image job's model (the job says so), else, for a folder without a job, a model with a vision config."""
+    if "is_dataset_image" in job_config:
+        return bool(job_config["is_dataset_image"])
+    try:
+        return "vision_config" in json.loads(config_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
