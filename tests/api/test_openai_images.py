@@ -4,9 +4,7 @@ base model into its output folder instead of training (the chat worker serves th
 
 from __future__ import annotations
 
-import base64
 import shutil
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,32 +16,12 @@ import pytest
 
 from tunestudio.jobs.manager import JobManager
 from tunestudio.settings import Settings
-from tunestudio.worker import child
-from tunestudio.worker.child import WorkerArgs
 
-from ..helpers.jobs import DATA, job_config
+from ..helpers.jobs import DATA
 from ..helpers.server import running_server
-from ..helpers.wait import wait_until
+from ..helpers.vision import FAMILIES, PICTURE, QUESTION, REPO, asking, copies_its_model, data_url, record_jobs
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parents[2]
-FAMILIES = {"smolvlm": REPO / "models" / "tiny-smolvlm", "qwen2_vl": REPO / "models" / "tiny-qwen2-vl"}
-PICTURE = DATA / "shapes" / "eval-0000.png"
-QUESTION = "What colour is the shape?"
-
-
-def copies_its_model(args: WorkerArgs) -> None:
-    """A training job that 'trains' by copying its base model's folder into its output folder, and completes."""
-    from tunestudio.worker.channel import QueueChannel
-
-    child.become_worker(args)
-    channel = QueueChannel(args.events, args.commands)
-    channel.phase("training")
-    output = Path(args.public_config["output_dir"])
-    shutil.copytree(args.public_config["model_name"], output, dirs_exist_ok=True)  # times kept: not "replaced"
-    channel.completed(output_dir=str(output), global_step=1)
-    channel.close()
-    sys.exit(0)
 
 
 @dataclass(frozen=True)
@@ -59,14 +37,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterat
                         prewarm=False)
     manager = JobManager(settings, worker_target=copies_its_model)
     manager.start()
-    jobs = {}
-    for name, folder in {**FAMILIES, "text": tiny_model}.items():
-        image = {"is_dataset_image": True, "local_datasets": [str(DATA / "shapes.jsonl")]} if name != "text" else {}
-        job = manager.submit(job_config(folder, home / name, **image))
-        jobs[name] = job.id
-    for job_id in jobs.values():
-        ended = wait_until(lambda j=job_id: (job := manager.get(j)).status.is_terminal and job, 60, "a job's end")
-        assert ended.status.value == "completed", ended.error
+    jobs = record_jobs(manager, home, tiny_model)
     with running_server(settings, manager) as url:
         yield Served(url, jobs)
     manager.close()
@@ -76,15 +47,6 @@ def served(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterat
 def client(served: Served) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=f"{served.url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
         yield client
-
-
-def data_url(raw: bytes, media: str = "image/png") -> str:
-    return f"data:{media};base64,{base64.b64encode(raw).decode()}"
-
-
-def asking(url: str, text: str = QUESTION) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                         {"type": "text", "text": text}]}]
 
 
 def create(client: openai.OpenAI, model: str, messages: list[dict[str, Any]], **fields: Any) -> Any:

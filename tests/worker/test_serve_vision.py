@@ -17,12 +17,11 @@ from tunestudio.inference_protocol import Delta, Done, Generate, ImageInput, Mod
 from tunestudio.worker.errors import UserFacing
 from tunestudio.worker.serve.generation import Models, answer, render
 
+from ..helpers.vision import FAMILIES, PICTURE, QUESTION
+
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")]  # peft's
-REPO = Path(__file__).resolve().parents[2]
-FAMILIES = {"smolvlm": REPO / "models" / "tiny-smolvlm", "qwen2_vl": REPO / "models" / "tiny-qwen2-vl"}
-PICTURE = REPO / "examples" / "data" / "shapes" / "eval-0000.png"
-ASK = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What colour is the shape?"}]}]
+ASK = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
 WHERE = "messages[0].content[0]"
 
 
@@ -87,7 +86,7 @@ def test_an_image_model_answers_with_its_picture_as_generate_does(folder: Path, 
     _, tokenizer, _ = models.for_spec(spec(folder))
     assert text == tokenizer.tokenizer.decode(reference(folder, ASK, 6), skip_special_tokens=True)
     # the same words without the picture: fewer prompt tokens (the image's are gone)
-    plain = replies(answer, models, ask(folder, (), [{"role": "user", "content": "What colour is the shape?"}]))
+    plain = replies(answer, models, ask(folder, (), [{"role": "user", "content": QUESTION}]))
     assert next(r for r in plain if isinstance(r, Started)).prompt_tokens < started.prompt_tokens
 
 

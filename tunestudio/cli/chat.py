@@ -1,5 +1,6 @@
-"""`tunestudio chat JOB_ID [--base|--compare] [--step N] [--system TEXT]`. In the chat, `/prompt` prints the
-prompt the model saw for the last message (its chat template applied, rendered by the inference worker).
+"""`tunestudio chat JOB_ID [--base|--compare] [--step N] [--system TEXT] [--image FILE]`. In the chat, `/prompt`
+prints the prompt the model saw for the last message (its chat template applied, rendered by the inference worker).
+`--image` shows an image job's model a picture with the conversation's first message (the worker decodes it).
 
 The chat runs the job's model in an inference worker process (tunestudio/inference/);
 this process, like every CLI process, never imports torch.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -17,6 +19,7 @@ from tunestudio.cli.common import console, err
 
 if TYPE_CHECKING:
     from tunestudio.inference import GenerateParams, InferencePool, ModelSpec
+    from tunestudio.inference_protocol import ImageInput
     from tunestudio.settings import Settings
 
 
@@ -46,6 +49,9 @@ def chat(
     system: Annotated[str | None, typer.Option(help="A system message to start the conversation with.")] = None,
     step: Annotated[int | None, typer.Option(min=0, help="Talk to the job's saved checkpoint-N (its weights at "
                                                           "step N) instead of its final weights.")] = None,
+    image: Annotated[list[Path] | None, typer.Option(
+        "--image", metavar="FILE", help="An image to show the model with your first message (an image job's "
+                                        "model; repeat the option for more).")] = None,
 ) -> None:
     """Chat with a job's result in the terminal, with streaming replies. Ctrl-C stops a reply; Ctrl-D ends."""
     from tunestudio.inference import InferencePool
@@ -58,6 +64,7 @@ def chat(
         raise typer.Exit(2)
     settings = Settings()
     sides = _sides(settings, job_id, base, compare, step)
+    images = _images(image or [], sides)
     pool = InferencePool(settings, inference_executor)
     params = GenerateParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed)
     interrupted = _Interrupted()
@@ -67,7 +74,7 @@ def chat(
     console.print(f"chatting with {names}; Ctrl-C stops a reply, Ctrl-D (or /exit) ends, /reset forgets, /prompt "
                   "shows the last prompt as the model saw it; end a line with \\ to go on on the next")
     try:
-        _converse(pool, sides, params, system, interrupted)
+        _converse(pool, sides, params, system, interrupted, images)
     finally:
         signal.signal(signal.SIGINT, previous)
         pool.close()
@@ -94,13 +101,38 @@ def _sides(settings: Settings, job_id: str, base: bool, compare: bool, step: int
     return sides
 
 
+def _images(files: list[Path], sides: list[ModelSpec]) -> tuple[ImageInput, ...]:
+    """The --image files' bytes (Pillow reads them in the worker); exit 2 for a text model or an unreadable file."""
+    from tunestudio.inference_protocol import ImageInput
+
+    if files and (text := next((s for s in sides if s.modality != "image"), None)) is not None:
+        err.print(f"[red]--image: {text.model_id} is a {text.modality} model and reads no images; chat with an "
+                  "image job (is_dataset_image)[/red]")
+        raise typer.Exit(2)
+    images = []
+    for file in files:
+        try:
+            images.append(ImageInput(f"--image {file}", file.expanduser().read_bytes()))
+        except OSError as exc:
+            err.print(f"[red]--image: cannot read {file}: {exc.strerror or exc}[/red]")
+            raise typer.Exit(2) from None
+    return tuple(images)
+
+
+def _user_turn(history: list[dict[str, Any]], prompt: str, images: tuple[ImageInput, ...]) -> dict[str, Any]:
+    """The user's turn; the conversation's first holds the images' placeholders, before the text."""
+    if not images or any(turn["role"] == "user" for turn in history):
+        return {"role": "user", "content": prompt}
+    return {"role": "user", "content": [*({"type": "image"} for _ in images), {"type": "text", "text": prompt}]}
+
+
 def _converse(pool: InferencePool, sides: list[ModelSpec], params: GenerateParams, system: str | None,
-              interrupted: _Interrupted) -> None:
+              interrupted: _Interrupted, images: tuple[ImageInput, ...] = ()) -> None:
     """Read a prompt, let each side answer it, until Ctrl-D, Ctrl-C at the prompt or /exit; /reset and /prompt
-    act on the conversation."""
-    histories: list[list[dict[str, str]]] = [[{"role": "system", "content": system}] if system else []
+    act on the conversation. The images go with every request: the first user turn holds them."""
+    histories: list[list[dict[str, Any]]] = [[{"role": "system", "content": system}] if system else []
                                              for _ in sides]
-    sent: list[dict[str, str]] = []  # the last messages the last side was given
+    sent: list[dict[str, Any]] = []  # the last messages the last side was given
     while True:
         try:
             prompt = _read("\n[bold]you[/] › ")
@@ -113,18 +145,18 @@ def _converse(pool: InferencePool, sides: list[ModelSpec], params: GenerateParam
             console.print("[dim]conversation forgotten[/dim]")
             continue
         if prompt.strip() == "/prompt":
-            _show_prompt(pool, sides[-1], sent)
+            _show_prompt(pool, sides[-1], sent, images)
             continue
         if not prompt.strip():
             continue
         for spec, history in zip(sides, histories, strict=True):
-            history.append({"role": "user", "content": prompt})
+            history.append(_user_turn(history, prompt, images))
             sent = list(history)
-            _answer(pool, spec, history, params, interrupted)
+            _answer(pool, spec, history, params, interrupted, images)
 
 
-def _answer(pool: InferencePool, spec: ModelSpec, history: list[dict[str, str]], params: GenerateParams,
-            interrupted: _Interrupted) -> None:
+def _answer(pool: InferencePool, spec: ModelSpec, history: list[dict[str, Any]], params: GenerateParams,
+            interrupted: _Interrupted, images: tuple[ImageInput, ...] = ()) -> None:
     """One side's reply to the history, streamed to the terminal and added to it; a refused turn taken back."""
     from tunestudio.inference import InferenceUnavailable
 
@@ -132,7 +164,7 @@ def _answer(pool: InferencePool, spec: ModelSpec, history: list[dict[str, str]],
     console.print(f"[bold]{label}[/] › ", end="")
     interrupted.hit = False
     try:
-        generation = pool.generate(spec, history, params)
+        generation = pool.generate(spec, history, params, images=images)
         interrupted.generation = generation
         text = "".join(_stream(generation))
         done = generation.result()
@@ -149,14 +181,14 @@ def _answer(pool: InferencePool, spec: ModelSpec, history: list[dict[str, str]],
     history.append({"role": "assistant", "content": text})
 
 
-def _show_prompt(pool: Any, spec: Any, messages: list[dict[str, str]]) -> None:
+def _show_prompt(pool: Any, spec: Any, messages: list[dict[str, Any]], images: tuple[ImageInput, ...] = ()) -> None:
     """Print the prompt these messages gave the model: the inference worker renders it (nothing generated)."""
     from tunestudio.inference import InferenceUnavailable
 
     if not messages:
         console.print("[dim]no message yet[/dim]")
         return
-    render = pool.render(spec, messages)
+    render = pool.render(spec, messages, images=images)
     try:
         for _ in render:  # a render sends no text: this waits for its end
             pass
