@@ -285,3 +285,22 @@ def test_a_converter_that_fails_is_named_in_the_error(tmp_path: Path) -> None:
     with pytest.raises(UserError) as raised:
         require_convertible(tmp_path / "no-such-model", ExportStep.of(ListChannel()))
     assert str(raised.value).startswith("the GGUF converter failed (exit code 1):"), raised.value
+
+
+def test_an_image_jobs_model_is_found_as_a_vision_model(tmp_path: Path) -> None:
+    """The job's is_dataset_image decides; a folder without a job, its model's vision_config."""
+    from tunestudio.worker.export.source import find_source
+
+    def source(config: dict[str, Any], job: dict[str, Any] | None) -> bool:
+        folder = tmp_path / f"s{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        if job is not None:
+            (folder / "job_config.json").write_text(json.dumps(job))
+        return find_source(ExportConfig(source_dir=str(folder), target="merged")).vision
+
+    vlm = {"model_type": "smolvlm", "vision_config": {}}
+    assert source(vlm, {"is_dataset_image": True, "training_type": "full"})
+    assert source(vlm, None)
+    assert not source({"model_type": "llama"}, None)
+    assert not source({"model_type": "llama"}, {"is_dataset_image": False})
