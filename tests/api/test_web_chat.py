@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
+from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
 
@@ -16,6 +17,7 @@ from ..helpers.browser import browser, open_page, playwright, screenshot  # noqa
 from ..helpers.chat import PROMPT, ChatHome, ScriptedPool
 from ..helpers.jobs import DATA
 from ..helpers.server import running_server
+from ..helpers.vision import PICTURE, QUESTION, copies_its_model, record_jobs
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -121,3 +123,40 @@ def test_tools_calls_results_and_reasoning_have_their_own_bubbles(job: Job, home
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
     assert messages[1]["content"] == "" and messages[1]["reasoning_content"] == "Weather: ask."
     assert messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"] and messages[2]["name"] == "get_weather"
+
+
+@pytest.fixture(scope="module")
+def image_server(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """Image jobs of both tiny families and a text job, recorded without training (tests/helpers/vision.py)."""
+    folder = tmp_path_factory.mktemp("web-images")
+    settings = Settings(home=folder / "home", dataset_roots=[DATA], prewarm=False)
+    with JobManager(settings, worker_target=copies_its_model) as manager:
+        manager.start()
+        jobs = record_jobs(manager, folder, tiny_model)
+        with running_server(settings, manager) as url:
+            yield url, jobs
+
+
+def test_an_image_job_s_chat_attaches_a_picture_and_shows_it(image_server: tuple[str, dict[str, str]],
+                                                             page: Page) -> None:
+    url, jobs = image_server
+    page.goto(f"{url}/#/jobs/{jobs['text']}")
+    page.locator("#chat-input").wait_for()
+    page.locator("#chat-template:not(:text('reading…'))").wait_for(state="attached")  # settings read: a text model
+    assert page.locator("#chat-attach").is_hidden()
+
+    job = jobs["qwen2_vl"]
+    page.goto(f"{url}/#/jobs/{job}")
+    page.locator("#chat-attach").wait_for()  # shown once the settings say the model reads images
+    page.locator("#chat-image").set_input_files(str(PICTURE))
+    page.locator("#chat-attached img.chat-thumb").wait_for()
+    page.locator("#chat-max-tokens").fill("4")
+    send(page, QUESTION)
+    said = page.locator(f'.chat-log[data-model="{job}"] .chat-msg.user')
+    assert said.locator("img.chat-image").get_attribute("src").startswith("data:image/png;base64,")
+    assert said.locator(".chat-text").inner_text() == QUESTION
+    assert len(replies(page, job)) == 1 and page.locator("#chat-error").is_hidden()
+    assert page.locator("#chat-attached").is_hidden()  # sent: the next message goes without it
+    page.locator("#chat-template-card summary").click()
+    page.locator("#chat-prompt:has-text('<|image_pad|>')").wait_for()  # the prompt the model read holds its tokens
+    screenshot(page, "job-chat-image.png")

@@ -5,7 +5,8 @@
 // server sees the client go and stops generating. With tools (a JSON list), a reply's calls show as bubbles of
 // their own and the next message is a call's result (a `tool` turn); a reply's reasoning (reasoning_content)
 // is folded above it. The system prompt, the tools, the weights (final, best, a saved step) and the chat template
-// with the prompt the model saw are chatsettings.js's.
+// with the prompt the model saw are chatsettings.js's. An image job's model can be shown a picture: "attach image"
+// reads a file into a data: URL, sent as the next user message's image_url part and shown in its bubble.
 
 import {chatStream} from "./api.js";
 import {chatSettings} from "./chatsettings.js";
@@ -24,7 +25,9 @@ export function chatPanel(id) {
   const base = {model: `${id}:base`, label: "base model", history: [], pending: [], box: null};
   let controllers = [];
   // Other weights start a fresh conversation (forget and layout are below; they run only on a change).
-  const settings = chatSettings(id, {onModel: (model) => { sides[0].model = model; forget(); layout(); }});
+  const image = imageAttachment();
+  const settings = chatSettings(id, {onModel: (model) => { sides[0].model = model; forget(); layout(); },
+    onImages: (on) => { image.node.hidden = !on; }});
 
   const compare = el("input", {type: "checkbox", id: "chat-compare"});
   const temperature = setting("temperature", "temperature", {min: 0, max: 2, step: 0.1, value: 0});
@@ -52,8 +55,9 @@ export function chatPanel(id) {
   };
 
   const who = {user: () => "you", tool: () => "tool result", call: () => "calls"};
-  const bubble = (side, role, text) => {
+  const bubble = (side, role, text, picture = null) => {
     const node = el("div", {class: `chat-msg ${role}`}, el("b", {}, (who[role] || (() => side.label))()),
+      picture ? el("img", {class: "chat-image", src: picture.url, alt: picture.name}) : null,
       el("span", {class: "chat-text"}, text));
     appendKids(side.box, node);
     side.box.scrollTop = side.box.scrollHeight;
@@ -88,6 +92,7 @@ export function chatPanel(id) {
 
   const busy = (on) => {
     send.disabled = on;
+    image.lock(on);
     stop.hidden = !on;
     compare.disabled = on;
     settings.lock(on);
@@ -96,11 +101,14 @@ export function chatPanel(id) {
   // One side's turn; false when the server refused it before answering (a bad setting: temperature -3): the
   // turn is taken back (no "you" left without an answer, nothing in the history) and the error shown.
   // A side whose last reply called tools takes the next message as the first unanswered call's result.
-  const ask = async (side, prompt, params) => {
+  // A user turn with a picture holds it as OpenAI's image_url part, before the text.
+  const ask = async (side, prompt, params, picture) => {
     const answering = side.pending.shift();
+    const content = picture && !answering
+      ? [{type: "image_url", image_url: {url: picture.url}}, {type: "text", text: prompt}] : prompt;
     const turn = answering ? {role: "tool", tool_call_id: answering.id, content: prompt}
-      : {role: "user", content: prompt};
-    const said = bubble(side, answering ? "tool" : "user", prompt);
+      : {role: "user", content};
+    const said = bubble(side, answering ? "tool" : "user", prompt, answering ? null : picture);
     if (side.pending.length) {  // more calls to answer before the model speaks again
       side.history.push(turn);
       return true;
@@ -150,7 +158,8 @@ export function chatPanel(id) {
 
   const submit = async () => {
     const prompt = input.value;
-    if (!prompt.trim() || send.disabled) return;
+    const picture = image.picture();
+    if ((!prompt.trim() && !picture) || send.disabled) return;
     input.value = "";
     error.hidden = true;
     const params = {temperature: Number(value(temperature)), max_tokens: Number(value(maxTokens)),
@@ -172,12 +181,13 @@ export function chatPanel(id) {
       // there (the other side would be refused the same); unanswered anywhere, the prompt goes back in the box.
       let answered = 0;
       for (const side of active()) {
-        if (!(await ask(side, prompt, params))) {
+        if (!(await ask(side, prompt, params, picture))) {
           if (!answered && !input.value) input.value = prompt;
           break;
         }
         answered += 1;
       }
+      if (answered) image.clear();  // sent; a refused one stays attached, as its text goes back in the box
     } finally {
       busy(false);
       input.focus();
@@ -185,7 +195,7 @@ export function chatPanel(id) {
   };
 
   const form = el("form", {class: "chat-form", id: "chat-form"}, input,
-    el("div", {class: "actions"}, send, stop, clear));
+    el("div", {class: "actions"}, image.node, send, stop, clear));
   form.addEventListener("submit", (event) => { event.preventDefault(); submit(); });
   input.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); submit(); }
@@ -211,4 +221,46 @@ export function chatPanel(id) {
     columns, error, form);
   layout();
   return {node, dispose: () => controllers.forEach((c) => c.abort())};
+}
+
+const MAX_IMAGE_BYTES = 20_000_000;  // the server's limit for one image (api/chat_images.py)
+
+/** The "attach image" control (hidden until the model reads images): {node, picture(), clear(), lock(on)};
+ * picture() is {name, url} (a data: URL) or null. */
+function imageAttachment() {
+  const file = el("input", {type: "file", id: "chat-image", accept: "image/*", hidden: true});
+  const pick = el("button", {class: "button ghost", id: "chat-attach", type: "button"}, "Attach image");
+  const shown = el("span", {class: "chat-attached", id: "chat-attached", hidden: true});
+  const note = el("span", {class: "form-error small", id: "chat-image-error", hidden: true});
+  let picture = null;
+  const clear = () => {
+    picture = null;
+    file.value = "";
+    shown.hidden = true;
+    replaceKids(shown);
+  };
+  pick.addEventListener("click", () => file.click());
+  file.addEventListener("change", () => {
+    const chosen = file.files[0];
+    note.hidden = true;
+    if (!chosen) return;
+    if (chosen.size > MAX_IMAGE_BYTES) {
+      note.hidden = false;
+      note.textContent = `${chosen.name} is over ${MAX_IMAGE_BYTES / 1e6} MB`;
+      file.value = "";
+      return;
+    }
+    const reader = new FileReader();
+    reader.addEventListener("load", () => {
+      picture = {name: chosen.name, url: reader.result};
+      replaceKids(shown, el("img", {class: "chat-thumb", src: picture.url, alt: chosen.name}), chosen.name,
+        el("button", {class: "button ghost small", type: "button", title: "remove the image", "aria-label":
+          "remove the image", onclick: clear}, "×"));
+      shown.hidden = false;
+    });
+    reader.readAsDataURL(chosen);
+  });
+  const node = el("span", {class: "chat-image-pick", hidden: true}, file, pick, shown, note);
+  return {node, picture: () => picture, clear,
+    lock: (on) => { pick.disabled = on; shown.querySelectorAll("button").forEach((b) => { b.disabled = on; }); }};
 }

@@ -9,8 +9,9 @@ import {appendKids, el, replaceKids} from "./util.js";
 const message = (err) => (err instanceof ApiError ? err.message : String(err));
 
 /** {options, details, model(), messages(history), lock(on), show(model, messages)} for job `id`;
- * `onModel(modelId)` is called when the user picks other weights. */
-export function chatSettings(id, {onModel}) {
+ * `onModel(modelId)` is called when the user picks other weights, `onImages(true)` once the settings say the
+ * model reads images (an image job's). */
+export function chatSettings(id, {onModel, onImages = () => {}}) {
   const weights = el("select", {id: "chat-weights"}, el("option", {value: id}, "final weights"));
   const system = el("textarea", {id: "chat-system", rows: "2",
     placeholder: "none: the conversation starts with your message"});
@@ -41,6 +42,7 @@ export function chatSettings(id, {onModel}) {
     replaceKids(weights, ...settings.models.map((m) => el("option", {value: m.id}, m.label)));
     if (!settings.models.length) appendKids(weights, el("option", {value: id}, "final weights"));
     showTemplate(settings.template, settings.template_file);
+    if (settings.images) onImages(true);
   }).catch((err) => { template.textContent = `the chat settings could not be read: ${message(err)}`; });
   weights.addEventListener("change", () => onModel(weights.value));
 
