@@ -196,7 +196,7 @@ class _SteadyPool:
         self.generations: list[_SteadyGeneration] = []
 
     def generate(self, spec: Any, messages: Any, params: Any, deliver: Callable[[Any], None],
-                 tools: Any = None) -> _SteadyGeneration:
+                 tools: Any = None, images: Any = ()) -> _SteadyGeneration:
         generation = _SteadyGeneration(deliver)
         self.generations.append(generation)
         threading.Thread(target=generation.run, daemon=True).start()

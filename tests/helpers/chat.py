@@ -100,7 +100,8 @@ class ScriptedPool:
         self.outputs = outputs
         self.requests: list[tuple[list[dict[str, Any]], Tools | None]] = []
 
-    def generate(self, spec: Any, messages: Any, params: Any, deliver: Any, tools: Tools | None = None) -> _Written:
+    def generate(self, spec: Any, messages: Any, params: Any, deliver: Any, tools: Tools | None = None,
+                 images: Any = ()) -> _Written:
         from tunestudio.tool_calls import Hermes
 
         self.requests.append((messages, tools))
