@@ -103,12 +103,12 @@ def _file(where: str, raw: str, folders: Sequence[Path]) -> bytes:
         raise ApiError(400, "path_not_allowed", f"{where}: {raw[:200]!r} lies outside the model and data folders "
                        "this server reads images from (its model roots, dataset roots and bundled data)",
                        field=where)
-    if not path.is_file():  # a folder, or a pipe or device that a read would wait on
-        raise ApiError(400, INVALID, f"{where}: {raw[:200]!r} is no file", field=where)
     try:
+        if not path.is_file():  # a folder, or a pipe or device that a read would wait on
+            raise ApiError(400, INVALID, f"{where}: {raw[:200]!r} is no file", field=where)
         with path.open("rb") as handle:
             data = handle.read(MAX_IMAGE_BYTES + 1)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a name too long for the filesystem, a file gone or unreadable
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ApiError(400, INVALID, f"{where}: the file {raw[:200]!r} cannot be read: {reason}", field=where) \
             from None
