@@ -96,6 +96,18 @@ def test_the_prompt_shown_holds_the_image_s_tokens(folder: Path, models: Models)
     assert ("<image>" in shown.prompt or "<|image_pad|>" in shown.prompt) and "What colour" in shown.prompt
 
 
+def test_a_photo_is_read_upright_by_its_exif_orientation_as_in_training() -> None:
+    from PIL import Image
+
+    from tunestudio.worker.serve.vision import decode
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to show
+    buffer = io.BytesIO()
+    Image.new("RGB", (20, 10), (255, 0, 0)).save(buffer, "JPEG", exif=exif.tobytes())
+    assert decode(ImageInput(WHERE, buffer.getvalue())).size == (10, 20)
+
+
 def _truncated() -> bytes:
     return png_bytes()[:200]
 

@@ -23,16 +23,18 @@ from tunestudio.worker.errors import UserFacing
 
 
 def decode(image: ImageInput) -> Any:
-    """The image as an RGB picture; UserFacing (400, naming where the request put it) if Pillow cannot read it whole
-    or it is past Pillow's decompression-bomb limit."""
-    from PIL import Image
+    """The image as an RGB picture, turned upright by its EXIF orientation; UserFacing (400, naming where the
+    request put it) if Pillow cannot read it whole or it is past Pillow's decompression-bomb limit."""
+    from PIL import Image, ImageOps
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             picture = Image.open(io.BytesIO(image.data))
             picture.load()  # every byte: a truncated file fails here, not inside the processor
-            return picture.convert("RGB")
+            # upright as a viewer shows it (a phone's photo is stored turned, its turn in EXIF), as the job's rows
+            # were read for training (worker/data/images.py)
+            return ImageOps.exif_transpose(picture).convert("RGB")
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
         raise UserFacing(f"{image.where}: the image is too large to decode safely ({exc})", 400, "invalid_image",
                          param=image.where) from None
