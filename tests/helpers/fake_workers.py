@@ -273,6 +273,16 @@ def sweep_trial(args: WorkerArgs) -> None:
     with eval_loss = sweep_objective(learning_rate, lora_r) + 1/step; the last one is the final metric. It
     obeys stop commands (with save: a checkpoint at the step reached). It writes `secrets_seen.json` in its
     output: the SHA-256 of each secret its channel handed it (`seen_secrets` reads it; never the secret)."""
+    _sweep_trial(args, finishing_seconds=0.0)
+
+
+def sweep_trial_slow_to_finish(args: WorkerArgs) -> None:
+    """`sweep_trial` that takes half a second after its last step before it completes, deaf to a stop then, as a
+    real worker is while it saves and evaluates the result (a stop only ends training)."""
+    _sweep_trial(args, finishing_seconds=0.5)
+
+
+def _sweep_trial(args: WorkerArgs, finishing_seconds: float) -> None:
     from pathlib import Path
 
     from tunestudio.events import Completed, Phase, Progress
@@ -301,6 +311,7 @@ def sweep_trial(args: WorkerArgs) -> None:
         if step % every == 0:
             eval_loss = target + 1.0 / step
             channel.emit(Progress, step=step, total_steps=total, eval_loss=eval_loss)
+    time.sleep(finishing_seconds)
     (output / "adapter_config.json").write_text("{}")
     metrics = {"eval_loss": eval_loss} if eval_loss is not None else {}
     channel.emit(Completed, output_dir=str(output), stopped=False, saved=True, global_step=total, metrics=metrics)

@@ -235,6 +235,25 @@ def test_a_trial_the_pruner_gives_up_on_stops_early_with_a_save(tmp_path: Path) 
         assert view.trials[0].status == "completed"  # the pruned rank below the completed
 
 
+def test_a_trial_judged_at_its_last_evaluation_whose_job_completes_anyway_is_completed(tmp_path: Path) -> None:
+    # Two evaluations a trial (steps 2 and 4): the median pruner judges from the second, the last, and with seed
+    # 1 the grid's third trial is worse than the first two there. Its job is past its last step when the stop
+    # comes and completes: a trial with a whole run and a final value, never reported as pruned.
+    config = sweep(seed=1, n_trials=3, parallel=1, pruner="median", base={**sweep().base, "max_steps": 4})
+    with JobManager(settings(tmp_path, max_concurrent_jobs=1),
+                    worker_target=fake_workers.sweep_trial_slow_to_finish) as manager, \
+            Sweeps(manager, poll_seconds=0.05) as sweeps:
+        view = wait_status(sweeps, sweep_id := sweeps.create(config).id, {"completed"})
+        assert [t.status for t in view.trials] == ["completed"] * 3, view.trials
+        for trial in view.trials:
+            assert manager.get(trial.job_id).status is JobStatus.completed
+            assert trial.value == pytest.approx(final_loss(trial.params, steps=4))
+        study = Study(tmp_path / "home" / "sweeps" / f"{sweep_id}.db")
+        judged = [t.user_attrs.get("pruned_at") for t in study.study.trials]
+        study.close()
+        assert judged[2] == 4, judged  # the pruner did give up on it, at its last evaluation
+
+
 def test_a_sweep_continues_after_a_restart(tmp_path: Path) -> None:
     config = sweep(parallel=1, base={**sweep().base, "max_steps": 16})
     manager = JobManager(settings(tmp_path, max_concurrent_jobs=1), worker_target=fake_workers.sweep_trial).start()

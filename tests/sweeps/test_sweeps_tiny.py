@@ -53,6 +53,11 @@ def finished(view: dict[str, Any]) -> int:
     return sum(t.status in ("completed", "pruned") for t in view.trials)
 
 
+def evaluated(manager: JobManager, job_id: str) -> list[int]:
+    """The steps the job evaluated at (step 0: the base model)."""
+    return [r["step"] for r in manager.metrics(job_id) if r.get("eval_loss") is not None]
+
+
 def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: Path, tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home", max_concurrent_jobs=1)
     with JobManager(settings) as manager, Sweeps(manager, poll_seconds=0.1) as sweeps:
@@ -68,17 +73,21 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
         assert [t.value for t in completed] == sorted(t.value for t in completed)
         assert trials[:len(completed)] == completed  # the completed rank above the pruned
         assert pruned, trials
-        for trial in pruned:  # stopped early, with a save
+        for trial in pruned:  # stopped early, with a save, before its last evaluation
             job = manager.get(trial.job_id)
             assert job.status is JobStatus.stopped and job.checkpoint is not None
-            assert trial.steps < MAX_STEPS
+            steps = evaluated(manager, job.id)  # judged from its second evaluation on (step 3)
+            assert steps == list(range(0, max(steps) + 1, 3)) and 3 <= max(steps) < MAX_STEPS, steps
         for trial in completed:
             assert manager.get(trial.job_id).status is JobStatus.completed
             assert trial.steps == MAX_STEPS and set(trial.evaluation["eval_loss"].model_dump()) == {"before", "after"}
         assert view.best.number == completed[0].number
         assert view.best.params["learning_rate"] != 1e-5
         jobs = {t.number: manager.get(t.job_id) for t in trials}
-        steps = {t.number: t.steps for t in trials}
+        # A pruned job's evaluations end where the stop reached it, a step or more after the verdict: a stop at an
+        # evaluation's step skips that evaluation, so they are the job's own, not every third step up to its last.
+        evaluations = {number: evaluated(manager, job.id) for number, job in jobs.items()}
+        assert all(evaluations[t.number] == list(range(0, MAX_STEPS + 1, 3)) for t in completed), evaluations
         trial_jobs = manager.list(sweep_id=sweep_id, limit=100)
         # a trial the restart stopped (or cancelled while queued) runs again, unless the pruner had stopped it:
         # then it is told PRUNED and the sweep goes on (a CI run saw that race): at least a job per trial
@@ -106,8 +115,8 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
         assert int(row["params.lora_r"]) == job.config.lora_r
         assert row["status"] == ("FINISHED" if job.status is JobStatus.completed else "KILLED")
         history = mlflow.tracking.MlflowClient().get_metric_history(row["run_id"], "eval_loss")
-        # the base model at step 0, then each evaluation until the job ended (a pruned one after its first)
-        assert [m.step for m in history] == list(range(0, steps[number] + 1, 3))
+        # the base model at step 0, then each evaluation until the job ended (a pruned one's, from its first on)
+        assert [m.step for m in history] == evaluations[number]
         assert row["metrics.loss"] > 0
     best = by_output[jobs[view.best.number].output_dir]
     assert best["metrics.after_eval_loss"] == pytest.approx(view.best.value)

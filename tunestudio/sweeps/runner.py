@@ -31,6 +31,11 @@ from tunestudio.sweeps.views import BeforeAfter, BestTrial, ObjectiveView, Sweep
 
 log = logging.getLogger(__name__)
 
+# A trial's user attribute: the step of the evaluation the pruner gave up on it at. The verdict is told Optuna when
+# the job it stopped has ended (a restarted server reads it here): a job past its last step when the stop came
+# completes anyway, and is then the completed trial it is, its value counted.
+PRUNED_AT = "pruned_at"
+
 
 def _suggest(trial: optuna.Trial, config: SweepConfig) -> dict[str, Param]:
     params: dict[str, Param] = {}
@@ -112,9 +117,9 @@ class SweepRunner(threading.Thread):
                 return False
             self._follow(frozen, jobs.get(frozen.number), status)
         live = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
-        # A pruned trial's job is still stopping (saving) when Optuna has its verdict: the sweep ends after it.
-        # The jobs as this poll read them (one listing a poll: each Job is its config validated from its row); a
-        # job that ended since counts as live until the next poll.
+        # A trial is told when its job has ended (a pruned one's too), but a job that ended after this poll's
+        # listing counts as live until the next poll (one listing a poll: each Job is its config validated from
+        # its row), and the sweep ends after it.
         ending = any(job.status.is_live for job in jobs.values())
         if status == "running":
             started = len(study.get_trials(deepcopy=False))
@@ -204,6 +209,10 @@ class SweepRunner(threading.Thread):
                 with contextlib.suppress(JobConflict, JobNotFound):
                     self.manager.stop(job.id, save=True)
             return
+        if PRUNED_AT in frozen.user_attrs and job.status.value != "completed":
+            # the pruner's verdict, now that the job it stopped has ended (not run again, whatever stopped it)
+            self._tell(number, TrialState.PRUNED, best_step=self._best_step(frozen.intermediate_values))
+            return
         value, best_step = final_value(job, self.config) if job.status.value == "completed" else (None, None)
         if value is None and job.status.value != "failed":
             value, best_step = self._last_value(job)
@@ -218,7 +227,10 @@ class SweepRunner(threading.Thread):
             self._tell(number, TrialState.FAIL, error=job.error or f"job {job.id} ended {job.status.value}")
 
     def _report(self, frozen: optuna.trial.FrozenTrial, job: Job) -> None:
-        """The job's new evaluations as the trial's intermediate values; a trial the pruner gives up on stops."""
+        """The job's new evaluations as the trial's intermediate values; a trial the pruner gives up on stops (the
+        verdict is told when its job has ended: `_follow`)."""
+        if PRUNED_AT in frozen.user_attrs:
+            return  # judged: its job is stopping, and the trial keeps the values it was judged on
         seen = frozen.intermediate_values
         since = max(seen) if seen else None
         trial = self._handle(frozen.number)
@@ -231,9 +243,9 @@ class SweepRunner(threading.Thread):
         warm = self.config.pruner != "median" or len(steps) >= MEDIAN_WARMUP_EVALUATIONS
         if len(steps) > len(seen) and warm and job.status.value != "stopping" and trial.should_prune():
             log.info("sweep %s: trial %d pruned at step %d", self.study.id, frozen.number, max(steps))
+            trial.set_user_attr(PRUNED_AT, max(steps))
             with contextlib.suppress(JobConflict, JobNotFound):
                 self.manager.stop(job.id, save=True)
-            self._tell(frozen.number, TrialState.PRUNED, best_step=self._best_step(steps))
 
     def _last_value(self, job: Job) -> tuple[float | None, int | None]:
         """The job's last evaluation of the objective, and its step (the value told is that step's)."""
