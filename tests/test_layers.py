@@ -34,7 +34,8 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("faces", frozenset({"cli", "api", "data_report"}), False),
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
-                        "ownership", "export_config", "bench_config", "estimate", "kinds", "openai_client",
+                        "ownership", "export_config", "bench_config", "estimate", "estimate_vision", "kinds",
+                        "openai_client",
                         "chat_rows", "tool_calls"}), False),
 )
 

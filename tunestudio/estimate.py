@@ -21,7 +21,11 @@ what torch and peft count. Memory is what the worker holds:
   head and key; with activation checkpointing only each layer's input and one
   layer live;
 - the logits of the head and loss, which dominate for large vocabularies unless
-  the loss is computed in tiles (TRL's fused head, SFTTrainer: `MethodSpec.fused_head`).
+  the loss is computed in tiles (TRL's fused head, SFTTrainer: `MethodSpec.fused_head`);
+- an image job's vision tower and projector (tunestudio/estimate_vision.py): their weights, their adapters (or,
+  full, their training) as the vision switches choose, and, when they train, the tower's activations for a
+  micro-batch's images at the job's size; the images' tokens are part of max_seq_length (the worker refuses a
+  row longer than it), so the language model's figures do not change.
 It is an estimate to decide on, not a measurement: the worker reports the real
 peak in its progress events.
 """
@@ -33,9 +37,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tunestudio.config import METHOD_SPECS
+from tunestudio.estimate_vision import ImageSize, VisionTower
 
-__all__ = ["HEADROOM", "EstimateUnavailable", "Memory", "Shape", "checkpointing_needed", "flops_per_token",
-           "job_memory", "memory"]
+__all__ = ["HEADROOM", "EstimateUnavailable", "ImageJob", "ImageSize", "Memory", "Shape", "Vision", "VisionTower",
+           "checkpointing_needed", "flops_per_token", "image_flops", "image_job", "job_memory", "memory"]
 
 GIB = 1024**3
 HEADROOM = 0.9  # the share of free memory a job may plan to fill
@@ -46,6 +51,7 @@ _TWO_MATRIX_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", 
 # Optimizer state, bytes per trainable parameter (AdamW and the rest: two fp32 moments).
 _OPTIMIZER_BYTES = {"adamw_8bit": 2.0, "paged_adamw_8bit": 2.0, "sgd": 0.0, "adafactor": 0.5}
 _ATTENTION = {"q_proj", "k_proj", "v_proj", "o_proj"}
+IMAGES_PER_ROW = 1  # the estimate's rows hold one image each (worker/data/images.py allows up to 8)
 
 
 class EstimateUnavailable(ValueError):
@@ -63,6 +69,7 @@ class Shape:
     head_dim: int
     tied: bool
     mlp_matrices: int
+    biased: frozenset[str] = frozenset()  # the block linears with a bias (Qwen2's q, k, v; attention_bias)
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> Shape:
@@ -88,6 +95,7 @@ class Shape:
             head_dim=first("head_dim") or hidden // heads,
             tied=bool(config.get("tie_word_embeddings", two)),
             mlp_matrices=2 if two else 3,
+            biased=_biased(config),
         )
 
     def linears(self) -> dict[str, tuple[int, int]]:
@@ -102,9 +110,10 @@ class Shape:
     def parameters(self) -> tuple[int, int]:
         """(all parameters, those in the blocks' linear layers)."""
         linear = self.layers * sum(a * b for a, b in self.linears().values())
+        biases = self.layers * sum(out for name, (_, out) in self.linears().items() if name in self.biased)
         norms = self.layers * 2 * self.hidden + self.hidden
         embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
-        return linear + norms + embeddings, linear
+        return linear + biases + norms + embeddings, linear
 
     def compute_parameters(self) -> int:
         """The weights a token is multiplied by: the blocks' linears and the head (the embedding is a lookup)."""
@@ -125,6 +134,33 @@ class Shape:
         return names
 
 
+def _biased(config: dict[str, Any]) -> frozenset[str]:
+    if config.get("attention_bias") is True:
+        attention = {"q_proj", "k_proj", "v_proj", "o_proj"}
+    elif str(config.get("model_type") or "").startswith("qwen2"):  # Qwen2, Qwen2-VL, Qwen2.5-VL: q, k and v
+        attention = {"q_proj", "k_proj", "v_proj"}
+    else:
+        attention = set()
+    return frozenset(attention | ({"gate_proj", "up_proj", "down_proj"} if config.get("mlp_bias") is True else set()))
+
+
+@dataclass(frozen=True)
+class Vision:
+    """An image job's vision side in Memory: the tower and projector, and what one image becomes."""
+
+    family: str
+    approximate: bool  # a family counted as a plain SigLIP tower (neither Idefics3/SmolVLM nor Qwen2-VL)
+    parameters: int
+    trainable: int
+    trains: bool  # whether the tower's activations are kept for a backward
+    activations_bytes: int  # the tower's share of Memory.activations_bytes
+    image: ImageSize
+    images_per_row: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "image": self.image.as_dict()}
+
+
 @dataclass(frozen=True)
 class Memory:
     parameters: int
@@ -135,6 +171,7 @@ class Memory:
     optimizer_bytes: int
     activations_bytes: int  # the layers' kept tensors and the head's logits, one micro-batch
     logits_bytes: int  # the head's share of activations_bytes
+    vision: Vision | None = None  # an image job's: its share of each figure above
 
     @property
     def beyond_weights(self) -> int:
@@ -145,8 +182,21 @@ class Memory:
     def total_bytes(self) -> int:
         return self.weights_bytes + self.beyond_weights
 
-    def as_dict(self) -> dict[str, int]:
-        return {**asdict(self), "total_bytes": self.total_bytes}
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "vision": self.vision.as_dict() if self.vision else None,
+                "total_bytes": self.total_bytes}
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """What an image job adds to memory()'s arguments: the seed's vision switches and the image settings."""
+
+    vision_layers: bool = True  # finetune_vision_layers
+    language_layers: bool = True  # finetune_language_layers
+    max_image_size: int | None = None
+    splitting: bool = False  # image_splitting
+    max_pixels: int | None = None  # the processor's own pixel cap (Qwen2-VL), when known
+    images_per_row: int = IMAGES_PER_ROW
 
 
 def memory(
@@ -165,25 +215,71 @@ def memory(
     checkpointing: bool = False,
     parameters: int | None = None,
     attention: str = "sdpa",
+    image: ImageJob | None = None,
 ) -> Memory:
     """The memory a job needs (see the module's note). precision: the compute precision (fp32, bf16, fp16);
     parameters: an exact count (the safetensors headers) to use instead of the arithmetic's; attention: the
-    model's attention implementation (transformers' default is sdpa, which keeps no per-key scores)."""
+    model's attention implementation (transformers' default is sdpa, which keeps no per-key scores); image: an
+    image job's settings (its model's vision tower counted when config.json has a vision_config)."""
     shape = Shape.of(config)
     counted, linear = shape.parameters()
-    params = parameters or counted
-    # fp32 as loaded; QLoRA's block linears in nf4 with their scales (the rest stays fp32)
+    tower = VisionTower.of(config, shape.hidden) if image is not None else None
+    tower_counted, tower_linear = tower.parameters() if tower else (0, 0)
+    params = parameters or counted + tower_counted
+    linear += tower_linear
+    # fp32 as loaded; QLoRA's linears in nf4 with their scales (the rest stays fp32)
     weights = int(linear * 0.5 * 1.07 + (params - linear) * 4) if training_type == "qlora" else params * 4
-    if training_type == "full":
-        trainable, adapter = params, 0
-    else:
-        targets = shape.lora_targets(target_modules, finetune_attention_modules, finetune_mlp_modules)
-        trainable = shape.layers * sum(lora_r * (a + b) for name, (a, b) in shape.linears().items()
-                                       if name in targets)
-        adapter = trainable * 4
+    targets = list(target_modules or [])
+    language, vision = _trained(shape, tower, image, training_type, lora_r, targets,
+                                (finetune_attention_modules, finetune_mlp_modules), (params, tower_counted))
+    trainable = language + vision
+    adapter = 0 if training_type == "full" else trainable * 4
     width = _ACTIVATION_BYTES.get(precision, 4)
     spec = METHOD_SPECS[method]  # its rows per example (a pair's two answers) and whether its loss is fused
-    tokens = batch_size * spec.rows_per_example * seq_len
+    rows = batch_size * spec.rows_per_example
+    layers, logits = _text_activations(shape, spec.fused_head, rows * seq_len, seq_len, width, checkpointing,
+                                       attention)
+    seen = None
+    if tower is not None and image is not None:
+        picture = tower.image(image.max_image_size, image.splitting, image.max_pixels)
+        images = rows * image.images_per_row
+        if vision:
+            kept = tower.activations(picture, images, width, checkpointing, attention, training_type == "full")
+        else:  # a tower that does not train keeps nothing for a backward: only its output, for the language model
+            kept = images * picture.patches * tower.hidden * width
+        layers += kept
+        seen = Vision(family=tower.family, approximate=tower.approximate, parameters=tower_counted, trainable=vision,
+                      trains=bool(vision), activations_bytes=kept, image=picture, images_per_row=image.images_per_row)
+    return Memory(
+        parameters=params, trainable=trainable, weights_bytes=weights, adapter_bytes=adapter,
+        gradients_bytes=trainable * 4, optimizer_bytes=int(trainable * _OPTIMIZER_BYTES.get(optim, 8.0)),
+        activations_bytes=int(layers + logits), logits_bytes=int(logits), vision=seen,
+    )
+
+
+def _trained(shape: Shape, tower: VisionTower | None, image: ImageJob | None, training_type: str, lora_r: int,
+             targets: list[str], switches: tuple[bool, bool], counts: tuple[int, int]) -> tuple[int, int]:
+    """(trainable parameters of the language model, of the vision tower and projector). An image job's switches
+    choose the sides (worker/modalities/image.py); target_modules, when given, are matched on both sides as peft
+    matches them, whatever the switches say (worker/train/model.lora_target_modules)."""
+    params, tower_params = counts
+    if training_type == "full":  # every weight, less the side an image job's switches freeze
+        if image is None:
+            return params, 0
+        return (params - tower_params if image.language_layers else 0), (tower_params if image.vision_layers else 0)
+    attention, mlp = switches
+    language = image is None or image.language_layers or bool(targets)
+    names = shape.lora_targets(targets, attention, mlp) if language else set()
+    text = shape.layers * sum(lora_r * (a + b) for name, (a, b) in shape.linears().items() if name in names)
+    vision = 0
+    if tower is not None and image is not None and (image.vision_layers or targets):
+        vision = tower.lora_parameters(tower.lora_names(targets, attention, mlp), lora_r)
+    return text, vision
+
+
+def _text_activations(shape: Shape, fused_head: bool, tokens: int, seq_len: int, width: int, checkpointing: bool,
+                      attention: str) -> tuple[int, int]:
+    """(the language model's layers' kept tensors, the head's logits) for a micro-batch of `tokens`."""
     kept = 24 * shape.hidden + 5 * shape.intermediate  # values per token and layer (bench/activations.py)
     if attention == "eager":  # the attention probabilities, per head and key
         kept += int(1.5 * shape.heads * seq_len)
@@ -191,16 +287,24 @@ def memory(
         layers = tokens * (shape.layers * 2 * shape.hidden + kept) * width
     else:
         layers = tokens * shape.layers * kept * width
-    if spec.fused_head:
+    if fused_head:
         # a tile of at most 4096 tokens x 32768 vocabulary entries, forward and backward, a few floats per token
         logits = min(tokens, 4096) * min(shape.vocab, 32768) * 4 * 2 + tokens * 16
     else:
         logits = tokens * shape.vocab * (width + 4 + 4)  # the logits, their fp32 copy for the loss, its gradient
-    return Memory(
-        parameters=params, trainable=trainable, weights_bytes=weights, adapter_bytes=adapter,
-        gradients_bytes=trainable * 4, optimizer_bytes=int(trainable * _OPTIMIZER_BYTES.get(optim, 8.0)),
-        activations_bytes=int(layers + logits), logits_bytes=int(logits),
-    )
+    return layers, logits
+
+
+def image_job(job: Mapping[str, Any], config: Mapping[str, Any]) -> ImageJob | None:
+    """An image job's settings from JobConfig's field names (None: a text job). config: the model's config.json;
+    its `_max_pixels`, when the caller read the processor's (estimate_vision.pixel_cap), caps Qwen2-VL's images."""
+    if not job.get("is_dataset_image"):
+        return None
+    cap = config.get("_max_pixels")
+    return ImageJob(vision_layers=bool(job.get("finetune_vision_layers", True)),
+                    language_layers=bool(job.get("finetune_language_layers", True)),
+                    max_image_size=job.get("max_image_size") or None, splitting=bool(job.get("image_splitting")),
+                    max_pixels=cap if isinstance(cap, int) and cap > 0 else None)
 
 
 def job_memory(config: dict[str, Any], job: Mapping[str, Any], *, precision: str, checkpointing: bool,
@@ -214,7 +318,7 @@ def job_memory(config: dict[str, Any], job: Mapping[str, Any], *, precision: str
                   finetune_mlp_modules=bool(job.get("finetune_mlp_modules", True)),
                   batch_size=int(job["batch_size"]), seq_len=int(job["max_seq_length"]), precision=precision,
                   optim=str(job["optim"]), checkpointing=checkpointing, parameters=parameters,
-                  attention=str(config.get("_attn_implementation") or "sdpa"))
+                  attention=str(config.get("_attn_implementation") or "sdpa"), image=image_job(job, config))
 
 
 def checkpointing_needed(without: Memory, free: int) -> bool:
@@ -228,3 +332,17 @@ def flops_per_token(config: dict[str, Any], training_type: str) -> float:
     backward about twice that when every weight trains (full), about once with a frozen base (LoRA, QLoRA: the
     input gradients, the adapters' own being small)."""
     return (6.0 if training_type == "full" else 4.0) * Shape.of(config).compute_parameters()
+
+
+def image_flops(config: dict[str, Any], job: Mapping[str, Any]) -> float:
+    """Training FLOPs of one row's images in the vision tower and projector (0: a text job, or a model without a
+    tower): the forward (VisionTower.flops), and when the tower trains a backward as flops_per_token counts it; a
+    tower that does not train runs its forward only (no gradient reaches the pixels)."""
+    image = image_job(job, config)
+    tower = VisionTower.of(config, Shape.of(config).hidden) if image is not None else None
+    if tower is None or image is None:
+        return 0.0
+    trains = image.vision_layers or bool(job.get("target_modules"))
+    factor = (3.0 if str(job["training_type"]) == "full" else 2.0) if trains else 1.0
+    return factor * image.images_per_row * tower.flops(tower.image(image.max_image_size, image.splitting,
+                                                                   image.max_pixels))

@@ -20,6 +20,7 @@ from tunestudio.worker.child import WorkerArgs
 
 from ..helpers import fake_workers
 from ..helpers.jobs import DATA
+from ..helpers.vision import FAMILIES
 from ..helpers.wait import wait_until
 
 S = JobStatus
@@ -208,6 +209,36 @@ def test_the_memory_total_is_bytes_its_parts_whatever_the_step_count(client: Tes
         assert isinstance(got["total_bytes"], int) and got["total_bytes"] == sum(got[p] for p in parts)
         assert got["runtime_bytes"] > 0 and got["fits"] is True
     assert timed["total_bytes"] == untimed["total_bytes"]
+
+
+def test_a_vision_models_estimate_counts_its_tower_and_its_images(client: TestClient, tmp_path: Path) -> None:
+    """Issue 42, part 6: the form leaves is_dataset_image off (the worker detects image rows), yet a vision-language
+    model's job is an image job: its tower, its adapters as the vision switches choose them, and what an image
+    becomes with its processor's own pixel cap (processor_config.json beside config.json)."""
+    source = FAMILIES["qwen2_vl"]
+    assert (source / "config.json").is_file(), f"{source} is not built: `make test` builds it"
+    folder = tmp_path / "models" / "vlm"
+    config = json.loads((source / "config.json").read_text())
+    _fake_model(folder, config, {"everything": [1_148_928]})  # the tiny Qwen2-VL's parameters (torch's count)
+    (folder / "processor_config.json").write_text((source / "processor_config.json").read_text())
+    ask = {"model_name": str(folder), "batch_size": 2, "max_seq_length": 64, "lora_r": 8, "precision": "fp32"}
+    got = client.post("/api/models/estimate", json=ask).json()
+    assert got["vision"]["family"] == "qwen2_vl" and got["vision"]["trains"] is True
+    assert got["vision"]["image"] == {"side": 56, "views": 1, "patches": 16, "tokens": 6}  # its 3,136-pixel cap
+    assert got["parameters"] == 1_148_928 and got["vision"]["parameters"] < got["parameters"]
+    assert any(n.startswith("a vision-language model: the estimate counts one image a row") for n in got["notes"])
+    assert any(n.startswith("images: 6 tokens each, within max_seq_length 64") for n in got["notes"])
+    frozen = client.post("/api/models/estimate", json={**ask, "finetune_vision_layers": False}).json()
+    assert frozen["trainable"] == got["trainable"] - got["vision"]["trainable"] and frozen["vision"]["trainable"] == 0
+    assert frozen["activations_bytes"] < got["activations_bytes"]
+    stated = client.post("/api/models/estimate", json={**ask, "is_dataset_image": True}).json()
+    assert stated["trainable"] == got["trainable"] and not any("a vision-language" in n for n in stated["notes"])
+    # without its processor's cap, an image is 448 px (worker/modalities/image.side): 1,024 patches, 258 tokens
+    (folder / "processor_config.json").unlink()
+    uncapped = client.post("/api/models/estimate", json=ask).json()
+    assert uncapped["vision"]["image"]["tokens"] == 258
+    assert any("an image alone is 258 tokens, not less than max_seq_length 64: every row with one would be refused"
+               in n for n in uncapped["notes"])
 
 
 def trains_then_evaluates(args: WorkerArgs) -> None:

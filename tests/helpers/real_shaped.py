@@ -37,3 +37,20 @@ def build_real_shaped(directory: Path, tiny_model: Path) -> Path:
     proc.join(600)
     assert proc.exitcode == 0, "building the real-shaped model failed"
     return directory
+
+
+# SmolVLM-256M-Instruct's published configuration, typed in (source: HuggingFaceTB/SmolVLM-256M-Instruct,
+# config.json on the Hugging Face hub: an Idefics3 model, SmolLM2-135M's language model and SigLIP
+# base-patch16-512's vision tower, pixel shuffle 4). The fields a model's shape depends on; the rest are
+# transformers' defaults. Random weights where a test builds it.
+SMOLVLM_256M: dict = {
+    "model_type": "idefics3", "architectures": ["Idefics3ForConditionalGeneration"], "image_token_id": 49190,
+    "scale_factor": 4, "tie_word_embeddings": False,
+    "text_config": {"model_type": "llama", "vocab_size": 49280, "hidden_size": 576, "intermediate_size": 1536,
+                    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+                    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 100000,
+                    "tie_word_embeddings": False},
+    "vision_config": {"model_type": "idefics3_vision", "hidden_size": 768, "intermediate_size": 3072,
+                      "num_hidden_layers": 12, "num_attention_heads": 12, "num_channels": 3, "image_size": 512,
+                      "patch_size": 16},
+}

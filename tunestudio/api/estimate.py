@@ -15,6 +15,9 @@ the device and its free memory, whether the job fits, and time (api/estimate_tim
   models; only when nothing ran here yet, the formula alone;
 - the total, each part with what it is based on (`basis`). It is an estimate; the
   page says so, and the job page shows it against the step time the job measures.
+
+A vision-language model's job is estimated as an image job (one image a row at the job's size): its vision tower
+and projector, the tokens an image takes of max_seq_length, and the tower's share of a step's FLOPs.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tunestudio.estimate import (
     RUNTIME_BYTES,
     EstimateUnavailable,
     Memory,
+    Vision,
     checkpointing_needed,
     job_memory,
 )
@@ -63,6 +67,9 @@ class Estimate:
     other_seconds: float | None = None  # starting, loading the model and data, saving
     total_seconds: float | None = None
     basis: list[str] = field(default_factory=list)  # what each figure rests on, one line each
+    # an image job's vision tower: its parameters and trained ones, its activations, what one image becomes (side,
+    # views, patches, tokens) and the images a row (tunestudio.estimate.Vision); None for a text job
+    vision: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,7 +88,10 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
     those held out). Raises EstimateUnavailable when config.json lacks the model's shape."""
     device, available, on_gpu = _device(machine)
     notes: list[str] = []
+    job = _with_images(config, job, notes)
     chosen = _memory(config, job, on_gpu, available, exact_parameters, notes)
+    if chosen.vision is not None:
+        notes.extend(_image_notes(chosen.vision, int(job["max_seq_length"])))
     total_bytes = chosen.total_bytes + RUNTIME_BYTES
     if str(job["training_type"]) == "qlora" and not on_gpu:
         notes.append("QLoRA trains on a CPU here (bitsandbytes), slowly")
@@ -96,7 +106,34 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
         seconds_source=timed.source, tokens_per_row=timed.tokens_per_row, steps=timed.steps,
         train_seconds=timed.train, evaluation_seconds=timed.evaluation, generation_seconds=timed.generation,
         other_seconds=timed.other, total_seconds=timed.total, basis=timed.basis,
+        vision=chosen.vision.as_dict() if chosen.vision else None,
     )
+
+
+def _with_images(config: dict[str, Any], job: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The job as the worker will run it: a vision-language model's job is an image job. The form leaves
+    is_dataset_image off, as the worker detects image rows when the job starts (worker/modalities.detected), and
+    these models train on images (most of them cannot load as a text model at all), so the estimate counts the
+    images unless the form says otherwise."""
+    if job.get("is_dataset_image") or not isinstance(config.get("vision_config"), dict):
+        return job
+    notes.append("a vision-language model: the estimate counts one image a row (is_dataset_image is detected from "
+                 "the rows when the job starts)")
+    return {**job, "is_dataset_image": True}
+
+
+def _image_notes(vision: Vision, max_seq_length: int) -> list[str]:
+    image = vision.image
+    views = f"{image.views} views" if image.views > 1 else "one view"
+    notes = [f"images: {image.tokens} tokens each, within max_seq_length {max_seq_length} ({views} of {image.side} "
+             f"px: {image.patches:,} patches through the vision tower, "
+             + ("which trains)" if vision.trains else "frozen)")]
+    if image.tokens >= max_seq_length:
+        notes.append(f"an image alone is {image.tokens} tokens, not less than max_seq_length {max_seq_length}: every "
+                     "row with one would be refused; raise max_seq_length or lower max_image_size")
+    if vision.approximate:
+        notes.append(f"the {vision.family} vision tower is counted as a plain SigLIP tower: approximate")
+    return notes
 
 
 def _device(machine: dict[str, Any]) -> tuple[str, int | None, bool]:

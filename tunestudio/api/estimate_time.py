@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunestudio.config import METHOD_SPECS
-from tunestudio.estimate import Shape, flops_per_token, job_memory
+from tunestudio.estimate import Shape, flops_per_token, image_flops, job_memory
 from tunestudio.worker.train import BATCH as ANSWER_BATCH
 from tunestudio.worker.train import LOSS_BATCH, MAX_NEW_TOKENS, SCORED_ROWS
 
@@ -162,8 +162,12 @@ def formula(config: dict[str, Any], job: dict[str, Any], facts: Facts, rates: Ra
     shape = Shape.of(config)
     training_type = str(job["training_type"])
     forward = 2.0 * shape.compute_parameters()  # FLOPs a token of a forward pass
-    step = STEP_S + facts.step_tokens * flops_per_token(config, training_type) / rates.flops
+    pictures = image_flops(config, job)  # an image job's: a row's images in the vision tower
+    rows = facts.step_tokens / max(facts.row_tokens, 1.0)
+    step = STEP_S + (facts.step_tokens * flops_per_token(config, training_type) + rows * pictures) / rates.flops
     basis: list[str] = []
+    if pictures:
+        basis.append(f"images: {pictures / 1e9:,.1f} GFLOP a row in the vision tower, {rows:,.0f} rows a step")
     train = None if facts.steps is None else facts.steps * step
     memory = job_memory(config, job, precision="fp32", checkpointing=False)
     weights = memory.weights_bytes

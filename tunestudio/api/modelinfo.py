@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tunestudio.estimate_vision import pixel_cap
 from tunestudio.paths import expand
 
 WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
@@ -32,6 +33,22 @@ def read_config(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_shape(folder: Path) -> dict[str, Any] | None:
+    """config.json with what the estimate needs of the processor's files beside it: a vision model's pixel cap
+    (Qwen2-VL's family: `_max_pixels`, tunestudio.estimate.image_job reads it). None without a config.json."""
+    config = read_config(folder)
+    if config is None or not isinstance(config.get("vision_config"), dict):
+        return config
+    for name in ("processor_config.json", "preprocessor_config.json"):
+        try:
+            cap = pixel_cap(json.loads((folder / name).read_text()))
+        except (OSError, ValueError):
+            continue
+        if cap is not None:
+            return {**config, "_max_pixels": cap}
+    return config
 
 
 class BadWeights(ValueError):

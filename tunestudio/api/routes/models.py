@@ -40,7 +40,8 @@ router = APIRouter(prefix="/api/models", tags=["models"], responses=ERRORS)
 ESTIMATE_FIELDS = ("training_type", "batch_size", "max_seq_length", "gradient_accumulation_steps", "lora_r",
                    "target_modules", "finetune_attention_modules", "finetune_mlp_modules", "gradient_checkpointing",
                    "precision", "optim", "method", "max_steps", "num_epochs", "eval_steps", "eval_generate_rows",
-                   "sample_prompts")
+                   "sample_prompts", "is_dataset_image", "finetune_vision_layers", "finetune_language_layers",
+                   "max_image_size", "image_splitting")
 
 
 class EstimateParts(MethodPart, OutputPart, SeedMediaPart, AdapterPart, OptimisationPart, DataPart, ModelPart):
@@ -173,7 +174,7 @@ def _measured(manager: ManagerDep, settings: Settings, wanted: dict[str, Any], a
         if len(kind) >= MEASURED_JOBS:
             continue
         try:
-            config = modelinfo.read_config(_find_model_folder(trained.model_name, settings)) or None
+            config = modelinfo.read_shape(_find_model_folder(trained.model_name, settings)) or None
         except (ApiError, OSError, ValueError):
             config = None
         result = job.result or {}
@@ -207,7 +208,7 @@ def estimate_job(body: EstimateRequest, settings: SettingsDep, manager: ManagerD
         errors = format_validation_error(exc)
         raise ApiError(422, "invalid_request", summary(errors), errors=errors) from None
     job = _estimate_fields(checked)
-    config = modelinfo.read_config(folder) or {}
+    config = modelinfo.read_shape(folder) or {}
     try:
         parameters = modelinfo.safetensors_parameters(folder)
     except modelinfo.BadWeights as exc:

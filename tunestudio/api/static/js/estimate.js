@@ -13,6 +13,16 @@ const count = (n) => (n >= 1e9 ? `${fmtNumber(n / 1e9, 3)}B` : n >= 1e6 ? `${fmt
 const memory = (bytes) => (bytes >= 2 ** 30 ? `${fmtNumber(bytes / 2 ** 30, 3)} GiB`
   : `${fmtNumber(bytes / 2 ** 20, 3)} MiB`);
 
+/** An image job's vision tower and what an image becomes (the estimate's `vision`, tunestudio/estimate.py). */
+function visionLine(v) {
+  const image = v.image;
+  return el("p", {class: "muted small", id: "estimate-images", "data-tokens": String(image.tokens)},
+    `vision tower ${count(v.parameters)} parameters, ${v.trains ? `${count(v.trainable)} trained` : "frozen"}`
+    + (v.trains ? `, its activations ${memory(v.activations_bytes)}` : "")
+    + ` · an image: ${image.tokens} tokens (${image.views > 1 ? `${image.views} views` : "one view"} of ${image.side}`
+    + ` px, ${count(image.patches)} patches)${v.approximate ? " · approximate" : ""}`);
+}
+
 export function mountEstimate(box, config) {
   let timer = null, token = 0;
   const run = async () => {
@@ -39,6 +49,7 @@ export function mountEstimate(box, config) {
         e.basis && e.basis.length ? el("details", {class: "muted small", id: "estimate-basis"},
           el("summary", {}, "what the time rests on"), el("ul", {}, ...e.basis.map((b) => el("li", {}, b)))) : "",
         el("p", {class: "muted small"}, parts.map(([k, v]) => `${k} ${memory(v)}`).join(" · ")),
+        e.vision ? visionLine(e.vision) : "",
         e.fits === false
           ? el("p", {class: "error-text", id: "estimate-fit"}, `Will not fit: ${e.device} has `
             + `${memory(e.available_bytes)}. Lower the batch size or length, use LoRA/QLoRA, or turn on `
