@@ -65,7 +65,8 @@ def test_openai_image_url_parts_take_data_urls_paths_and_file_urls_in_order(tmp_
     assert is_image_row(data)
     example, refs = read_row(row_in(tmp_path, data))
     assert example["messages"][0]["content"] == [{"type": "text", "text": "What colour is it?"}, *[PLACEHOLDER] * 3]
-    assert example["messages"][1] == {"role": "assistant", "content": "red"}
+    # text as a text part: every turn a list of parts, as TRL's collator makes them (one Arrow type)
+    assert example["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": "red"}]}
     assert [pixels(i) for i in example["images"]] == [RED, GREEN, BLUE]
     assert [r.label for r in refs] == ["data: URL", "green.png", f"file://{tmp_path / 'blue.png'}"]
 
@@ -137,7 +138,7 @@ def test_plain_text_turns_get_the_images_before_the_first_user_turn_as_trl_place
                                               {"role": "assistant", "content": "red"}]}
     example, _ = read_row(row_in(tmp_path, data))
     assert example["messages"][0]["content"] == [PLACEHOLDER, {"type": "text", "text": "What colour?"}]
-    assert example["messages"][1]["content"] == "red"
+    assert example["messages"][1]["content"] == [{"type": "text", "text": "red"}]
 
 
 def test_image_parts_holding_their_image_read_as_transformers_templates_take_them(tmp_path: Path) -> None:

@@ -3,31 +3,67 @@
 The text pipeline's steps where they fit (reading, slicing, the eval split, the held-out record, the drop rule),
 with the image rows' own conversion (images.py) and length check in place of the text's rendering: TRL's vision
 collator renders and tokenises each batch with the processor, so rows stay conversations with their images.
+
+Each image is decoded once here, to check it and measure its row, and then let go: the prepared dataset keeps
+where each image is (its file's path, or its bytes when it came in the row), as `datasets`' Image feature, which
+decodes it again when a batch needs it. So preparing a dataset of photos holds one photo at a time, not all of them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from datasets import Dataset
+from datasets import Dataset, List
+from datasets import Image as ImageFeature
 
 from tunestudio.config import JobConfig
 from tunestudio.worker.data import PreparedData, _check_drops, _split_eval, _Work, slice_rows
 from tunestudio.worker.data.formats import RowProblem
-from tunestudio.worker.data.images import is_image_row, read_row
+from tunestudio.worker.data.images import ImageRef, is_image_row, read_row
 from tunestudio.worker.data.rows import Row
 from tunestudio.worker.data.sources import read_rows
 from tunestudio.worker.errors import UserError
 
 
-def image_tokens(processor: Any, example: dict[str, Any]) -> int:
-    """The row's length in tokens as the collator will make it (its images' tokens included)."""
-    encoded = processor.apply_chat_template([example["messages"]], images=[example["images"]], tokenize=True,
-                                            return_dict=True, processor_kwargs={"padding": False})
-    return len(encoded["input_ids"][0])
+def filled(example: dict[str, Any]) -> list[dict[str, Any]]:
+    """The row's messages with each placeholder holding its image, as TRL's vision collator fills them
+    (trl.data_utils.prepare_multimodal_messages) before the processor renders them."""
+    images = iter(example["images"])
+    return [{**m, "content": [{**p, "image": next(images)} if p.get("type") == "image" else p for p in m["content"]]}
+            if isinstance(m.get("content"), list) else m for m in example["messages"]]
+
+
+def image_token_id(processor: Any) -> int | None:
+    """The id of the token that stands for image features in the processor's text (SmolVLM's <image>, Qwen2-VL's
+    <|image_pad|>), or None when the processor names none."""
+    known = getattr(processor, "image_token_id", None)
+    if isinstance(known, int):
+        return known
+    token = getattr(processor, "image_token", None)
+    found = processor.tokenizer.convert_tokens_to_ids(token) if isinstance(token, str) else None
+    return found if isinstance(found, int) and found != processor.tokenizer.unk_token_id else None
+
+
+def measure(processor: Any, example: dict[str, Any]) -> tuple[int, int]:
+    """(the row's length in tokens as the collator makes it, its images' tokens among them): rendered and tokenised
+    as TRL's DataCollatorForVisionLanguageModeling does (no special tokens added: the template has them)."""
+    encoded = processor.apply_chat_template([filled(example)], tokenize=True, return_dict=True,
+                                            processor_kwargs={"padding": False, "add_special_tokens": False})
+    ids = list(encoded["input_ids"][0])
+    token = image_token_id(processor)
+    return len(ids), (sum(1 for t in ids if t == token) if token is not None else 0)
+
+
+def content_key(messages: list[dict[str, Any]], refs: Sequence[ImageRef]) -> str:
+    """What makes two rows the same: their text and their images' content (the encoded bytes' hashes)."""
+    digest = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode())
+    for ref in refs:
+        digest.update(ref.digest.encode())
+    return digest.hexdigest()
 
 
 @dataclass
@@ -35,6 +71,7 @@ class _ImageWork(_Work):
     """The text pipeline's shared state, whose rows convert as image rows and are measured with the processor."""
 
     progress: Any = None  # called with (rows done, rows) while images are read
+    keys: dict[tuple[str, int], str] = field(default_factory=dict)  # each usable row's content_key, by its place
 
     def usable(self, rows: list[Row], what: str) -> tuple[list[dict[str, Any]], list[Row]]:
         examples, sources, problems = [], [], []
@@ -54,23 +91,18 @@ class _ImageWork(_Work):
         return examples, sources
 
     def check(self, row: Row) -> dict[str, Any]:
-        example, _ = read_row(row)
+        """The row checked and measured, as the dataset keeps it: its images as where to find them (ImageRef.stored),
+        not their pixels."""
+        example, refs = read_row(row)
         if self.tokenizer is not None:
-            n = image_tokens(self.tokenizer, example)
+            n, _ = measure(self.tokenizer, example)
             if n > self.cfg.max_seq_length:
                 # never cut: a cut through an image's tokens leaves the model more image tokens than features
                 raise RowProblem(f"is {n} tokens with its images, over max_seq_length {self.cfg.max_seq_length} "
                                  "(image rows are never cut: raise max_seq_length, or make the images smaller "
                                  "with max_image_size)")
-        return example
-
-
-def _key(example: dict[str, Any]) -> str:
-    """What makes two rows the same: their text and their images' pixels."""
-    digest = hashlib.sha256(json.dumps(example["messages"], sort_keys=True).encode())
-    for image in example["images"]:
-        digest.update(image.tobytes())
-    return digest.hexdigest()
+        self.keys[(row.source, row.number)] = content_key(example["messages"], refs)
+        return {"messages": example["messages"], "images": [ref.stored for ref in refs]}
 
 
 def _dedupe(work: _ImageWork, examples: list[dict[str, Any]],
@@ -80,14 +112,19 @@ def _dedupe(work: _ImageWork, examples: list[dict[str, Any]],
     seen: set[str] = set()
     kept: list[tuple[dict[str, Any], Row]] = []
     for example, row in zip(examples, sources, strict=True):
-        key = _key(example)
+        key = work.keys[(row.source, row.number)]
         if key not in seen:
             seen.add(key)
             kept.append((example, row))
     removed = len(examples) - len(kept)
     work.notes.append(f"dedupe: removed {removed} of {len(examples)} rows repeating another's text and images "
-                      "(image rows are compared exactly, pixels included)")
+                      "(image rows are compared exactly: the same text and the same image files' content)")
     return [e for e, _ in kept], [r for _, r in kept], removed
+
+
+def _dataset(examples: list[dict[str, Any]]) -> Dataset:
+    """The rows as a dataset whose images decode when read (upright, RGB: as images.py checked them)."""
+    return Dataset.from_list(examples).cast_column("images", List(ImageFeature(mode="RGB")))
 
 
 def prepare_images(cfg: JobConfig, processor: Any, progress: Any = None) -> PreparedData:
@@ -107,10 +144,11 @@ def prepare_images(cfg: JobConfig, processor: Any, progress: Any = None) -> Prep
     work.notes.append(f"images: {images} in {len(split.train)} training rows"
                       + (f", {sum(len(e['images']) for e in split.eval)} in {len(split.eval)} eval rows"
                          if split.eval else ""))
+    evals = _dataset(split.eval) if split.eval else None
     return PreparedData(
-        train=Dataset.from_list(split.train),
-        eval=Dataset.from_list(split.eval) if split.eval else None,
-        eval_examples=split.eval or None,
+        train=_dataset(split.train),
+        eval=evals,
+        eval_examples=list(evals) if evals is not None else None,  # decoded: the evaluator answers them
         format_type="images",
         notes=work.notes,
         warnings=work.warnings,

@@ -65,6 +65,20 @@ class ImageRef:
     digest: str  # sha256 of the encoded bytes: duplicates by content
     format: str | None
     size: tuple[int, int]
+    path: str | None = None  # the file it was read from (resolved), when it is one
+    raw: bytes | None = None  # else its encoded bytes (None: it came decoded)
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """The image as `datasets`' Image feature keeps it: the file's path, else its bytes (a decoded image as PNG),
+        so a prepared dataset holds where each image is, not its pixels, and decodes it when a batch needs it."""
+        if self.path is not None:
+            return {"bytes": None, "path": self.path}
+        if self.raw is not None:
+            return {"bytes": self.raw, "path": None}
+        out = io.BytesIO()
+        self.image.save(out, "PNG")
+        return {"bytes": out.getvalue(), "path": None}
 
 
 def to_example(row: Row) -> dict[str, Any]:
@@ -96,7 +110,15 @@ def read_row(row: Row) -> tuple[dict[str, Any], list[ImageRef]]:
     if len(sources) > MAX_IMAGES_PER_ROW:
         raise RowProblem(f"has {len(sources)} images, more than the {MAX_IMAGES_PER_ROW} a row may hold")
     refs = [open_image(source, base, f"image {i + 1}") for i, source in enumerate(sources)]
-    return {"messages": messages, "images": [r.image for r in refs]}, refs
+    return {"messages": [_as_parts(m) for m in messages], "images": [r.image for r in refs]}, refs
+
+
+def _as_parts(message: dict[str, Any]) -> dict[str, Any]:
+    """A turn whose content is text as one text part: every turn's content a list of parts, as TRL's collator makes
+    them, so that a dataset's column has one type (Arrow cannot mix text and lists)."""
+    if isinstance(message.get("content"), str):
+        return {**message, "content": [{"type": "text", "text": message["content"]}]}
+    return message
 
 
 def _column(data: dict[str, Any]) -> list[Any] | None:
@@ -180,7 +202,7 @@ def open_image(source: Any, base: Path, what: str) -> ImageRef:
 
     if isinstance(source, Image.Image):
         return _ref(source, "decoded", hashlib.sha256(source.tobytes()).hexdigest())
-    raw, label = _bytes(source, base, what)
+    raw, label, path = _bytes(source, base, what)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -190,26 +212,28 @@ def open_image(source: Any, base: Path, what: str) -> ImageRef:
         raise RowProblem(f"{what} ({label}) is too large to decode safely: {exc}") from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise RowProblem(f"{what} ({label}) is not a readable image: {exc}") from None
-    return _ref(image, label, hashlib.sha256(raw).hexdigest())
+    return _ref(image, label, hashlib.sha256(raw).hexdigest(), path, None if path else raw)
 
 
-def _ref(image: Any, label: str, digest: str) -> ImageRef:
+def _ref(image: Any, label: str, digest: str, path: str | None = None, raw: bytes | None = None) -> ImageRef:
     from PIL import ImageOps
 
     fmt = image.format
     # upright as a viewer shows it (a phone's photo is stored turned, with its turn in EXIF), as `datasets` and
     # transformers' load_image read it: the model sees the same picture in training and in chat
     image = ImageOps.exif_transpose(image)
-    return ImageRef(image=image.convert("RGB"), label=label, digest=digest, format=fmt, size=image.size)
+    return ImageRef(image=image.convert("RGB"), label=label, digest=digest, format=fmt, size=image.size, path=path,
+                    raw=raw)
 
 
-def _bytes(source: Any, base: Path, what: str) -> tuple[bytes, str]:
+def _bytes(source: Any, base: Path, what: str) -> tuple[bytes, str, str | None]:
+    """(the image's encoded bytes, what to call it, the file's resolved path when it is one)."""
     if isinstance(source, dict):  # the hub's Image feature, as Parquet keeps it
         if source.get("bytes"):
-            return bytes(source["bytes"]), "bytes"
+            return bytes(source["bytes"]), "bytes", None
         source = source.get("path") or source.get("url")
     if isinstance(source, (bytes, bytearray)):
-        return bytes(source), "bytes"
+        return bytes(source), "bytes", None
     if not isinstance(source, str) or not source:
         raise RowProblem(f"{what} is not a path, a data: URL or image bytes")
     if source.startswith("data:"):
@@ -217,7 +241,7 @@ def _bytes(source: Any, base: Path, what: str) -> tuple[bytes, str]:
         if ";base64" not in head:
             raise RowProblem(f"{what}: a data: URL must be base64-encoded")
         try:
-            return base64.b64decode(payload, validate=True), "data: URL"
+            return base64.b64decode(payload, validate=True), "data: URL", None
         except (binascii.Error, ValueError):
             raise RowProblem(f"{what}: the data: URL's base64 is not valid") from None
     if source.startswith(("http://", "https://")):
@@ -228,6 +252,6 @@ def _bytes(source: Any, base: Path, what: str) -> tuple[bytes, str]:
     if not full.is_relative_to(base.resolve()):
         raise RowProblem(f"{what} ({source}) lies outside the data file's folder {base}; images must be inside it")
     try:
-        return full.read_bytes(), source
+        return full.read_bytes(), source, str(full)
     except OSError as exc:
         raise RowProblem(f"{what} ({source}) cannot be read: {exc.strerror or exc}") from None
