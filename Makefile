@@ -20,7 +20,7 @@ LLAMA_CPP_STAMP := $(LLAMA_CPP)/.llama-cpp-python-$(LLAMA_CPP_PY)
 # The browser tests drive Debian's chromium; Playwright never downloads a browser of its own.
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup run serve test lint bench clean
+.PHONY: setup run run-vision serve test lint bench clean
 
 setup: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP)
 
@@ -73,6 +73,10 @@ $(SHAPES): tunestudio/worker/tiny_images.py | $(STAMP)
 
 run: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(TINY)/config.json
 	$(BIN)/tunestudio train examples/quickstart.yaml
+
+# The image demo: the tiny SmolVLM learns to name colours in new pictures (README, "Images").
+run-vision: $(STAMP) $(WEB_STAMP) models/tiny-smolvlm/config.json $(SHAPES)
+	$(BIN)/tunestudio train examples/vision.yaml
 
 serve: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(TINY)/config.json
 	$(BIN)/tunestudio serve

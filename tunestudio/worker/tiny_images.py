@@ -1,7 +1,7 @@
 """The bundled image dataset: coloured shapes drawn with Pillow, a question, a one-word answer.
 
 What the tiny vision models (worker/tiny_vision.py) can learn on a CPU in minutes: a closed set of answers (four
-colours, three shapes) read off the picture, not copied from the text (the tiny models cannot copy, FACTS.md). The
+colours) read off the picture, not copied from the text (the tiny models cannot copy, FACTS.md). The
 held-out rows are new drawings of the same classes (their own seed: other positions, sizes, tints and noise), so
 no held-out image is in training, while every answer is. Rows use the Hugging Face / TRL layout: an `images`
 column of paths relative to the data file, and `messages` whose user turn holds an {"type": "image"} placeholder.
@@ -16,7 +16,10 @@ from typing import Any
 
 COLOURS = ("red", "green", "blue", "yellow")
 SHAPES = ("circle", "square", "triangle")
-QUESTIONS = ("What colour is the shape?", "What shape is it?")
+# Asked of every picture, in turn; the answer is its colour. Shapes vary the pictures but are not asked: the tiny
+# vision tower (4 image tokens of 64 px) does not learn to tell them apart in a CPU demo's minutes (measured: 10 of
+# 24 held-out shape questions right, chance 8, after 100 LoRA steps, where it had every colour question right).
+QUESTIONS = ("What colour is the shape?", "Which colour is it?", "What colour do you see?")
 # What the tiny vision models' own pre-training shows them (worker/tiny_vision.py): other colours, other shapes,
 # another question, so that they learn to look at a picture but know none of the demo's answers.
 PRETRAIN_COLOURS = ("orange", "purple", "cyan", "pink", "brown", "black")
@@ -75,7 +78,7 @@ def make_rows(n: int, seed: int, folder: Path, prefix: str) -> list[dict[str, An
             "images": [f"{folder.name}/{name}"],
             "messages": [
                 {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]},
-                {"role": "assistant", "content": [{"type": "text", "text": colour if "colour" in question else shape}]},
+                {"role": "assistant", "content": [{"type": "text", "text": colour}]},
             ],
         })
     return rows
