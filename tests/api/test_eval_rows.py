@@ -1,6 +1,7 @@
 """A finished job's held-out rows one by one (GET /api/jobs/{id}/rows and the job page's panel), on a real tiny-model
 job: worst first by loss or by a generation metric, paged; 404 for an unknown job, 409 saying why for a job without
-rows; Clone to form holds out the same rows."""
+rows; Clone to form holds out the same rows. An image job's rows (a fake worker's rows file) come with their pictures,
+which the page shows beside the prompt."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import pytest
 from playwright.sync_api import Browser, Page, Route
 
 from tunestudio.events import HELD_OUT_FILE
+from tunestudio.jobs.manager import JobManager
 from tunestudio.settings import Settings
 
+from ..helpers import fake_workers
 from ..helpers.browser import ARTIFACTS, browser, open_page, playwright, screenshot  # noqa: F401  (module fixtures)
-from ..helpers.jobs import DATA
+from ..helpers.jobs import DATA, job_config
 from ..helpers.server import running_server
 from ..helpers.wait import wait_until
 from .test_web import SHORT
@@ -265,3 +268,60 @@ def test_the_job_list_tells_alike_names_apart_and_badges_say_the_step(finished: 
     said = page.evaluate("""async () => (await import("/js/util.js")).jobActivity(
         {status: "stopping", phase: "evaluating_base"})""")
     assert said == "stopping"  # a step is said only while the job runs
+
+
+# --- issue 42: an image job's rows, with their pictures (a fake worker writes the rows file: nothing trains) --------
+@dataclass
+class ImageJob:
+    url: str
+    job_id: str
+
+
+@pytest.fixture(scope="module")
+def image_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImageJob]:
+    home = tmp_path_factory.mktemp("image-rows-home")
+    settings = Settings(home=home, dataset_roots=[DATA, home], sse_heartbeat_seconds=0.5)
+    manager = JobManager(settings, worker_target=fake_workers.evaluates_images)
+    cfg = job_config("org/vlm", home / "out", is_dataset_image=True, eval_steps=5)
+    with running_server(settings, manager) as url, httpx.Client(base_url=url, timeout=30) as client:
+        job_id = client.post("/api/jobs", json=cfg.public_dict()).json()["id"]
+        wait_until(lambda: client.get(f"/api/jobs/{job_id}").json()["is_terminal"], 60, "the job's end")
+        assert client.get(f"/api/jobs/{job_id}").json()["status"] == "completed"
+        yield ImageJob(url, job_id)
+    manager.close()
+
+
+def test_an_image_rows_pictures_come_with_it_and_only_inline_ones(image_job: ImageJob) -> None:
+    with httpx.Client(base_url=image_job.url, timeout=30) as client:
+        got = client.get(f"/api/jobs/{image_job.job_id}/rows", params={"by": "exact_match", "order": "best"}).json()
+    rows = sorted(got["rows"], key=lambda r: r["index"])
+    assert [r["images"] for r in rows] == [
+        [fake_workers.picture("red")], [fake_workers.picture("blue"), fake_workers.picture("white")],
+        [fake_workers.picture("green")]]  # the link in row 1 is left out: the page shows inline pictures only
+    assert got["loss"] == "" and all(r["loss"] is None for r in rows)
+
+
+@pytest.mark.browser
+def test_the_job_page_shows_each_rows_pictures_beside_its_answers(image_job: ImageJob, page: Page) -> None:
+    page.goto(f"{image_job.url}/#/jobs/{image_job.job_id}")
+    page.locator("#fold-rows summary").click()
+    # no loss of their own: ordered by exact match, worst first, and no loss column
+    page.locator("#rows-note").filter(has_text="3 of 3 rows, worst exact match first.").wait_for()
+    assert page.locator("#rows-by").evaluate("(s) => [...s.options].map((o) => o.value)") == [
+        "exact_match", "token_f1", "rouge_l"]
+    assert page.locator("#rows-table").evaluate(HEADINGS) == [
+        "row", "exact match", "prompt", "reference", "fine-tuned", "base model"]
+    assert page.evaluate(STRAY_TEXT) == [] and page.evaluate(UNEVEN_TABLES) == []
+    first = page.locator("#rows-table tbody tr").first
+    assert first.get_attribute("data-index") == "0"  # the one the tuned model got wrong
+    pictures = page.locator("#rows-table tbody tr .row-image")
+    assert pictures.count() == 4
+    assert pictures.evaluate_all("(imgs) => imgs.map((i) => i.src)") == [
+        fake_workers.picture(c) for c in ("red", "blue", "white", "green")]
+    page.wait_for_function("() => [...document.querySelectorAll('.row-image')].every((i) => i.complete && "
+                           "i.naturalWidth === 96)")  # decoded: real pictures, 96 px wide
+    assert pictures.first.get_attribute("alt") == "picture 1 of 1 of row shapes.jsonl:1"
+    cells = first.locator("td")
+    assert cells.nth(2).locator("img").count() == 1 and "What shape is this?" in cells.nth(2).inner_text()
+    assert [cells.nth(n).inner_text() for n in (3, 4, 5)] == ["square", "circle", "square"]
+    screenshot(page, "job-eval-rows-images.png")

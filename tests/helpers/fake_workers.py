@@ -328,3 +328,51 @@ def reports_its_config(args: WorkerArgs) -> None:
                                       f"token={hashlib.sha256((token or '').encode()).hexdigest()[:12]}")
     emit("completed", output_dir=None, stopped=False, saved=False, global_step=0)
     emit.close()
+
+
+# What `evaluates_images` answered: an image job's held-out rows as worker/train/image_eval.py writes them (no
+# per-row loss; exact match, token F1, ROUGE-L), each with its pictures; one also names a picture that is not inline.
+IMAGE_ROWS = [("red", "square", "square", "circle"), ("blue", "circle", "triangle", "circle"),
+              ("green", "triangle", "triangle", "triangle")]
+NOT_INLINE = "https://example.com/a.png"
+
+
+def picture(colour: str) -> str:
+    """A 96 px PNG of one colour as a data: URL, as the rows file keeps a thumbnail."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (96, 64), colour).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def evaluates_images(args: WorkerArgs) -> None:
+    """A completed image job evaluated on IMAGE_ROWS: its rows file written in its output folder."""
+    from pathlib import Path
+
+    from tunestudio.events import EVAL_ROWS_FILE
+
+    _setup(args)
+    emit = _Emitter(args.events)
+    output = Path(args.public_config["output_dir"])
+    emit("phase", phase="training")
+    emit("progress", step=1, total_steps=1, loss=1.0)
+    rows = []
+    for n, (colour, reference, before, after) in enumerate(IMAGE_ROWS):
+        images = [picture(colour)] + ([picture("white"), NOT_INLINE] if n == 1 else [])
+        rows.append({"index": n, "file": "shapes.jsonl", "line": n + 1,
+                     "prompt": "[image] " * len(images) + "What shape is this?", "reference": reference,
+                     "messages": None, "loss": None, "loss_before": None, "answer": after, "answer_before": before,
+                     "images": images, "exact_match": float(after == reference),
+                     "exact_match_before": float(before == reference)})
+    rows_file = output / EVAL_ROWS_FILE
+    rows_file.write_text(json.dumps({"loss": None, "metrics": ["exact_match"], "rows": rows}))
+    exact = {"before": sum(r["exact_match_before"] for r in rows) / 3, "after": sum(r["exact_match"] for r in rows) / 3}
+    emit("completed", output_dir=str(output), stopped=False, saved=True, global_step=1,
+         evaluation={"rows": len(rows), "metrics": {"exact_match": exact}, "rows_file": str(rows_file),
+                     "scored_rows": len(rows)})
+    emit.close()
+    sys.exit(0)

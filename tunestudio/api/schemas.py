@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from tunestudio.events import Best, Evaluation, HeldOut, Sample
 from tunestudio.inference import weights_folder
@@ -159,6 +160,11 @@ class MessagesOut(BaseModel):
     items: list[JobMessage] = Field(description="Oldest first.")
 
 
+# A row's picture as the rows file keeps it (worker/train/image_eval.thumbnail): an inline image, no link.
+PICTURE = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/]+={0,2}")
+MAX_PICTURE_CHARS = 1 << 18  # a 96 px thumbnail is a few KB; a quarter of a MB is far beyond any
+
+
 class EvalRowOut(BaseModel):
     """One held-out row of a finished job's final evaluation."""
 
@@ -189,6 +195,18 @@ class EvalRowOut(BaseModel):
     tool_name_before: float | None = None
     tool_args_before: float | None = None
     tool_arg_match_before: float | None = None
+    images: list[str] = Field(default_factory=list, description="An image row's pictures, in its order: small PNGs "
+                              "(96 px on their longest side) as data: URLs, which the job page shows beside its "
+                              "prompt and answers.")
+
+    @field_validator("images", mode="before")
+    @classmethod
+    def _pictures_only(cls, value: Any) -> list[str]:
+        """Only inline pictures of a sane size pass: the page puts them in <img src>, and the rows file is a file
+        on disk that anything may have written; what is not one is left out, not a server error."""
+        if not isinstance(value, list):
+            return []
+        return [v for v in value if isinstance(v, str) and len(v) <= MAX_PICTURE_CHARS and PICTURE.fullmatch(v)]
 
 
 class EvalRowsOut(BaseModel):

@@ -18,7 +18,10 @@ export const CLONE_KEY = "tunestudio.clone";
 // The fields most jobs touch; every other JobConfig field is under "Advanced".
 const COMMON = ["num_epochs", "max_steps", "learning_rate", "batch_size", "gradient_accumulation_steps",
   "max_seq_length", "lora_r", "lora_alpha", "lora_dropout", "eval_steps", "logging_steps"];
-const LORA_ONLY = new Set(["lora_r", "lora_alpha", "lora_dropout", "use_rslora", "use_loftq", "target_modules"]);
+// The attention/MLP switches choose which layers get adapters: a full fine-tune trains them all (an image job's
+// vision/language switches, which also choose what a full fine-tune freezes, stay).
+const LORA_ONLY = new Set(["lora_r", "lora_alpha", "lora_dropout", "use_rslora", "use_loftq", "target_modules",
+  "finetune_attention_modules", "finetune_mlp_modules"]);
 // Controls of their own (model, dataset, method), or decided by the method (4-bit weights).
 const OWN = new Set(["model_name", "local_datasets", "hf_dataset", "format_type", "training_type", "load_in_4bit",
   "method"]);
