@@ -60,7 +60,7 @@ SWITCHES = [(True, True, True, True), (True, False, True, True), (False, True, T
 def test_lora_counts_what_the_switches_give_adapters_as_the_worker_chooses_them(family: str) -> None:
     from peft import LoraConfig, get_peft_model
 
-    from tunestudio.worker.modalities.image import targets
+    from tunestudio.worker.train.vision_layers import targets
 
     config = config_of(family)
     for vision, language, attention, mlp in SWITCHES:

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from tunestudio.config.job import DataSpec, check_options, check_rows
-from tunestudio.config.parts import AdapterPart, DataPart, ModelPart, OptimisationPart
+from tunestudio.config.parts import AdapterPart, DataPart, ModelPart, OptimisationPart, SeedMediaPart
 from tunestudio.config.vocabulary import PathText
 
 __all__ = ["ReportSpec"]
@@ -22,7 +22,8 @@ class ReportSpec(DataSpec):
     """The rows a job would read (local files, or a `datasets` dataset: hf_dataset), how it slices, measures,
     deduplicates and splits them. `held_out` stands for a job that evaluates (eval_steps > 0): without an
     eval_split, it holds rows out, which eval_fraction sizes or held_out_rows names. No model_name: no token
-    lengths (no tokenizer is loaded)."""
+    lengths (no tokenizer is loaded). Rows with images are read as an image job reads them (detected, as a job
+    detects them); a model then measures them with its processor."""
 
     hf_dataset: str | None = DataPart.model_fields["hf_dataset"]
     subset: str | None = DataPart.model_fields["subset"]
@@ -41,6 +42,9 @@ class ReportSpec(DataSpec):
     train_on_completions: bool = AdapterPart.model_fields["train_on_completions"]
     dedupe: Literal["off", "exact", "near"] = DataPart.model_fields["dedupe"]
     reasoning: Literal["auto", "keep", "mask", "drop"] = DataPart.model_fields["reasoning"]
+    # image data: how the model's processor sizes the images, so their tokens are counted as the job's
+    image_splitting: bool = SeedMediaPart.model_fields["image_splitting"]
+    max_image_size: int | None = SeedMediaPart.model_fields["max_image_size"]
     # No secret travels with a report: a gated tokenizer or dataset is read with the environment's hub login
     # (HF_TOKEN, `hf auth login`), as huggingface_hub does when no token is passed.
     hf_token: ClassVar[None] = None

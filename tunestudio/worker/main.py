@@ -200,7 +200,7 @@ def _load_model(job: _Run) -> None:
     )
     peft_config = getattr(job.model, "peft_config", {}).get("default")
     if cfg.modality == "image" and peft_config is not None and not cfg.target_modules:
-        from tunestudio.worker.modalities.image import describe_targets
+        from tunestudio.worker.train import describe_targets
 
         channel.log(f"LoRA targets (finetune_vision_layers {cfg.finetune_vision_layers}, language "
                     f"{cfg.finetune_language_layers}, attention {cfg.finetune_attention_modules}, mlp "

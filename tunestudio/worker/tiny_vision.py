@@ -147,7 +147,7 @@ def _qwen2_vl(tokenizer: Any) -> tuple[Any, Any]:
 
 def _qwen2_vl_video() -> Any:
     """Qwen2-VL's video processor, or none where torchvision does not load (modalities/vision_compat.py)."""
-    from tunestudio.worker.modalities.vision_compat import torchvision_available
+    from tunestudio.worker.modalities import torchvision_available
 
     if not torchvision_available():
         return None
@@ -209,8 +209,8 @@ def build_tiny_vlm(directory: str | Path, family: str = "smolvlm", seed: int = D
     """Build the family's tiny model and processor from `seed`, pre-train its language half, save both."""
     import torch
 
-    from tunestudio.worker.modalities.vision_compat import allow_missing_video
-    from tunestudio.worker.train.performance import configure_threads
+    from tunestudio.worker.modalities import allow_missing_video
+    from tunestudio.worker.train import configure_threads
 
     allow_missing_video()
     configure_threads()  # TUNESTUDIO_TORCH_THREADS holds here too: a build beside busy processes spins otherwise

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tunestudio.worker.modalities.image import ATTENTION_PARTS, PROJECTOR_PARTS, VISION_PARTS, set_for_cpu, targets
+from tunestudio.worker.modalities.image import set_for_cpu
+from tunestudio.worker.train.vision_layers import ATTENTION_PARTS, PROJECTOR_PARTS, VISION_PARTS, targets
 
 from ...helpers.jobs import job_config
 

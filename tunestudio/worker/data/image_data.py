@@ -21,11 +21,12 @@ from datasets import Dataset, List
 from datasets import Image as ImageFeature
 
 from tunestudio.config import JobConfig
-from tunestudio.worker.data import PreparedData, _check_drops, _split_eval, _Work, slice_rows
 from tunestudio.worker.data.formats import RowProblem
 from tunestudio.worker.data.images import ImageRef, is_image_row, read_row
+from tunestudio.worker.data.pipeline import PreparedData, Work, check_drops, split_eval
 from tunestudio.worker.data.rows import Row
 from tunestudio.worker.data.sources import read_rows
+from tunestudio.worker.data.split import slice_rows
 from tunestudio.worker.errors import UserError
 
 
@@ -50,12 +51,28 @@ def image_token_id(processor: Any) -> int | None:
 
 def measure(processor: Any, example: dict[str, Any]) -> tuple[int, int]:
     """(the row's length in tokens as the collator makes it, its images' tokens among them): rendered and tokenised
-    as TRL's DataCollatorForVisionLanguageModeling does (no special tokens added: the template has them)."""
-    encoded = processor.apply_chat_template([filled(example)], tokenize=True, return_dict=True,
-                                            processor_kwargs={"padding": False, "add_special_tokens": False})
+    as TRL's DataCollatorForVisionLanguageModeling does (no special tokens added: the template has them), and never
+    truncated (a processor may cut at its tokenizer's model_max_length unless told not to)."""
+    encoded = processor.apply_chat_template([filled(example)], tokenize=True, return_dict=True, processor_kwargs={
+        "padding": False, "add_special_tokens": False, "truncation": False})
     ids = list(encoded["input_ids"][0])
     token = image_token_id(processor)
     return len(ids), (sum(1 for t in ids if t == token) if token is not None else 0)
+
+
+def measured(processor: Any, example: dict[str, Any], max_seq_length: int) -> tuple[int, int]:
+    """`measure`, or RowProblem when the processor refuses the row's images or the row is longer than
+    max_seq_length: what a job refuses, and the report lists, in the same words."""
+    try:
+        n, image = measure(processor, example)
+    except ValueError as exc:  # Qwen2-VL's family: a side under its patch or a longer side over 200 times the other
+        sizes = ", ".join(f"{i.width} x {i.height}" for i in example["images"])
+        raise RowProblem(f"has images the model's processor refuses ({sizes} px): {exc}") from None
+    if n > max_seq_length:
+        # never cut: a cut through an image's tokens leaves the model more image tokens than features
+        raise RowProblem(f"is {n} tokens with its images, over max_seq_length {max_seq_length} (image rows are never "
+                         "cut: raise max_seq_length, or make the images smaller with max_image_size)")
+    return n, image
 
 
 def content_key(messages: list[dict[str, Any]], refs: Sequence[ImageRef]) -> str:
@@ -67,7 +84,7 @@ def content_key(messages: list[dict[str, Any]], refs: Sequence[ImageRef]) -> str
 
 
 @dataclass
-class _ImageWork(_Work):
+class _ImageWork(Work):
     """The text pipeline's shared state, whose rows convert as image rows and are measured with the processor."""
 
     progress: Any = None  # called with (rows done, rows) while images are read
@@ -85,7 +102,7 @@ class _ImageWork(_Work):
                 sources.append(row)
             if self.progress is not None and (n % 50 == 0 or n == len(rows)):
                 self.progress(n, len(rows))
-        if (warning := _check_drops(what, len(rows), problems)) is not None:
+        if (warning := check_drops(what, len(rows), problems)) is not None:
             self.warnings.append(warning)
         self.dropped += len(problems)
         return examples, sources
@@ -95,12 +112,7 @@ class _ImageWork(_Work):
         not their pixels."""
         example, refs = read_row(row)
         if self.tokenizer is not None:
-            n, _ = measure(self.tokenizer, example)
-            if n > self.cfg.max_seq_length:
-                # never cut: a cut through an image's tokens leaves the model more image tokens than features
-                raise RowProblem(f"is {n} tokens with its images, over max_seq_length {self.cfg.max_seq_length} "
-                                 "(image rows are never cut: raise max_seq_length, or make the images smaller "
-                                 "with max_image_size)")
+            measured(self.tokenizer, example, self.cfg.max_seq_length)
         self.keys[(row.source, row.number)] = content_key(example["messages"], refs)
         return {"messages": example["messages"], "images": [ref.stored for ref in refs]}
 
@@ -139,7 +151,7 @@ def prepare_images(cfg: JobConfig, processor: Any, progress: Any = None) -> Prep
                       notes=[f"dataset: {len(train_rows)} rows from {rows.description}, read as images"])
     examples, sources = work.usable(train_rows, f"dataset {rows.description}")
     examples, sources, deduplicated = _dedupe(work, examples, sources)
-    split = _split_eval(work, rows, examples, sources)
+    split = split_eval(work, rows, examples, sources)
     images = sum(len(e["images"]) for e in split.train)
     work.notes.append(f"images: {images} in {len(split.train)} training rows"
                       + (f", {sum(len(e['images']) for e in split.eval)} in {len(split.eval)} eval rows"

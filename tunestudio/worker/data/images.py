@@ -87,7 +87,25 @@ def to_example(row: Row) -> dict[str, Any]:
     return example
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A row's conversation (placeholders in place, every turn a list of parts) and the images it names, not yet
+    opened: what `read_row` checks before it opens them, and the report opens one at a time."""
+
+    messages: list[dict[str, Any]]
+    sources: list[Any]  # paths, data: URLs, bytes, hub records, decoded images: what `open_image` takes
+    base: Path  # the data file's folder: paths are read inside it
+
+
 def read_row(row: Row) -> tuple[dict[str, Any], list[ImageRef]]:
+    """The row as {"messages", "images"} (PIL images) and its images' refs; RowProblem naming what is wrong."""
+    planned = plan(row)
+    refs = [open_image(source, planned.base, f"image {i + 1}") for i, source in enumerate(planned.sources)]
+    return {"messages": planned.messages, "images": [r.image for r in refs]}, refs
+
+
+def plan(row: Row) -> Planned:
+    """The row's layout read and its placeholders checked against its images (RowProblem), no image opened."""
     data = row.data
     if data is None:
         raise RowProblem(row.problem or "cannot be read")
@@ -109,8 +127,7 @@ def read_row(row: Row) -> tuple[dict[str, Any], list[ImageRef]]:
         raise RowProblem("has no image (is_dataset_image: every row needs at least one)")
     if len(sources) > MAX_IMAGES_PER_ROW:
         raise RowProblem(f"has {len(sources)} images, more than the {MAX_IMAGES_PER_ROW} a row may hold")
-    refs = [open_image(source, base, f"image {i + 1}") for i, source in enumerate(sources)]
-    return {"messages": [_as_parts(m) for m in messages], "images": [r.image for r in refs]}, refs
+    return Planned([_as_parts(m) for m in messages], sources, base)
 
 
 def _as_parts(message: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ def _loaders(source: Source) -> tuple[Any, Any, str, tuple[str, ...]]:
         return AutoModelForCausalLM, AutoTokenizer, "tokenizer", ("tokenizer_config.json",)
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from tunestudio.worker.modalities.vision_compat import allow_missing_video
+    from tunestudio.worker.modalities import allow_missing_video
 
     allow_missing_video()  # the processor loads and saves without torchvision (images only)
     markers = ("processor_config.json", "preprocessor_config.json")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tunestudio.worker.modalities.image import ImageModality
 from tunestudio.worker.modalities.text import TextModality
+from tunestudio.worker.modalities.vision_compat import allow_missing_video, torchvision_available
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from tunestudio.worker.data import PreparedData
     from tunestudio.worker.train import Evaluator
 
-__all__ = ["MODALITIES", "Modality", "detected", "for_job", "named"]
+__all__ = ["MODALITIES", "Modality", "allow_missing_video", "detected", "for_job", "named", "torchvision_available"]
 
 
 class Modality(Protocol):
@@ -75,8 +76,7 @@ def detected(cfg: JobConfig) -> tuple[JobConfig, str | None]:
 
     if cfg.modality != "text" or "image" not in METHOD_SPECS[cfg.method].modalities:
         return cfg, None
-    from tunestudio.worker.data import read_head
-    from tunestudio.worker.data.images import is_image_row
+    from tunestudio.worker.data import is_image_row, read_head
 
     try:
         head, _, _ = read_head(cfg.local_datasets, cfg.train_split, 20, 1 << 20) if cfg.local_datasets else ([], 0, 0)

@@ -4,13 +4,12 @@ rows with images (worker/data/images.py), TRL's vision collator, and the before/
 The processor is set for a CPU unless the job asks otherwise: images at most `max_image_size` pixels on their
 longest side (default: the vision tower's own input size) and never split into tiles (`image_splitting`), since
 Idefics3/SmolVLM's splitting makes hundreds to a thousand tokens of each image. Which modules train follows the
-seed's four switches (vision layers, language layers, attention, MLP): `targets` names them.
+seed's four switches (vision layers, language layers, attention, MLP): worker/train/vision_layers.py names them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +20,6 @@ if TYPE_CHECKING:
     import torch
 
     from tunestudio.worker.data import PreparedData
-
-# A module belongs to the vision side when its path names the tower or the projector that feeds the language model.
-VISION_PARTS = re.compile(r"(^|\.)(vision_tower|vision_model|visual|vision|connector|multi_modal_projector|"
-                          r"mm_projector|merger|image_newline)(\.|$)")
-ATTENTION_PARTS = re.compile(r"(^|\.)(self_attn|attn|attention|cross_attn)(\.|$)")
-PROJECTOR_PARTS = re.compile(r"(^|\.)(connector|multi_modal_projector|mm_projector|merger)(\.|$)")
-
 
 def side(processor: Any, model_config: Any, cfg: JobConfig) -> int:
     """The longest side images are resized to: the job's max_image_size, else the vision tower's input size."""
@@ -69,39 +61,6 @@ def set_for_cpu(processor: Any, model_config: Any, cfg: JobConfig) -> list[str]:
     return said
 
 
-def targets(model: Any, cfg: JobConfig) -> list[str]:
-    """The linear layers that get adapters, by the switches: vision or language side, attention or MLP (a
-    projector counts as the vision side's MLP); never the output head."""
-    import torch
-
-    chosen = []
-    for name, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear) or name.endswith("lm_head"):
-            continue
-        vision = bool(VISION_PARTS.search(name))
-        if not (cfg.finetune_vision_layers if vision else cfg.finetune_language_layers):
-            continue
-        attention = bool(ATTENTION_PARTS.search(name)) and not PROJECTOR_PARTS.search(name)
-        if cfg.finetune_attention_modules if attention else cfg.finetune_mlp_modules:
-            chosen.append(name)
-    if not chosen:
-        raise UserError("finetune_vision_layers: these switches choose no layer of this model to train")
-    return chosen
-
-
-def describe_targets(names: Sequence[str]) -> str:
-    vision = sum(bool(VISION_PARTS.search(n)) for n in names)
-    return f"{vision} in the vision tower and projector, {len(names) - vision} in the language model"
-
-
-def freeze_unchosen(model: Any, cfg: JobConfig) -> None:
-    """A full fine-tune trains what the switches choose: the other side's weights are frozen."""
-    for name, parameter in model.named_parameters():
-        vision = bool(VISION_PARTS.search(name))
-        if not (cfg.finetune_vision_layers if vision else cfg.finetune_language_layers):
-            parameter.requires_grad_(False)
-
-
 class ImageModality:
     name = "image"
 
@@ -109,7 +68,7 @@ class ImageModality:
         from transformers import AutoConfig, AutoProcessor
 
         from tunestudio.worker.modalities.vision_compat import allow_missing_video
-        from tunestudio.worker.train.model import from_pretrained
+        from tunestudio.worker.train import from_pretrained
 
         allow_missing_video()
         token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
@@ -129,25 +88,25 @@ class ImageModality:
     def load_model(self, cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
         from transformers import AutoModelForImageTextToText
 
-        from tunestudio.worker.train.model import load_model
+        from tunestudio.worker.train import load_model
 
         return load_model(cfg, compute_dtype, AutoModelForImageTextToText)
 
     def prepare_data(self, cfg: JobConfig, processor: Any) -> PreparedData:
-        from tunestudio.worker.data.image_data import prepare_images
+        from tunestudio.worker.data import prepare_images
 
         data = prepare_images(cfg, processor)
         data.notes[:0] = getattr(processor, "tunestudio_notes", [])
         return data
 
     def generate(self, model: torch.nn.Module, processor: Any, prompt: str) -> str:
-        from tunestudio.worker.modalities.image_eval import answer
+        from tunestudio.worker.train import answer_with_images
 
-        return answer(model, processor, [{"role": "user", "content": prompt}], [], 40)
+        return answer_with_images(model, processor, [{"role": "user", "content": prompt}], [], 40)
 
     def evaluator(self, held_eval: Any, limit: int, places: Sequence[dict[str, Any]] | None,
                   max_length: int) -> Any:
-        from tunestudio.worker.modalities.image_eval import ImageEvaluator
+        from tunestudio.worker.train import ImageEvaluator
 
         return ImageEvaluator.for_job(held_eval, limit, places)
 

@@ -93,11 +93,11 @@ class EarlyStopper(TrainerCallback, ExportableState):
         self.watch = Watch(stopping.metric, stopping.direction, stopping.patience, stopping.min_delta)
         self.key = stopping.metric if stopping.metric.startswith("eval_") else f"eval_{stopping.metric}"
         self.rows: list[evaluation.EvalRow] = []
-        self.images: Any = None  # an image job's rows answer with their pictures (modalities/image_eval.py)
+        self.images: Any = None  # an image job's rows answer with their pictures (train/image_eval.py)
         if stopping.generates:
             limit = cfg.early_stopping_rows or cfg.eval_generate_rows
             if cfg.modality == "image":
-                from tunestudio.worker.modalities.image_eval import ImageEvaluator
+                from tunestudio.worker.train.image_eval import ImageEvaluator
 
                 self.images = ImageEvaluator.for_job(eval_examples or [], limit)
                 self.rows = self.images.rows

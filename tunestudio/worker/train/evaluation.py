@@ -305,7 +305,7 @@ class Evaluator:
         last = {**score(after, references), **tool_scores.mean_scores([t for t in tools_after if t])}
         metrics = {name: BeforeAfter(before=first.get(name), after=last.get(name)) for name in {**first, **last}}
         metrics["eval_loss"] = BeforeAfter(before=self.loss_before, after=loss_after)
-        metrics["perplexity"] = BeforeAfter(before=_perplexity(self.loss_before), after=_perplexity(loss_after))
+        metrics["perplexity"] = BeforeAfter(before=perplexity(self.loss_before), after=perplexity(loss_after))
         examples = [EvalExample(prompt=r.shown, reference=r.reference, before=b, after=a)
                     for r, b, a in list(zip(self.rows, self.before, after, strict=True))[:SHOWN_EXAMPLES]]
         written = None
@@ -375,7 +375,7 @@ def write_rows(path: Path, table: list[dict[str, Any]], metrics: Sequence[str] =
     path.write_text(json.dumps(body, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _perplexity(loss: float | None) -> float | None:
+def perplexity(loss: float | None) -> float | None:
     if loss is None or not math.isfinite(loss):
         return None
     return math.exp(min(loss, 700.0))  # beyond that exp overflows a float

@@ -83,7 +83,7 @@ def lora_target_modules(cfg: JobConfig, model: torch.nn.Module | None = None) ->
     if cfg.target_modules:
         return cfg.target_modules
     if cfg.modality == "image" and model is not None:  # the vision switches choose among the model's layers
-        from tunestudio.worker.modalities.image import targets
+        from tunestudio.worker.train.vision_layers import targets
 
         return targets(model, cfg)  # the worker logs them (worker/main.py)
     if cfg.finetune_attention_modules and cfg.finetune_mlp_modules:
@@ -95,7 +95,7 @@ def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing
     """Wrap the model for its training type; a full fine-tune trains every weight."""
     if cfg.training_type is TrainingType.full:
         if cfg.modality == "image":
-            from tunestudio.worker.modalities.image import freeze_unchosen
+            from tunestudio.worker.train.vision_layers import freeze_unchosen
 
             freeze_unchosen(model, cfg)
         return model

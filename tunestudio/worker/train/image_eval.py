@@ -57,7 +57,7 @@ def rows_of(examples: Iterable[dict[str, Any]], places: Sequence[dict[str, Any]]
     return out
 
 
-def answer(model: Any, processor: Any, messages: list[dict[str, Any]], images: list[Any],
+def answer_with_images(model: Any, processor: Any, messages: list[dict[str, Any]], images: list[Any],
            max_new_tokens: int = MAX_NEW_TOKENS) -> str:
     """One greedy answer to the conversation and its images."""
     import torch
@@ -110,7 +110,8 @@ class ImageEvaluator:
             if should_stop is not None and should_stop():
                 return None
             longest = len(processor.tokenizer(row.reference, add_special_tokens=False)["input_ids"])
-            answers.append(answer(model, processor, row.messages, row.images, min(MAX_NEW_TOKENS, 2 * longest + 8)))
+            answers.append(answer_with_images(model, processor, row.messages, row.images,
+                                              min(MAX_NEW_TOKENS, 2 * longest + 8)))
             if progress is not None:
                 progress(len(answers), len(self.rows))
         return answers
@@ -123,7 +124,7 @@ class ImageEvaluator:
 
     def result(self, model: Any, processor: Any, loss_after: float | None, progress: Any = None,
                rows_file: Path | None = None) -> Evaluation:
-        from tunestudio.worker.train.evaluation import _perplexity
+        from tunestudio.worker.train.evaluation import perplexity
 
         after = self.answers(model, processor, progress=progress) or []
         assert self.before is not None
@@ -131,7 +132,7 @@ class ImageEvaluator:
         first, last = score(self.before, references), score(after, references)
         metrics = {name: BeforeAfter(before=first.get(name), after=last.get(name)) for name in METRICS}
         metrics["eval_loss"] = BeforeAfter(before=self.loss_before, after=loss_after)
-        metrics["perplexity"] = BeforeAfter(before=_perplexity(self.loss_before), after=_perplexity(loss_after))
+        metrics["perplexity"] = BeforeAfter(before=perplexity(self.loss_before), after=perplexity(loss_after))
         examples = [EvalExample(prompt=r.shown, reference=r.reference, before=b, after=a)
                     for r, b, a in list(zip(self.rows, self.before, after, strict=True))[:SHOWN_EXAMPLES]]
         written = None
