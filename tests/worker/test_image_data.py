@@ -64,6 +64,20 @@ def test_a_row_longer_than_max_seq_length_is_refused_never_cut(tmp_path: Path, p
     assert "over max_seq_length 128 (image rows are never cut" in data.warnings[0]
 
 
+def test_a_picture_the_processor_refuses_is_refused_naming_its_row(tmp_path: Path, processor: Any) -> None:
+    """Qwen2-VL's family takes no image whose long side is over 200 times its short one (a ValueError from deep in
+    the processor, which stopped the job): the row is refused, named; SmolVLM resizes it."""
+    path = colour_rows(tmp_path, 4)
+    write_picture(tmp_path / "thin.png", size=(300, 1))
+    write_jsonl(path, [*map(__import__("json").loads, path.read_text().splitlines()), chat(["thin.png"])])
+    data = prepare_images(image_job("unused", path), processor)
+    if type(processor).__name__.startswith("Qwen2"):
+        assert data.dropped == 1
+        assert f"dataset {path} row 5 has images the model's processor refuses (300 x 1 px)" in data.warnings[0]
+    else:
+        assert data.dropped == 0
+
+
 def test_each_bad_row_is_named_by_file_and_row(tmp_path: Path) -> None:
     """Five bad rows among twelve good ones (under the drop limit): the job trains on the good ones and says where
     each bad one is and why."""
