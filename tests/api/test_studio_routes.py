@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tunestudio.api import create_app
+from tunestudio.api import create_app, modelinfo
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.status import CANCELLABLE, STOPPABLE, JobStatus
 from tunestudio.settings import Settings
@@ -219,13 +219,15 @@ def test_a_vision_models_estimate_counts_its_tower_and_its_images(client: TestCl
     assert (source / "config.json").is_file(), f"{source} is not built: `make test` builds it"
     folder = tmp_path / "models" / "vlm"
     config = json.loads((source / "config.json").read_text())
-    _fake_model(folder, config, {"everything": [1_148_928]})  # the tiny Qwen2-VL's parameters (torch's count)
+    real = modelinfo.safetensors_parameters(source)
+    assert real is not None
+    _fake_model(folder, config, {"everything": [real]})  # the header's count: the tiny Qwen2-VL's own
     (folder / "processor_config.json").write_text((source / "processor_config.json").read_text())
     ask = {"model_name": str(folder), "batch_size": 2, "max_seq_length": 64, "lora_r": 8, "precision": "fp32"}
     got = client.post("/api/models/estimate", json=ask).json()
     assert got["vision"]["family"] == "qwen2_vl" and got["vision"]["trains"] is True
     assert got["vision"]["image"] == {"side": 56, "views": 1, "patches": 16, "tokens": 6}  # its 3,136-pixel cap
-    assert got["parameters"] == 1_148_928 and got["vision"]["parameters"] < got["parameters"]
+    assert got["parameters"] == real and got["vision"]["parameters"] < got["parameters"]
     assert any(n.startswith("a vision-language model: the estimate counts one image a row") for n in got["notes"])
     assert any(n.startswith("images: 6 tokens each, within max_seq_length 64") for n in got["notes"])
     frozen = client.post("/api/models/estimate", json={**ask, "finetune_vision_layers": False}).json()
