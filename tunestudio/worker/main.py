@@ -198,13 +198,13 @@ def _load_model(job: _Run) -> None:
         f"model: {total:,} parameters, {trainable:,} trainable ({cfg.training_type.value}, {job.precision.name}"
         + (f", {four_bit} 4-bit layers" if four_bit else "") + f", {threads} threads)"
     )
-    peft_config = getattr(job.model, "peft_config", {}).get("default")
-    if cfg.modality == "image" and peft_config is not None and not cfg.target_modules:
+    adapted = [name for name, module in job.model.named_modules() if hasattr(module, "lora_A")]
+    if cfg.modality == "image" and adapted:  # the layers that got adapters, as peft wrapped them
         from tunestudio.worker.train import describe_targets
 
         channel.log(f"LoRA targets (finetune_vision_layers {cfg.finetune_vision_layers}, language "
                     f"{cfg.finetune_language_layers}, attention {cfg.finetune_attention_modules}, mlp "
-                    f"{cfg.finetune_mlp_modules}): {describe_targets(sorted(peft_config.target_modules))}")
+                    f"{cfg.finetune_mlp_modules}): {describe_targets(adapted)}")
 
 
 def _load_data(job: _Run) -> None:
