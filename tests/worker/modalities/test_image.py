@@ -157,3 +157,19 @@ def test_early_stopping_on_exact_match_answers_with_the_pictures_and_keeps_the_b
     assert main.run(cfg, channel) == 0, channel.lines[-3:]
     done = parse_event(channel.lines[-1])
     assert isinstance(done, Completed) and done.best is not None and done.best.metric == "exact_match"
+
+
+@pytest.mark.parametrize("longest", [28, 128])
+def test_a_job_image_size_keeps_image_tokens_and_features_equal(loaded: tuple[Any, Any], family: tuple[str, Path],
+                                                                tmp_path: Path, longest: int) -> None:
+    """Idefics3's tile stays the tower's input whatever the side (a tile of another size made 16 features for 4
+    tokens); Qwen2-VL's pixel budget shrinks with it."""
+    from PIL import Image
+
+    model, (processor, config) = loaded
+    set_for_cpu(processor, config, job_config(family[1], tmp_path, is_dataset_image=True, max_image_size=longest))
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What colour?"}]}]
+    inputs = processor.apply_chat_template([messages], images=[[Image.new("RGB", (200, 150), "red")]],
+                                           add_generation_prompt=True, tokenize=True, return_dict=True,
+                                           return_tensors="pt")
+    assert model(**inputs).logits.shape[1] == inputs["input_ids"].shape[1]

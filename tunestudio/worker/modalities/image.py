@@ -54,9 +54,9 @@ def set_for_cpu(processor: Any, model_config: Any, cfg: JobConfig) -> list[str]:
         images.size = _with(size, longest_edge=most, shortest_edge=min(shortest or most, most))
         said.append(f"at most {most} pixels an image")
     elif edge:
+        # Idefics3's tile (max_image_size) stays the tower's input: each tile makes image_seq_len tokens, so a tile of
+        # another size would give the model more features than tokens; the side decides how many tiles splitting cuts
         images.size = _with(size, longest_edge=longest)
-        if isinstance(getattr(images, "max_image_size", None), dict):  # Idefics3's tile size
-            images.max_image_size = {**images.max_image_size, "longest_edge": longest}
         said.append(f"longest side {longest} px")
     return said
 

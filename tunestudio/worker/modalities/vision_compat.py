@@ -75,11 +75,8 @@ class VideoProcessorOrNone:
 
 def _video_processor_or_none(name: str, **kwargs: Any) -> Any:
     """The family's video processor where its module imports without torchvision, else None."""
-    from transformers.models.auto.configuration_auto import AutoConfig
-
-    try:
-        model_type = AutoConfig.from_pretrained(name, **{k: v for k, v in kwargs.items() if k == "token"}).model_type
-    except (OSError, ValueError):
+    model_type = _model_type(name, kwargs)
+    if model_type is None:
         return None
     module = f"transformers.models.{model_type}.video_processing_{model_type}"
     if importlib.util.find_spec(module) is None:
@@ -91,3 +88,25 @@ def _video_processor_or_none(name: str, **kwargs: Any) -> Any:
     classes = [v for k, v in vars(found).items() if k.endswith("VideoProcessor") and isinstance(v, type)
                and v.__module__ == module]
     return classes[0]() if classes else None
+
+
+def _model_type(name: str, kwargs: dict[str, Any]) -> str | None:
+    """The family's folder name in transformers: from the model's config, else (a job's folder holds an adapter and
+    the processor, no config.json) from the processor class its processor_config.json names."""
+    import json
+    from pathlib import Path
+
+    import transformers
+    from transformers.models.auto.configuration_auto import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(name, **{k: v for k, v in kwargs.items() if k == "token"}).model_type
+    except (OSError, ValueError):
+        pass
+    try:
+        saved = json.loads((Path(name) / "processor_config.json").read_text(encoding="utf-8"))
+        module = getattr(transformers, saved["processor_class"]).__module__  # transformers.models.<type>.processing_x
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "models" else None

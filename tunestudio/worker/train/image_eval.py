@@ -144,7 +144,7 @@ class ImageEvaluator:
             }, ensure_ascii=False) + "\n", encoding="utf-8")
             written = str(rows_file)
         return Evaluation(rows=len(self.rows), metrics=metrics, examples=examples, rows_file=written,
-                          scored_rows=len(self.rows) if written else 0)
+                          scored_rows=0)  # no row's loss is measured one by one
 
     @staticmethod
     def _record(n: int, row: ImageRow, before: str, after: str) -> dict[str, Any]:
