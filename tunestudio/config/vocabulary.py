@@ -113,10 +113,10 @@ ReportTarget = Literal["mlflow", "wandb", "tensorboard"]
 # The groups a JobConfig field names in its json_schema_extra (config/parts.py), in the order the page's Advanced
 # section shows them, with their titles; tests/api/test_form_fields.py holds every field to one of them.
 FIELD_GROUPS: dict[str, str] = {
-    "data": "Data", "lora": "LoRA", "optimisation": "Optimisation", "evaluation": "Evaluation",
-    "logging": "Logging and outputs", "other": "Other",
-    # today's fields of these have controls of their own (model, method) or none yet (media)
-    "model": "Model", "method": "Training method", "media": "Images and audio",
+    "data": "Data", "media": "Images and audio", "lora": "LoRA", "optimisation": "Optimisation",
+    "evaluation": "Evaluation", "logging": "Logging and outputs", "other": "Other",
+    # today's fields of these have controls of their own
+    "model": "Model", "method": "Training method",
 }
 
 DpoLoss = Literal["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down",
