@@ -14,6 +14,7 @@ from tunestudio.config import JobConfig
 from tunestudio.export_config import ExportConfig
 from tunestudio.jobs.models import CONFIG_TYPES, JobKind
 from tunestudio.kinds import KINDS, kind_of_config, spec_of
+from tunestudio.make_data_config import MakeDataConfig
 
 from .test_layers import face_of
 
@@ -43,14 +44,16 @@ def test_the_store_and_the_config_types_come_from_the_registry() -> None:
     assert kind_of_config(BenchConfig.model_construct()).name == "bench"
     with pytest.raises(TypeError, match="config of no kind"):
         kind_of_config(object())
-    with pytest.raises(KeyError, match="the kinds are train, export, bench"):
+    assert kind_of_config(MakeDataConfig.model_construct()).name == "make_data"
+    with pytest.raises(KeyError, match="the kinds are train, export, bench, make_data"):
         spec_of("make-data")
 
 
 def test_only_a_training_kind_runs_distributed_and_trains() -> None:
     assert [s.name for s in KINDS.values() if s.trains] == ["train"]
     assert [s.name for s in KINDS.values() if s.distributed] == ["train"]
-    assert all(s.about_source != s.trains for s in KINDS.values())
+    assert not any(s.about_source and s.trains for s in KINDS.values())
+    assert [s.name for s in KINDS.values() if s.about_source] == ["export", "bench"]
 
 
 def test_the_executor_and_the_child_ask_the_registry() -> None:

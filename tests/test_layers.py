@@ -35,7 +35,7 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
                         "ownership", "export_config", "bench_config", "estimate", "estimate_vision", "kinds",
-                        "openai_client",
+                        "openai_client", "make_data_config",
                         "chat_rows", "tool_calls"}), False),
 )
 
@@ -64,9 +64,9 @@ WORKER_FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # what a process starts with: the recipes (main: training, bench), the child's door, `python -m
     # tunestudio.worker`, the torchrun launcher and rank, the tiny model's maker (tunestudio make-tiny-model)
     ("entries", frozenset({"__main__", "main", "bench", "child", "launch", "rank", "tiny", "tiny_methods",
-                            "tiny_tools", "tiny_vision", "tiny_images"}), False),
+                            "tiny_tools", "tiny_vision", "tiny_images", "tiny_docs"}), False),
     # the chat worker, and the export recipe (which loads a base model through train/'s face)
-    ("wings", frozenset({"serve", "export"}), True),
+    ("wings", frozenset({"serve", "export", "make_data"}), True),
     # one object per kind of data: loads, prepares and scores through train/ and data/
     ("modalities", frozenset({"modalities"}), False),
     ("train", frozenset({"train"}), False),
@@ -295,7 +295,7 @@ def test_every_room_of_the_worker_is_on_a_floor_and_has_a_face() -> None:
         floor_of(name, WORKER_FLOORS)
     listed = set().union(*(rooms_ for _, rooms_, _ in WORKER_FLOORS))
     assert listed <= inner, f"WORKER_FLOORS names rooms that are gone: {sorted(listed - inner)}"
-    assert set(faces()) == {"data", "export", "modalities", "ray", "serve", "train"}
+    assert set(faces()) == {"data", "export", "make_data", "modalities", "ray", "serve", "train"}
     gaps = set().union(*(face_gaps(f"{WORKER}.{name}") for name in faces()))
     assert not gaps, f"faces give names their rooms do not define: {sorted(gaps)}"
 

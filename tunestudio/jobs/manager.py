@@ -45,6 +45,8 @@ from tunestudio.jobs.store import DuplicateRequest, Store
 from tunestudio.jobs.stream import Streams, Subscription
 from tunestudio.jobs.tracker import Tracker
 from tunestudio.jobs.views import MetricViews
+from tunestudio.make_data_config import MakeDataConfig
+from tunestudio.make_data_config import resolve as resolve_recipe
 from tunestudio.settings import Settings
 from tunestudio.worker import child
 from tunestudio.worker.child import WorkerEntry
@@ -180,7 +182,22 @@ class JobManager(Scheduling):
         return self._record("bench", config.model_copy(update={"output_dir": None}), request_id, lambda others: None,
                             source_job=source.id)
 
-    def _record(self, kind: str, config: JobConfig | ExportConfig | BenchConfig, request_id: str | None,
+    def make_data(self, config: MakeDataConfig, request_id: str | None = None) -> Job:
+        """Queue a data-making recipe (kind "make_data", about no job): its paths resolved and its output file checked
+        (new, or one the studio wrote: then appended to). Raises PathRefused, JobConflict while another live job
+        writes the same file, QueueFull."""
+        config = resolve_recipe(config)
+
+        def protect(others: list[tuple[str, bool]]) -> None:
+            paths.protect_data_dir(config, self.data_dir, others)  # type: ignore[arg-type]  # its output_dir only
+            live = self.list([s for s in S if s.is_live], limit=10_000)
+            if any(isinstance(j.config, MakeDataConfig) and j.config.output == config.output for j in live):
+                raise JobConflict(f"another job is writing {config.output}; wait for it, or stop it")
+
+        return self._record("make_data", config, request_id, protect)
+
+    def _record(self, kind: str, config: JobConfig | ExportConfig | BenchConfig | MakeDataConfig,
+                request_id: str | None,
                 protect: Callable[[list[tuple[str, bool]]], None], source_job: str | None = None,
                 resumed_from: str | None = None, warnings: Sequence[str] = (),
                 sweep: tuple[str, int] | None = None) -> Job:

@@ -1,0 +1,114 @@
+"""The gates a made row passes before it is kept, one row at a time as the teacher's replies come.
+
+question_length and answer_length (characters, every user and assistant turn); duplicate (the row's text repeats a
+kept row's: exact after normalising case and spacing, or near: word 3-gram Jaccard similarity of at least
+`near_threshold`); against (the same, against the rows of the files the recipe names). Rows come one at a
+time, so near duplicates are found exactly on an index of 3-grams (the candidates share one) rather than with
+the dataset report's batch MinHash: a few thousand rows compare in milliseconds and the verdict is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from tunestudio.make_data_config import Gates
+
+__all__ = ["Gatekeeper", "text_of"]
+
+_SEPARATORS = re.compile(r"[\W_]+")
+
+
+def text_of(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in messages if m.get("role") in ("user", "assistant"))
+
+
+def _words(text: str) -> list[str]:
+    return _SEPARATORS.sub(" ", text.casefold()).split()
+
+
+def _grams(words: list[str]) -> frozenset[tuple[str, ...]]:
+    if len(words) <= 3:
+        return frozenset([tuple(words)])
+    return frozenset(tuple(words[i:i + 3]) for i in range(len(words) - 2))
+
+
+class _Index:
+    """Texts seen, by their normalised words (exact) and their 3-grams (near)."""
+
+    def __init__(self) -> None:
+        self.exact: set[str] = set()
+        self.grams: list[frozenset[tuple[str, ...]]] = []
+        self.by_gram: dict[tuple[str, ...], list[int]] = defaultdict(list)
+
+    def add(self, text: str) -> None:
+        words = _words(text)
+        self.exact.add(" ".join(words))
+        grams = _grams(words)
+        for gram in grams:
+            self.by_gram[gram].append(len(self.grams))
+        self.grams.append(grams)
+
+    def matches(self, text: str, near: float | None) -> bool:
+        words = _words(text)
+        if " ".join(words) in self.exact:
+            return True
+        if near is None:
+            return False
+        grams = _grams(words)
+        candidates = {i for gram in grams for i in self.by_gram.get(gram, ())}
+        return any(len(grams & self.grams[i]) / len(grams | self.grams[i]) >= near for i in candidates)
+
+
+class Gatekeeper:
+    """The recipe's gates over the set made so far; `verdict` names the gate a row fails, or None (then `keep`)."""
+
+    def __init__(self, gates: Gates) -> None:
+        self.gates = gates
+        self.near = gates.near_threshold if gates.dedupe == "near" else None
+        self.kept, self.against = _Index(), _Index()
+        for path in gates.against:
+            for row in _rows(Path(path)):
+                self.against.add(text_of(row["messages"]) if "messages" in row else _flat(row))
+
+    def verdict(self, messages: list[dict[str, Any]]) -> tuple[str, str] | None:
+        """(gate, why) for a row that fails one, else None."""
+        g = self.gates
+        for turn in messages:
+            size = len(turn["content"])
+            if turn["role"] == "user" and size < g.min_question_chars:
+                return "question_length", (f"a user turn of {size} characters (min_question_chars "
+                                           f"{g.min_question_chars})")
+            if turn["role"] == "assistant" and not g.min_answer_chars <= size <= g.max_answer_chars:
+                return "answer_length", (f"an answer of {size} characters (min_answer_chars {g.min_answer_chars}, "
+                                         f"max_answer_chars {g.max_answer_chars})")
+        if g.dedupe == "off":
+            return None
+        text = text_of(messages)
+        if self.kept.matches(text, self.near):
+            return "duplicate", f"repeats a kept row ({g.dedupe})"
+        if self.against.matches(text, self.near):
+            return "against", f"repeats a row of {', '.join(Path(a).name for a in g.against)} ({g.dedupe})"
+        return None
+
+    def keep(self, messages: list[dict[str, Any]]) -> None:
+        self.kept.add(text_of(messages))
+
+
+def _flat(row: dict[str, Any]) -> str:
+    return "\n".join(str(v) for v in row.values() if isinstance(v, str))
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
