@@ -5,6 +5,7 @@
     chat.py    `chat JOB_ID`                 sweep.py   `sweep SWEEP.yaml`
     bench.py   `bench JOB_ID --tasks ...`    judge.py   `judge JOB_ID`
     data.py    `data inspect FILE…`          serve.py   `serve`
+    make_data.py  `data make RECIPE.yaml [--preview N]`: documents and a teacher write a dataset
     models.py  `make-tiny-model DIR`, `make-dataset [DIR]`
     follow.py  a foreground job's live view and summary (train, export, jobs resume)
     common.py  the consoles, the settings and the manager (or one line and exit 2), small formats
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from tunestudio.cli import bench, chat, data, export, jobs, judge, models, serve, sweep, train
+from tunestudio.cli import bench, chat, data, export, jobs, judge, make_data, models, serve, sweep, train
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fine-tune language models on your own machine.")
 
@@ -32,6 +33,7 @@ app.command()(serve.serve)
 app.command("make-tiny-model")(models.make_tiny_model)
 app.command("make-dataset")(models.make_dataset)
 app.add_typer(jobs.jobs_app, name="jobs")
+data.data_app.command("make")(make_data.make)  # data make: a recipe run as a job of kind make_data
 app.add_typer(data.data_app, name="data")  # data inspect: the dataset report (tunestudio/data_report/)
 
 __all__ = ["app"]

@@ -19,6 +19,7 @@ from tunestudio.events import Phase as PhaseEvent
 from tunestudio.events import Progress as ProgressEvent
 from tunestudio.export_config import ExportConfig
 from tunestudio.jobs import Job, JobConflict, JobManager, JobStatus
+from tunestudio.make_data_config import MakeDataConfig
 
 _LABELS = {"exact_match": "exact match", "token_f1": "token F1", "rouge_l": "ROUGE-L", "eval_loss": "eval loss",
            "perplexity": "perplexity"}
@@ -63,6 +64,9 @@ def _announce(job: Job) -> None:
     elif isinstance(config, JobConfig):
         console.print(f"job [bold]{job.id}[/bold]: {config.method} ({config.training_type.value}) of "
                       f"{config.model_name}")
+    elif isinstance(config, MakeDataConfig):
+        console.print(f"job [bold]{job.id}[/bold]: {config.rows} {config.task} rows from {config.teacher.model} "
+                      f"into {config.output}")
     else:
         console.print(f"job [bold]{job.id}[/bold]: benchmark of job {job.source_job}")
     console.print(f"worker log: {job.log_path}")
@@ -172,6 +176,12 @@ def summary(job: Job, done: Completed | None, records: list[ProgressEvent], main
                                    f"{evals[-1].eval_loss:.4f} (step {evals[-1].step})")
     if done and done.best:
         table.add_row("best", best_text(done.best))
+    if done and "rows_made" in done.metrics:  # a make_data job: rows, what the gates removed, requests
+        m = done.metrics
+        removed = ", ".join(f"{k.removeprefix('removed/')} {v:,.0f}" for k, v in m.items() if k.startswith("removed/"))
+        table.add_row("rows made", f"{m['rows_made']:,.0f} (+{m['rows_existing']:,.0f} already there)")
+        table.add_row("removed", removed or "none")
+        table.add_row("requests", f"{m['requests']:,.0f} ({m['requests_failed']:,.0f} failed)")
     if done and "dedupe_removed" in done.metrics:
         table.add_row("duplicates removed", f"{done.metrics['dedupe_removed']:,.0f} (dedupe)")
     console.print(table)
