@@ -102,6 +102,27 @@ def test_a_hub_dataset_and_its_eval_split(planted: Planted, tmp_path: Path) -> N
                                                                       len(planted.eval_near))
 
 
+@pytest.mark.timeout(300)
+def test_image_rows_are_reported_with_the_vision_models_processor(tmp_path: Path) -> None:
+    """A folder with a captions file and a broken picture, measured by the tiny SmolVLM's processor in the real
+    child: the images' part, and the row refused by name."""
+    from .helpers.pictures import write_picture
+
+    model = Path(__file__).resolve().parents[1] / "models" / "tiny-smolvlm"
+    if not (model / "config.json").is_file():
+        pytest.skip("the tiny SmolVLM is not built (make tiny-vision)")
+    folder = tmp_path / "pictures"
+    write_picture(folder / "a.png")
+    (folder / "b.png").write_text("not a picture")
+    (folder / "metadata.csv").write_text("file_name,caption\na.png,red\nb.png,broken\n")
+    proc = run(tmp_path, str(folder), "--model", str(model), "--max-image-size", "32")
+    assert proc.returncode == 0, proc.stderr
+    assert "format images (detected)" in proc.stdout
+    assert "images: 2 named, 1 read, 1 unreadable or missing" in proc.stdout
+    assert "metadata.csv:3 image 1: image 1 (b.png) is not a readable image" in proc.stdout
+    assert "image tokens a row:" in proc.stdout and "longest side 32 px" in proc.stdout
+
+
 def test_the_histogram_marks_only_the_bins_max_seq_length_cuts_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row of exactly max_seq_length tokens fits: its bin is not marked (the page marks the same bins)."""
     console = Console(record=True, force_terminal=True, color_system="standard", highlight=False, width=120,

@@ -11,6 +11,7 @@ from playwright.sync_api import Page
 
 from tunestudio.settings import Settings
 
+from ..helpers.pictures import chat, write_jsonl, write_picture
 from ..helpers.planted import MAX_SEQ_LENGTH, Planted, write_planted
 from ..helpers.server import running_server
 from . import test_web as web
@@ -62,3 +63,25 @@ def test_the_report_panel_shows_the_planted_faults_and_a_histogram(planted: Plan
     assert f"{left:,} of {planted.usable:,} rows are left" in page.locator("#report-dedupe-left").inner_text()
     assert page.locator("#report-dedupe").is_disabled()
     screenshot(page, "report-panel.png")
+
+    # Image rows (issue 42): measured with a vision model's processor, their images' part shown, a broken
+    # picture named by row, a picture shown twice, the row too long refused (never cut)
+    vision = tiny_model.parent / "tiny-smolvlm"
+    if not (vision / "config.json").is_file():
+        return
+    folder = planted.train.parent / "pictures"
+    write_picture(folder / "a.png")
+    (folder / "broken.png").write_text("not a picture")
+    write_jsonl(folder / "rows.jsonl", [chat(["a.png"]), chat(["broken.png"]), chat(["a.png"], answer="again"),
+                                        chat(["a.png"], answer=" ".join(["red"] * 400))])
+    page.locator("#f-model_name").fill(str(vision))
+    page.locator("#f-local_datasets").fill(str(folder / "rows.jsonl"))
+    page.locator("#report-run").click()
+    page.locator("#report-images").wait_for(timeout=180_000)
+    assert page.locator("#report-unreadable-count").inner_text() == "1 unreadable or missing"
+    assert [r.inner_text().split("\t")[:2] for r in page.locator("#report-unreadable tbody tr").all()] == [
+        ["rows.jsonl:2", "1"]]
+    assert page.locator("#report-image-repeats tbody tr").first.inner_text().split("\t")[:2] == ["a.png", "×3"]
+    assert page.locator("#report-cut-rows").inner_text() == "1 rows"
+    assert "refuses 1 rows (image rows are never cut)" in page.locator("#report-lengths").inner_text()
+    page.locator("#report-panel").screenshot(path=str(screenshot(page, "report-images.png")))

@@ -212,7 +212,7 @@ def _missing(folder: Path) -> str:
 
 
 @pytest.mark.parametrize(("make", "reason"), [
-    (_not_an_image, r"image 1 \(notes.png\) is not a readable image"),
+    (_not_an_image, r"image 1 \(notes.png\) is not a readable image: no picture format Pillow reads$"),
     (_truncated, r"image 1 \(cut.png\) is not a readable image: .*truncated"),
     (_huge_header, r"image 1 \(huge.png\) is too large to decode safely"),
     (_outside, r"image 1 \(../elsewhere.png\) lies outside the data file's folder"),

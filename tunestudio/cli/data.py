@@ -55,13 +55,18 @@ def inspect(
                                                            "whose rows are held out.")] = None,
     dedupe: Annotated[str, typer.Option(help="The job's dedupe (off, exact, near): removed before the held-out "
                                              "split.")] = "off",
+    max_image_size: Annotated[int | None, typer.Option(help="Image rows: the job's max_image_size (the longest "
+                                                            "side the processor resizes to).")] = None,
+    image_splitting: Annotated[bool, typer.Option(help="Image rows: the job's image_splitting.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
 ) -> None:
-    """Rows, refused rows, duplicates, token lengths, eval overlap, columns and roles: the data as a job reads it."""
+    """Rows, refused rows, duplicates, token lengths, eval overlap, columns and roles (and for image rows: the
+    images' sizes, formats, unreadable files, repeats and tokens): the data as a job reads it."""
     given = {"local_datasets": [str(f) for f in files or []], "hf_dataset": hf_dataset, "subset": subset,
              "model_name": model, "max_seq_length": max_seq_length, "format_type": format_type, "method": method,
              "eval_split": eval_split, "held_out": held_out, "random_seed": seed, "eval_fraction": eval_fraction,
-             "held_out_rows": held_out_rows, "dedupe": dedupe}
+             "held_out_rows": held_out_rows, "dedupe": dedupe, "max_image_size": max_image_size,
+             "image_splitting": image_splitting or None}
     try:  # an option left out takes the job's default
         spec = resolved(ReportSpec.model_validate({k: v for k, v in given.items() if v is not None}))
     except ValidationError as exc:
@@ -95,9 +100,14 @@ def show(report: dict[str, Any]) -> None:
         console.print(f"  [yellow]{escape(_where(item))}[/] {escape(item['reason'])}")
     if report["refused_count"] > SHOWN:
         console.print(f"  … and {report['refused_count'] - SHOWN:,} more (--json lists up to 100)")
+    if report.get("images"):
+        console.print("\n[bold]images[/]: " + escape(image_line(report["images"])))
+        for line in image_details(report["images"]):
+            console.print(f"  {escape(line)}")
 
     dup = report["duplicates"]
-    console.print(f"\n[bold]duplicates[/]: {dup['exact']:,} exact (after normalising whitespace), {dup['near']:,} near "
+    how = "" if report.get("images") else " (after normalising whitespace)"
+    console.print(f"\n[bold]duplicates[/]: {dup['exact']:,} exact{how}, {dup['near']:,} near "
                   f"({escape(dup['method'])})"
                   + (f"; dedupe {dup['dedupe']} removes {dup['removed']:,}" if dup["dedupe"] != "off" else ""))
     for example in dup["examples"][:SHOWN]:
@@ -111,14 +121,17 @@ def show(report: dict[str, Any]) -> None:
         console.print(f"\n[bold]lengths[/] ({lengths['unit']}, {escape(str(report.get('model')))}): min "
                       f"{lengths['min']:,}, median {lengths['median']:,}, mean {lengths['mean']:,}, "
                       f"max {lengths['max']:,}")
-        console.print(f"  max_seq_length {lengths['max_seq_length']:,} cuts {lengths['cut_rows']:,} rows "
-                      f"({lengths['cut_tokens']:,} tokens lost); {lengths['keep_95']:,} keeps 95 % of rows whole, "
-                      f"{lengths['keep_99']:,} keeps 99 %")
+        what = (f"refuses {lengths['cut_rows']:,} rows (image rows are never cut)" if lengths.get("never_cut") else
+                f"cuts {lengths['cut_rows']:,} rows ({lengths['cut_tokens']:,} tokens lost)")
+        console.print(f"  max_seq_length {lengths['max_seq_length']:,} {what}; {lengths['keep_95']:,} keeps 95 % of "
+                      f"rows whole, {lengths['keep_99']:,} keeps 99 %")
         _histogram(lengths)
     overlap = report["eval_overlap"]
     console.print("\n[bold]eval overlap[/]: " + (
         f"{overlap['eval_rows']:,} eval rows ({escape(overlap['source'])}): {overlap['exact']:,} exact and "
-        f"{overlap['near']:,} near copies of training rows" if overlap["source"] else escape(overlap["note"])))
+        f"{overlap['near']:,} near copies of training rows"
+        + (f"; {overlap['images']:,} more show a training row's picture" if overlap.get("images") else "")
+        if overlap["source"] else escape(overlap["note"])))
     for item in overlap["rows"][:SHOWN]:
         console.print(f"  {item['kind']}: eval {escape(_where(item['eval']))} = train {escape(_where(item['train']))}")
 
@@ -136,6 +149,42 @@ def show(report: dict[str, Any]) -> None:
         console.print(f"\n[bold]tool calls[/]: {escape(line)}")
     for note in report["notes"]:
         console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def image_line(images: dict[str, Any]) -> str:
+    """The report's images in one line: how many, read, unreadable, a row, sizes, formats."""
+    per_row, width, height = images["per_row"], images["width"], images["height"]
+    line = (f"{images['count']:,} named, {images['read']:,} read, {images['unreadable_count']:,} unreadable or "
+            f"missing")
+    if per_row:
+        line += f"; {per_row['mean']} a row (at most {per_row['max']})"
+    if width and height:
+        line += (f"; width {width['min']}–{width['max']} px (median {width['median']}), height {height['min']}–"
+                 f"{height['max']} (median {height['median']})")
+    if images["formats"]:
+        line += "; " + ", ".join(f"{fmt} {n:,}" for fmt, n in images["formats"].items())
+    return line
+
+
+def image_details(images: dict[str, Any]) -> list[str]:
+    """The lines under it: the unreadable images (file:line, which image, why), the pictures shown more than once,
+    the image tokens."""
+    lines = [f"{_where(x)} image {x['image']}: {x['reason']}" for x in images["unreadable"][:SHOWN]]
+    if images["unreadable_count"] > SHOWN:
+        lines.append(f"… and {images['unreadable_count'] - SHOWN:,} more unreadable (--json lists up to 100)")
+    if images["repeated"]:
+        lines.append(f"{images['repeated']:,} showings repeat a picture shown before ({images['distinct']:,} distinct "
+                     "pictures, by content)")
+        for repeat in images["repeats"][:SHOWN]:
+            rows = ", ".join(_where(r) for r in repeat["rows"][:SHOWN_COPIES]) + (
+                ", …" if repeat["count"] > SHOWN_COPIES else "")
+            lines.append(f"  {repeat['image']} ×{repeat['count']}: {rows}")
+    tokens = images["tokens"]
+    if tokens and tokens["per_row"]:
+        spread = tokens["per_row"]
+        lines.append(f"image tokens a row: min {spread['min']:,}, median {spread['median']:,}, max {spread['max']:,} "
+                     f"({tokens['per_image_mean']} an image; {tokens['share']:.1%} of the rows' tokens)")
+    return lines
 
 
 def tool_line(tools: dict[str, Any] | None) -> str | None:

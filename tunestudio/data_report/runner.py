@@ -130,11 +130,25 @@ def _report(fields: dict[str, Any]) -> dict[str, Any]:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # a child that never forks: batches on every core
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from tunestudio.worker.data import build, load_tokenizer
+    return make_report(ReportSpec.model_validate(fields))
 
-    spec = ReportSpec.model_validate(fields)
-    tokenizer = load_tokenizer(spec.model_name) if spec.model_name is not None else None
-    report = build(spec, tokenizer)
+
+def make_report(spec: ReportSpec) -> dict[str, Any]:
+    """The report, made in this process (the child's work; imports the worker's data code and the ML stack): a
+    model's tokenizer measures text rows; rows with images are measured by its processor, loaded and set as an
+    image job loads it (the image modality: a model without a vision tower is refused in the job's words)."""
+    from tunestudio.worker.data import build, is_image_data, load_tokenizer
+    from tunestudio.worker.modalities import named
+
+    notes: list[str] = []
+    measurer = None
+    if spec.model_name is not None and is_image_data(spec):
+        measurer = named("image").load_processor(spec)  # type: ignore[arg-type]  # reads the fields a report has
+        notes = list(getattr(measurer, "tunestudio_notes", []))
+    elif spec.model_name is not None:
+        measurer = load_tokenizer(spec.model_name)
+    report = build(spec, measurer)
+    report["notes"][:0] = notes
     report["model"] = spec.model_name
     return report
 

@@ -60,18 +60,30 @@ def measure(processor: Any, example: dict[str, Any]) -> tuple[int, int]:
     return len(ids), (sum(1 for t in ids if t == token) if token is not None else 0)
 
 
-def measured(processor: Any, example: dict[str, Any], max_seq_length: int) -> tuple[int, int]:
-    """`measure`, or RowProblem when the processor refuses the row's images or the row is longer than
-    max_seq_length: what a job refuses, and the report lists, in the same words."""
+def processed(processor: Any, example: dict[str, Any]) -> tuple[int, int]:
+    """`measure`, or RowProblem when the model's processor refuses the row's images."""
     try:
-        n, image = measure(processor, example)
+        return measure(processor, example)
     except ValueError as exc:  # Qwen2-VL's family: a side under its patch or a longer side over 200 times the other
         sizes = ", ".join(f"{i.width} x {i.height}" for i in example["images"])
         raise RowProblem(f"has images the model's processor refuses ({sizes} px): {exc}") from None
-    if n > max_seq_length:
-        # never cut: a cut through an image's tokens leaves the model more image tokens than features
-        raise RowProblem(f"is {n} tokens with its images, over max_seq_length {max_seq_length} (image rows are never "
-                         "cut: raise max_seq_length, or make the images smaller with max_image_size)")
+
+
+def too_long(n: int, max_seq_length: int) -> str | None:
+    """Why a row of n tokens is refused, or None when it fits."""
+    if n <= max_seq_length:
+        return None
+    # never cut: a cut through an image's tokens leaves the model more image tokens than features
+    return (f"is {n} tokens with its images, over max_seq_length {max_seq_length} (image rows are never cut: raise "
+            "max_seq_length, or make the images smaller with max_image_size)")
+
+
+def measured(processor: Any, example: dict[str, Any], max_seq_length: int) -> tuple[int, int]:
+    """`processed`, or RowProblem when the row is longer than max_seq_length: what a job refuses, and the report
+    lists, in the same words."""
+    n, image = processed(processor, example)
+    if (why := too_long(n, max_seq_length)) is not None:
+        raise RowProblem(why)
     return n, image
 
 

@@ -215,7 +215,7 @@ def _content(n: int, content: list[Any], held: list[Any]) -> list[dict[str, Any]
 
 def open_image(source: Any, base: Path, what: str) -> ImageRef:
     """One image from a path, a data: URL, bytes or a hub record, decoded and checked; RowProblem if unusable."""
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
     if isinstance(source, Image.Image):
         return _ref(source, "decoded", hashlib.sha256(source.tobytes()).hexdigest())
@@ -227,6 +227,8 @@ def open_image(source: Any, base: Path, what: str) -> ImageRef:
             image.load()  # the whole file: a truncated one fails here, not in the middle of training
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
         raise RowProblem(f"{what} ({label}) is too large to decode safely: {exc}") from None
+    except UnidentifiedImageError:  # its own words name an in-memory buffer by address
+        raise RowProblem(f"{what} ({label}) is not a readable image: no picture format Pillow reads") from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise RowProblem(f"{what} ({label}) is not a readable image: {exc}") from None
     return _ref(image, label, hashlib.sha256(raw).hexdigest(), path, None if path else raw)

@@ -14,13 +14,14 @@ max_seq_length tokens (at least MEASURE_MIN): a longer one is cut as text first 
 `clipped_rows`, so its length and lost tokens are lower bounds.
 
 It reads what a `ReportSpec` says (the job's data fields; no model: no token lengths). Runs in a child process
-(`tunestudio/data_report/runner.py` starts it and bounds its time and memory); `build` is its whole work and
-returns one JSON-ready dict, the report.
+(`tunestudio/data_report/runner.py` starts it, bounds its time and memory, and loads the model's tokenizer, or
+for image rows its processor: `is_image_data`); `build` is its whole work and returns one JSON-ready dict, the
+report. Rows with images (detected from the first rows, as a job detects them) are reported by `image_report.py`,
+which answers the same keys and an `images` part.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -30,8 +31,9 @@ import numpy as np
 from tunestudio.config import ReportSpec
 from tunestudio.worker.data import dedupe as dedupe_mod
 from tunestudio.worker.data import held_out as held_out_mod
-from tunestudio.worker.data import minhash
+from tunestudio.worker.data import image_report, minhash
 from tunestudio.worker.data.formats import Converter, RowProblem, resolve_format
+from tunestudio.worker.data.lengths import summarise_lengths
 from tunestudio.worker.data.rows import Opened, Stream
 from tunestudio.worker.data.sources import open_rows
 from tunestudio.worker.data.split import eval_size, hold_out, slice_rows
@@ -39,7 +41,6 @@ from tunestudio.worker.data.tally import LISTED_REFUSED, Reader, Tally
 from tunestudio.worker.data.templates import ensure_chat_template, text_budget
 from tunestudio.worker.errors import UserError
 
-HISTOGRAM_BINS = 30
 MEASURE_FACTOR = 4
 MEASURE_MIN = 8192
 LISTED_EXAMPLES = 10  # duplicate groups shown
@@ -56,6 +57,8 @@ def build(cfg: ReportSpec, tokenizer: Any = None) -> dict[str, Any]:
     rows = opened.train.window(cfg.dataset_slice_start, cfg.dataset_slice_end)
     if not rows.firsts():
         _nothing_to_read(cfg, opened)
+    if image_report.holds_images(rows):  # then `tokenizer` is the model's processor (is_image_data tells the caller)
+        return image_report.build(cfg, opened, rows, tokenizer, started)
     fmt, convert, detected = resolve_format(cfg, rows)
     notes: list[str] = []
     fix = _fix(cfg, rows, convert, tokenizer, notes)
@@ -83,7 +86,8 @@ def build(cfg: ReportSpec, tokenizer: Any = None) -> dict[str, Any]:
         "refused_count": train.refused_count + (evals.refused_count if evals is not None else 0),
         "refused": refused[:LISTED_REFUSED],
         "duplicates": duplicates,
-        "lengths": _lengths(train, cfg.max_seq_length, measure) if tokenizer is not None else None,
+        "lengths": summarise_lengths(train.array("tokens"), int(train.array("clipped").sum()), cfg.max_seq_length,
+                                     measure) if tokenizer is not None else None,
         "eval_overlap": _overlap(cfg, train, kept, evals, found),
         "columns": {name: {"rows": train.present[name], "empty": train.blank[name]} for name in sorted(train.present)},
         "roles": {role: {"turns": train.turns[role], "empty": train.empty_turns[role]} for role in sorted(train.turns)},
@@ -101,6 +105,13 @@ def _nothing_to_read(cfg: ReportSpec, opened: Opened) -> None:
         raise UserError(opened.empty)
     slice_rows(range(total), cfg.dataset_slice_start, cfg.dataset_slice_end, f"dataset {opened.description}")
     raise UserError(opened.empty)  # not reached: the slice starts past the end
+
+
+def is_image_data(cfg: ReportSpec) -> bool:
+    """Whether the rows the report reads hold images (the first rows of its window, as a job detects them): then
+    the model's processor measures them, not its tokenizer."""
+    opened = open_rows(cfg)
+    return image_report.holds_images(opened.train.window(cfg.dataset_slice_start, cfg.dataset_slice_end))
 
 
 def load_tokenizer(name: str) -> Any:
@@ -151,44 +162,6 @@ def _try(convert: Converter, data: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
-
-
-# --- token lengths ---------------------------------------------------------------------
-def _percentile(ordered: np.ndarray, p: float) -> int:
-    """The smallest length at or under which at least p % of the rows lie (nearest rank)."""
-    return int(ordered[max(1, min(len(ordered), math.ceil(p / 100 * len(ordered)))) - 1])
-
-
-def _lengths(train: Tally, max_seq_length: int, measure: int) -> dict[str, Any]:
-    lengths = train.array("tokens")
-    if not lengths.size:
-        return {"unit": "tokens", "rows": 0, "max_seq_length": max_seq_length, "histogram": {"edges": [], "counts": []},
-                "cut_rows": 0, "cut_tokens": 0, "keep_95": None, "keep_99": None, "clipped_rows": 0}
-    ordered = np.sort(lengths)
-    low, span = int(ordered[0]), int(ordered[-1] - ordered[0]) + 1
-    width = max(1, math.ceil(span / HISTOGRAM_BINS))
-    bins = math.ceil(span / width)
-    over = lengths[lengths > max_seq_length] - max_seq_length
-    return {
-        "unit": "tokens",
-        "rows": int(lengths.size),
-        "min": low,
-        "median": _percentile(ordered, 50),
-        "mean": round(int(lengths.sum()) / lengths.size, 1),
-        "max": int(ordered[-1]),
-        "max_seq_length": max_seq_length,
-        # bin i holds the lengths edges[i] <= n < edges[i + 1]. A row is cut when n > max_seq_length (one of
-        # exactly max_seq_length tokens fits), so bin i holds only lengths that are cut exactly when
-        # edges[i] > max_seq_length: the faces mark those bins (cli/data.py, report.js)
-        "histogram": {"edges": [low + i * width for i in range(bins + 1)],
-                      "counts": np.bincount((lengths - low) // width, minlength=bins).tolist()},
-        "cut_rows": int(over.size),
-        "cut_tokens": int(over.sum()),
-        "keep_95": _percentile(ordered, 95),
-        "keep_99": _percentile(ordered, 99),
-        "measured_up_to": measure,
-        "clipped_rows": int(train.array("clipped").sum()),
-    }
 
 
 # --- duplicates and overlap ------------------------------------------------------------

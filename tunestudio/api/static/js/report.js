@@ -1,7 +1,8 @@
 // The dataset report panel, beside the preview (POST /api/datasets/report): the form's files as a job would
 // read them, every row: refused rows, duplicates, token lengths (a histogram, the rows max_seq_length cuts),
-// the eval rows that repeat training rows, columns and roles. It reads the whole dataset and tokenises it in
-// a child process, so it runs when asked, not on every keystroke.
+// the eval rows that repeat training rows, columns and roles; for rows with images, their sizes and formats, the
+// unreadable ones and the pictures shown twice. It reads the whole dataset and tokenises it in a child process, so
+// it runs when asked, not on every keystroke.
 
 import {ApiError, call} from "./api.js";
 import {Chart, colour} from "./charts.js";
@@ -9,7 +10,8 @@ import {basename, el, insertAfter, replaceKids} from "./util.js";
 
 // The form's fields the report reads as a job does (unset: JobConfig's defaults, as for a job).
 const FIELDS = ["max_seq_length", "method", "format_type", "custom_format_mapping", "reward_functions", "train_split",
-  "eval_split", "eval_fraction", "held_out_rows", "random_seed", "dataset_slice_start", "dataset_slice_end", "train_on_completions", "dedupe"];
+  "eval_split", "eval_fraction", "held_out_rows", "random_seed", "dataset_slice_start", "dataset_slice_end", "train_on_completions", "dedupe",
+  "image_splitting", "max_image_size"];
 const SHOWN = 12;
 
 /** The request for the form's config (only the fields the user changed are in it), or null for a hub dataset. */
@@ -101,9 +103,10 @@ function render(r, setField) {
     parts.push(table("report-refused", ["row", "why it is dropped"],
       r.refused.slice(0, SHOWN).map((x) => [where(x), x.reason]), r.refused_count));
   }
+  if (r.images) parts.push(...images(r.images));
   const d = r.duplicates;
   parts.push(el("p", {id: "report-duplicates"}, el("b", {}, "Duplicates: "),
-    `${count(d.exact)} exact (after normalising whitespace), ${count(d.near)} near (${d.method})`,
+    `${count(d.exact)} exact${r.images ? "" : " (after normalising whitespace)"}, ${count(d.near)} near (${d.method})`,
     d.dedupe !== "off" ? ` · dedupe ${d.dedupe} removes ${count(d.removed)}` : "",
     dedupeOffer(r, setField)));
   if (d.examples.length) {
@@ -117,7 +120,8 @@ function render(r, setField) {
   } else if (l.rows) {
     parts.push(el("p", {id: "report-lengths"}, el("b", {}, "Lengths "), `(tokens, ${basename(r.model)}): `,
       `min ${count(l.min)}, median ${count(l.median)}, max ${count(l.max)} · max_seq_length ${count(l.max_seq_length)} `,
-      "cuts ", el("b", {id: "report-cut-rows"}, `${count(l.cut_rows)} rows`), ` (${count(l.cut_tokens)} tokens lost) · `,
+      l.never_cut ? "refuses " : "cuts ", el("b", {id: "report-cut-rows"}, `${count(l.cut_rows)} rows`),
+      l.never_cut ? " (image rows are never cut) · " : ` (${count(l.cut_tokens)} tokens lost) · `,
       `${count(l.keep_95)} keeps 95 % of rows whole, ${count(l.keep_99)} keeps 99 %`),
     el("div", {class: "chart", id: "report-histogram", role: "img",
       "aria-label": `histogram of row lengths in tokens, ${l.rows} rows`}));
@@ -125,11 +129,11 @@ function render(r, setField) {
   const o = r.eval_overlap;
   parts.push(el("p", {id: "report-overlap"}, el("b", {}, "Eval overlap: "), o.source
     ? `${count(o.eval_rows)} eval rows (${o.source}): ${count(o.exact)} exact and ${count(o.near)} near copies of `
-      + "training rows" : o.note));
+      + "training rows" + (o.images ? `; ${count(o.images)} more show a training row's picture` : "") : o.note));
   if (o.rows.length) {
     parts.push(table("report-overlap-rows", ["eval row", "training row", "kind"],
       o.rows.slice(0, SHOWN).map((x) => [where(x.eval), where(x.train), x.kind === "exact" ? "exact"
-        : `near ${x.similarity}`]), o.exact + o.near));
+        : x.kind === "image" ? "same picture" : `near ${x.similarity}`]), o.exact + o.near + (o.images || 0)));
   }
   const columns = Object.entries(r.columns).map(([name, c]) => [name, count(c.rows), count(c.empty)]);
   const roles = Object.entries(r.roles).map(([name, c]) => [`${name} (role)`, count(c.turns), count(c.empty)]);
@@ -145,6 +149,30 @@ function render(r, setField) {
       `${count(t.reasoning_turns)} turns with reasoning${share}`));
   }
   for (const note of r.notes) parts.push(el("p", {class: "muted small"}, note));
+  return parts;
+}
+
+/** An image dataset's part (the report's `images`): counts, sizes and formats, the unreadable or missing images by
+ * row, the pictures shown more than once, the image tokens. */
+function images(m) {
+  const size = (s) => (s ? `${s.min}–${s.max} px (median ${s.median})` : "–");
+  const formats = Object.entries(m.formats).map(([f, n]) => `${f} ${count(n)}`).join(", ");
+  const t = m.tokens && m.tokens.per_row;
+  const parts = [el("p", {id: "report-images"}, el("b", {}, "Images: "),
+    `${count(m.count)} named, ${count(m.read)} read, `, el("b", {id: "report-unreadable-count"},
+      `${count(m.unreadable_count)} unreadable or missing`),
+    ` · width ${size(m.width)}, height ${size(m.height)}${formats ? ` · ${formats}` : ""}`,
+    ` · ${count(m.repeated)} showings repeat a picture (${count(m.distinct)} distinct)`,
+    t ? ` · image tokens a row: median ${count(t.median)}, max ${count(t.max)} (${(100 * m.tokens.share).toFixed(1)} % `
+      + "of the tokens)" : "")];
+  if (m.unreadable.length) {
+    parts.push(table("report-unreadable", ["row", "image", "why"],
+      m.unreadable.slice(0, SHOWN).map((x) => [where(x), x.image, x.reason]), m.unreadable_count));
+  }
+  if (m.repeats.length) {
+    parts.push(table("report-image-repeats", ["picture", "shown", "rows"], m.repeats.slice(0, SHOWN).map((x) => [
+      x.image, `×${x.count}`, x.rows.slice(0, 4).map(where).join(", ") + (x.count > 4 ? ", …" : "")])));
+  }
   return parts;
 }
 
@@ -186,7 +214,8 @@ function histogram(box, lengths) {
     xLabel: "tokens",
     series: [
       {label: "rows", stroke: colour(0), fill: colour(0), paths: bars(), points: {show: false}},
-      {label: `cut at ${cut}`, stroke: colour(3), fill: colour(3), paths: bars(), points: {show: false}},
+      {label: `${lengths.never_cut ? "refused over" : "cut at"} ${cut}`, stroke: colour(3), fill: colour(3),
+        paths: bars(), points: {show: false}},
     ],
   }), {height: 180});
   const starts = edges.slice(0, -1);
