@@ -113,3 +113,10 @@ def test_the_terminal_shows_the_images_part(images: Path, monkeypatch: pytest.Mo
     assert "train.jsonl:4 image 1: image 1 (pics/broken.png) is not a readable image" in text
     assert "pics/same.png ×3: train.jsonl:5, train.jsonl:6, train.jsonl:7" in text
     assert "duplicates: 1 exact, 0 near" in text
+
+
+def test_a_method_that_trains_text_only_reads_the_rows_as_text_as_its_job_would(images: Path) -> None:
+    """modalities.detected keeps such a job text; so does the report, and the method's own check names the columns."""
+    with pytest.raises(UserError, match=r"method 'kto' trains on unpaired .* the columns found are \['images', "
+                                        r"'messages'\]"):
+        make_report(spec(images, method="kto"))

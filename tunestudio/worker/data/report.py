@@ -57,7 +57,7 @@ def build(cfg: ReportSpec, tokenizer: Any = None) -> dict[str, Any]:
     rows = opened.train.window(cfg.dataset_slice_start, cfg.dataset_slice_end)
     if not rows.firsts():
         _nothing_to_read(cfg, opened)
-    if image_report.holds_images(rows):  # then `tokenizer` is the model's processor (is_image_data tells the caller)
+    if _reads_images(cfg, rows):  # then `tokenizer` is the model's processor (is_image_data tells the caller)
         return image_report.build(cfg, opened, rows, tokenizer, started)
     fmt, convert, detected = resolve_format(cfg, rows)
     notes: list[str] = []
@@ -111,7 +111,15 @@ def is_image_data(cfg: ReportSpec) -> bool:
     """Whether the rows the report reads hold images (the first rows of its window, as a job detects them): then
     the model's processor measures them, not its tokenizer."""
     opened = open_rows(cfg)
-    return image_report.holds_images(opened.train.window(cfg.dataset_slice_start, cfg.dataset_slice_end))
+    return _reads_images(cfg, opened.train.window(cfg.dataset_slice_start, cfg.dataset_slice_end))
+
+
+def _reads_images(cfg: ReportSpec, rows: Stream) -> bool:
+    """As `modalities.detected` decides for a job: rows with images, and a method that trains images (a text
+    method's own checks name such rows)."""
+    from tunestudio.config import METHOD_SPECS
+
+    return "image" in METHOD_SPECS[cfg.method].modalities and image_report.holds_images(rows)
 
 
 def load_tokenizer(name: str) -> Any:
