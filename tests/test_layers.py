@@ -35,7 +35,7 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
                         "ownership", "export_config", "bench_config", "estimate", "estimate_vision", "kinds",
-                        "openai_client", "make_data_config",
+                        "openai_client", "make_data_config", "make_data_preview",
                         "chat_rows", "tool_calls"}), False),
 )
 

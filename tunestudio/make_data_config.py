@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -29,7 +29,7 @@ from tunestudio.config.vocabulary import PathText
 from tunestudio.paths import PathRefused, Roots, expand
 
 __all__ = ["IMPLEMENTED_TASKS", "MAKE_DATA_SECRET_FIELDS", "RECIPE_SUFFIX", "REPORT_SUFFIX", "Gates",
-           "MakeDataConfig", "Teacher", "check_output", "confine", "recipe_file", "report_file", "resolve",
+           "MakeDataConfig", "Recipe", "Teacher", "check_output", "confine", "recipe_file", "report_file", "resolve",
            "with_key"]
 
 MAKE_DATA_SECRET_FIELDS = ("api_key",)
@@ -91,8 +91,9 @@ class Gates(BaseModel):
         return self
 
 
-class MakeDataConfig(BaseModel):
-    """One data-making run: sources → teacher → gates → rows appended to `output`."""
+class Recipe(BaseModel):
+    """One data-making run as a user writes it (a YAML file, the API's body): sources → teacher → gates → rows
+    appended to `output`. No key: the API takes this, so a key can never arrive in a request."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -115,7 +116,6 @@ class MakeDataConfig(BaseModel):
     gates: Gates = Field(default_factory=Gates)
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Orders the chunks and seeds the requests.")
     preview_rows: int = Field(default=3, ge=1, le=100, description="Rows `--preview` makes and prints.")
-    api_key: SecretStr | None = Field(default=None, description="Filled from teacher.api_key_env; never stored.")
 
     @field_validator("task")
     @classmethod
@@ -133,7 +133,7 @@ class MakeDataConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _overlap(self) -> MakeDataConfig:
+    def _overlap(self) -> Self:
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be below chunk_size ({self.chunk_size})")
         return self
@@ -141,6 +141,12 @@ class MakeDataConfig(BaseModel):
     @property
     def budget(self) -> int:
         return self.max_requests if self.max_requests is not None else 3 * self.rows
+
+
+class MakeDataConfig(Recipe):
+    """A recipe as a job runs it: with the key `with_key` read from teacher.api_key_env (never stored)."""
+
+    api_key: SecretStr | None = Field(default=None, description="Filled from teacher.api_key_env; never stored.")
 
     def public_dict(self) -> dict[str, Any]:
         """The recipe as JSON-ready data without the key (safe to store or show)."""
@@ -210,7 +216,7 @@ def _ours(output: Path) -> bool:
         return False
 
 
-def confine(cfg: MakeDataConfig, roots: Roots) -> None:
+def confine(cfg: Recipe, roots: Roots) -> None:
     """PathRefused unless every path lies inside the roots (paths only: a refusal tells nothing of what exists)."""
     readable = (roots.data_dir, *roots.dataset_roots, *roots.bundled)
     writable = (roots.data_dir, *roots.dataset_roots)

@@ -3,6 +3,7 @@ histogram drawn by uPlot."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,10 +11,12 @@ import pytest
 from playwright.sync_api import Page
 
 from tunestudio.settings import Settings
+from tunestudio.worker.tiny_docs import write_docs
 
 from ..helpers.pictures import chat, write_jsonl, write_picture
 from ..helpers.planted import MAX_SEQ_LENGTH, Planted, write_planted
-from ..helpers.server import running_server
+from ..helpers.server import loopback_v1, running_server
+from ..helpers.teacher import Teacher
 from . import test_web as web
 from .test_web import screenshot
 
@@ -85,3 +88,28 @@ def test_the_report_panel_shows_the_planted_faults_and_a_histogram(planted: Plan
     assert page.locator("#report-cut-rows").inner_text() == "1 rows"
     assert "refuses 1 rows (image rows are never cut)" in page.locator("#report-lengths").inner_text()
     page.locator("#report-panel").screenshot(path=str(screenshot(page, "report-images.png")))
+
+
+@pytest.mark.timeout(180)
+def test_make_data_previews_runs_and_hands_its_file_to_a_training_job(server: str, page: Page, tmp_path: Path) -> None:
+    """Issue 43: the Make data view with the scripted teacher: Preview shows the rows, Run makes them as a job,
+    and "Train on this data" opens the form on the output file."""
+    docs = write_docs(tmp_path / "data" / "docs")
+    out = tmp_path / "data" / "made" / "qa.jsonl"
+    with loopback_v1(Teacher) as teacher:
+        recipe = {"sources": [str(docs["md"]), str(docs["docx"])], "task": "qa", "rows": 3, "chunk_size": 300,
+                  "chunk_overlap": 50, "output": str(out), "teacher": {"base_url": teacher, "model": "good"}}
+        page.goto(server)
+        page.locator("#nav-data").click()
+        page.locator("#recipe").fill(json.dumps(recipe))
+        page.locator("#preview-count").fill("2")
+        page.locator("#preview-data").click()
+        assert page.locator("#preview-summary").inner_text(timeout=60_000) == "2 kept, 0 removed by the gates"
+        assert page.locator("#preview-rows .made-row").count() == 2 and not out.exists()
+        page.locator("#run-data").click()
+        page.locator("#train-on-output").wait_for(timeout=60_000)
+    assert page.locator("#make-progress").inner_text().startswith("3 / 3 rows")  # and what the gates rejected
+    assert len(out.read_text().splitlines()) == 3
+    page.locator("#train-on-output").click()
+    page.wait_for_url("**/#/new")
+    assert page.locator("#f-local_datasets").input_value() == str(out)

@@ -4,7 +4,7 @@ Deterministic: a qa request is answered with a question naming the excerpt's fir
 as the answer; a conversation with two such turns; an `answer` request with "Answer: <the prompt>". The model
 name picks a script: "good"; "flaky" (each request's first try is a 429 with Retry-After 0, every third a 500
 first); "garbage" (not JSON); "short" (a two-character answer); "same" (every reply alike); "hang" (no reply for
-10 s); "slow" (0.3 s a reply); "401". CALLS counts the tries per model.
+10 s); "slow" (0.3 s a reply); "401". CALLS counts the tries per model; KEYS holds the bearer keys it was sent.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler
 
 CALLS: Counter[str] = Counter()
+KEYS: set[str] = set()
 _LOCK = threading.Lock()
 _SEEN: set[str] = set()  # (model, request body) pairs already failed once by "flaky"
 
@@ -57,6 +58,7 @@ class Teacher(BaseHTTPRequestHandler):
             first = (model, raw.decode()) not in _SEEN
             _SEEN.add((model, raw.decode()))
             number = CALLS[model]
+            KEYS.add(self.headers.get("Authorization", "").removeprefix("Bearer "))
         if model == "401":
             return self._send(401, {"error": {"message": "Incorrect API key provided"}})
         if model == "flaky" and first:

@@ -24,6 +24,7 @@ from tunestudio.api.routes import (
     jobs,
     judgements,
     logs,
+    make_data,
     models,
     openai,
     resources,
@@ -115,6 +116,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(judgements.router, dependencies=guarded)
     app.include_router(jobfile.router, dependencies=guarded)
     app.include_router(chat.router, dependencies=guarded)
+    app.include_router(make_data.router, dependencies=guarded)
     app.include_router(system.health)
 
 

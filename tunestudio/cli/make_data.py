@@ -6,9 +6,6 @@ nothing. The teacher's key is read from the variable `teacher.api_key_env` names
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,9 +19,8 @@ from tunestudio.cli.follow import follow
 from tunestudio.config import format_validation_error
 from tunestudio.jobs import JobConflict, JobStatus, QueueFull
 from tunestudio.make_data_config import MakeDataConfig, resolve, with_key
+from tunestudio.make_data_preview import PreviewFailed, make_preview
 from tunestudio.paths import PathRefused
-
-PREVIEW_SLACK_S = 60.0  # the preview child's bound beyond the teacher's own deadlines
 
 
 def make(
@@ -63,27 +59,15 @@ def _load(path: Path) -> MakeDataConfig:
 
 
 def _preview(cfg: MakeDataConfig, rows: int) -> None:
-    given = json.dumps({"public": cfg.public_dict(), "secrets": cfg.secrets(), "rows": rows})
-    bound = cfg.timeout * (rows + 1) + PREVIEW_SLACK_S
     try:
-        done = subprocess.run([sys.executable, "-m", "tunestudio.worker.make_data"], input=given, text=True,
-                              capture_output=True, timeout=bound, check=False)
-    except subprocess.TimeoutExpired:
-        err.print(f"[red]the preview took longer than {bound:.0f} s[/red]")
+        answer = make_preview(cfg, rows)
+    except PreviewFailed as exc:
+        err.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(1) from None
-    try:
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        err.print(f"[red]the preview failed: {escape(done.stderr.strip()[-2000:])}[/red]")
-        raise typer.Exit(1) from None
-    if "error" in answer:
-        err.print(f"[red]{escape(answer['error'])}[/red]")
-        raise typer.Exit(1)
+    for row in answer["removed"]:
+        console.print(f"[yellow]removed by {row['removed_by']}[/yellow] ({escape(row['why'])}): "
+                      f"{escape(row['text'][:300])!r}")
     for row in answer["rows"]:
-        if "removed_by" in row:
-            console.print(f"[yellow]removed by {row['removed_by']}[/yellow] ({escape(row['why'])}): "
-                          f"{escape(row['text'][:300])!r}")
-            continue
         console.print(f"[dim]{escape(row['provenance']['key'])}[/dim]")
         for turn in row["messages"]:
             console.print(f"[bold]{turn['role']}[/bold]  {escape(turn['content'])}")

@@ -10,6 +10,7 @@ import {showForm} from "./form.js";
 import {mountHardware} from "./hardware.js";
 import {showJob} from "./job.js";
 import {JobList} from "./list.js";
+import {showMakeData} from "./makedata.js";
 import {showSweeps} from "./sweep.js";
 import {el, replaceKids} from "./util.js";
 
@@ -43,6 +44,9 @@ async function route() {
     } else if (view === "sweeps") {
       list.setActive(null);
       cleanup = await showSweeps(main, arg ? decodeURIComponent(arg) : null, {navigate});
+    } else if (view === "data") {
+      list.setActive(null);
+      cleanup = await showMakeData(main, {navigate});
     } else if (view === "compare" && arg) {
       const ids = arg.split(",").filter(Boolean);
       list.setActive(null);
