@@ -1,0 +1,88 @@
+"""Issue 43's end-to-end run with a real teacher on this machine (plumbing, not quality: only tiny models run here).
+
+A finished tunestudio job (the tests' 40-step LoRA chat job of the tiny model) is served by our own /v1 and is the
+teacher. Through the real server's /api/data/make: (1) task qa on the bundled handbook (tunestudio/worker/
+tiny_docs.py: .md .html .pdf .docx); (2) task answer on 24 seed prompts (the alpaca data's instructions). Then a
+student LoRA job trains on the rows made, and `tunestudio judge STUDENT --against base` compares it with its base
+model, the teacher job as the judge. Prints one JSON object: rows made and what each gate removed, per task, the
+student's job and the judgement. Usage: /work/runtest .venv/bin/python bench/make_data_e2e.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.helpers.chat import train_chat_job  # noqa: E402
+from tests.helpers.jobs import DATA, job_config  # noqa: E402
+from tests.helpers.server import running_server  # noqa: E402
+from tests.helpers.wait import wait_until  # noqa: E402
+from tunestudio.settings import Settings  # noqa: E402
+from tunestudio.worker.tiny_docs import write_docs  # noqa: E402
+
+TINY = ROOT / "models" / "tiny-llama"
+
+
+def make(client: httpx.Client, url: str, teacher: str, recipe: dict[str, Any]) -> dict[str, Any]:
+    body = {**recipe, "teacher": {"base_url": f"{url}/v1", "model": teacher, "max_tokens": 96, "temperature": 0.7},
+            "concurrency": 2, "timeout": 60}
+    made = client.post("/api/data/make", json=body)
+    made.raise_for_status()
+    job = wait_until(lambda: (j := client.get(f"/api/jobs/{made.json()['id']}").json())["is_terminal"] and j, 600,
+                     "the make_data job")
+    report = json.loads(Path(f"{recipe['output']}.report.json").read_text())
+    return {"status": job["status"], "error": job["error"], "rows_made": report["rows_made"],
+            "requests": report["requests"], "removed": report["removed"], "seconds": report["seconds"],
+            "examples": {g: [e["why"] for e in ex[:1]] for g, ex in report["examples"].items()}}
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="make-data-e2e-"))
+    home = tmp / "home"
+    started = time.monotonic()
+    teacher = train_chat_job(TINY, home)
+    out: dict[str, Any] = {"teacher_job": teacher.id, "teacher_train_s": round(time.monotonic() - started, 1)}
+    docs = write_docs(tmp / "data" / "docs")
+    prompts = tmp / "data" / "prompts.txt"
+    seen = [json.loads(line)["instruction"] for line in (DATA / "alpaca.jsonl").read_text().splitlines()]
+    prompts.write_text("\n".join(list(dict.fromkeys(seen))[:24]) + "\n")
+    settings = Settings(home=home, dataset_roots=[tmp / "data"], prewarm=False)
+    with running_server(settings) as url, httpx.Client(base_url=url, timeout=120) as client:
+        out["qa"] = make(client, url, teacher.id, {
+            "sources": [str(d) for d in docs.values()], "task": "qa", "rows": 12, "chunk_size": 400,
+            "chunk_overlap": 50, "output": str(tmp / "data" / "made" / "qa.jsonl")})
+        answers = tmp / "data" / "made" / "answers.jsonl"
+        out["answer"] = make(client, url, teacher.id, {"sources": [str(prompts)], "task": "answer", "rows": 24,
+                                                       "output": str(answers)})
+        rows = [p for p in (tmp / "data" / "made" / "qa.jsonl", answers) if p.exists() and p.stat().st_size]
+        cfg = job_config(TINY, tmp / "student", local_datasets=[str(p) for p in rows], max_steps=20,
+                         eval_steps=0.5, eval_generate_rows=4)
+        started = time.monotonic()
+        student = client.post("/api/jobs", json=cfg.public_dict())
+        student.raise_for_status()
+        sid = student.json()["id"]
+        job = wait_until(lambda: (j := client.get(f"/api/jobs/{sid}").json())["is_terminal"] and j, 900, "student")
+        out["student"] = {"id": sid, "status": job["status"], "error": job["error"], "rows": sum(
+            len(p.read_text().splitlines()) for p in rows), "seconds": round(time.monotonic() - started, 1)}
+        judged = subprocess.run(
+            [sys.executable, "-m", "tunestudio.cli", "judge", sid, "--against", "base", "--judge-url", f"{url}/v1",
+             "--judge-model", teacher.id, "--limit", "4", "--json"], capture_output=True, text=True, timeout=900,
+            env={**os.environ, "TUNESTUDIO_HOME": str(home)})
+        out["judge"] = {"exit": judged.returncode,
+                        "answer": json.loads(judged.stdout) if judged.returncode == 0 else judged.stderr[-800:]}
+    print(json.dumps(out, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
