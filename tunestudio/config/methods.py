@@ -162,6 +162,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
                options=(*_SEQUENCE_OPTIONS, "train_on_completions"), aliases=("supervised",),
                modalities=("text", "image"), openai_type="supervised", openai_file=OpenAIFile("chat", "messages")),
     MethodSpec("dpo", "DPO", "preference pairs: chosen over rejected", "dpo", formats=("preference",),
+               modalities=("text", "image"),
                options=("beta", "dpo_loss_type"), mappings=(_PAIRS,), main_metric="rewards/margins",
                rows_per_example=2, openai_type="dpo", openai_file=OpenAIFile("preference", "preference")),
     MethodSpec("orpo", "ORPO", "preference pairs, no reference model", "orpo", formats=("preference",),

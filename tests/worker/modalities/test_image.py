@@ -173,3 +173,40 @@ def test_a_job_image_size_keeps_image_tokens_and_features_equal(loaded: tuple[An
                                            add_generation_prompt=True, tokenize=True, return_dict=True,
                                            return_tensors="pt")
     assert model(**inputs).logits.shape[1] == inputs["input_ids"].shape[1]
+
+
+def _pairs(tmp: Path, n: int, name: str) -> Path:
+    """Preference pairs on the bundled pictures: the picture's colour chosen over another colour."""
+    rows = [json.loads(line) for line in (SHAPES / "shapes.jsonl").read_text().splitlines()[:n]]
+    out = []
+    for row in rows:
+        colour = row["messages"][1]["content"][0]["text"]
+        (tmp / row["images"][0]).parent.mkdir(exist_ok=True)
+        shutil.copy(SHAPES / row["images"][0], tmp / row["images"][0])
+        out.append({"images": row["images"], "prompt": "What colour is the shape?", "chosen": colour,
+                    "rejected": "green" if colour != "green" else "red"})
+    (tmp / name).write_text("".join(json.dumps(r) + "\n" for r in out))
+    return tmp / name
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+def test_dpo_trains_on_image_preference_pairs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunestudio.events import Completed, parse_event
+    from tunestudio.worker import main
+
+    from ...helpers.channel import ListChannel
+
+    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = job_config(FAMILIES["smolvlm"], tmp_path / "out", method="dpo",
+                     local_datasets=[str(_pairs(tmp_path, 8, "pairs.jsonl"))],
+                     eval_split=str(_pairs(tmp_path, 4, "held.jsonl")), max_steps=2, eval_steps=2,
+                     eval_generate_rows=2, batch_size=2, precision="fp32")
+    channel = ListChannel()
+    assert main.run(cfg, channel) == 0, channel.lines[-3:]
+    done = parse_event(channel.lines[-1])
+    assert isinstance(done, Completed) and done.evaluation is not None
+    assert "is_dataset_image auto-detected" in "\n".join(channel.lines)
+    assert done.evaluation.examples[0].prompt.startswith("[image]")
+    assert any("rewards/margins" in (r.get("extra") or {}) for r in map(json.loads, (
+        tmp_path / "out" / "metrics.jsonl").read_text().splitlines()))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from datasets import Dataset, List
@@ -22,7 +22,7 @@ from datasets import Image as ImageFeature
 
 from tunestudio.config import JobConfig
 from tunestudio.worker.data.formats import RowProblem
-from tunestudio.worker.data.images import ImageRef, is_image_row, read_row
+from tunestudio.worker.data.images import ImageRef, is_image_row, plan, read_row
 from tunestudio.worker.data.pipeline import PreparedData, Work, check_drops, split_eval
 from tunestudio.worker.data.rows import Row
 from tunestudio.worker.data.sources import read_rows
@@ -122,11 +122,49 @@ class _ImageWork(Work):
     def check(self, row: Row) -> dict[str, Any]:
         """The row checked and measured, as the dataset keeps it: its images as where to find them (ImageRef.stored),
         not their pixels."""
+        if self.cfg.method == "dpo":
+            return self.check_pair(row)
         example, refs = read_row(row)
         if self.tokenizer is not None:
             measured(self.tokenizer, example, self.cfg.max_seq_length)
         self.keys[(row.source, row.number)] = content_key(example["messages"], refs)
         return {"messages": example["messages"], "images": [ref.stored for ref in refs]}
+
+
+    def check_pair(self, row: Row) -> dict[str, Any]:
+        """A preference row with images (`prompt`, `chosen`, `rejected`, an `images` column or image parts in the
+        prompt), as TRL's DPOTrainer takes it: the prompt's turns with their placeholders, both answers as turns;
+        each conversation (prompt and answer) measured, the images opened once."""
+        data = row.data or {}
+        if data.get("chosen") is None or data.get("rejected") is None:
+            raise RowProblem("needs `chosen` and `rejected` answers (method dpo)")
+        prompt = _turns(data.get("prompt"), "user")
+        if not prompt:
+            raise RowProblem("needs a `prompt` (text or turns) for its images and answers")
+        chosen, rejected = _turns(data["chosen"], "assistant"), _turns(data["rejected"], "assistant")
+        if chosen == rejected:
+            raise RowProblem("has the same chosen and rejected answer: the pair teaches nothing")
+        pictures = {k: v for k, v in data.items() if k in ("images", "image")}
+        example, refs = read_row(replace(row, data={**pictures, "messages": prompt + chosen}))
+        other = plan(replace(row, data={**pictures, "messages": prompt + rejected}))
+        if self.tokenizer is not None:
+            for messages in (example["messages"], other.messages):
+                measured(self.tokenizer, {"messages": messages, "images": example["images"]}, self.cfg.max_seq_length)
+        n = len(prompt)
+        self.keys[(row.source, row.number)] = content_key(example["messages"] + other.messages[n:], refs)
+        return {"prompt": example["messages"][:n], "chosen": example["messages"][n:],
+                "rejected": other.messages[n:], "images": [ref.stored for ref in refs]}
+
+
+def _turns(value: Any, role: str) -> list[dict[str, Any]]:
+    """A pair's prompt or answer as turns: text becomes one turn of `role`; turns stay as they are."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, list) and all(isinstance(m, dict) and "role" in m for m in value):
+        return list(value)
+    if value is None:
+        return []
+    raise RowProblem(f"a {role} part must be text or a list of turns with roles")
 
 
 def _dedupe(work: _ImageWork, examples: list[dict[str, Any]],

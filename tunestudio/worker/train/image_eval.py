@@ -49,7 +49,8 @@ def rows_of(examples: Iterable[dict[str, Any]], places: Sequence[dict[str, Any]]
     """The held-out examples whose last turn is the assistant's: what is asked, and the answer to compare with."""
     out = []
     for i, example in enumerate(examples):
-        messages = list(example["messages"])
+        # a preference pair is asked its prompt and compared with its chosen answer
+        messages = list(example["messages"]) if "messages" in example else [*example["prompt"], *example["chosen"]]
         if not messages or messages[-1].get("role") != "assistant":
             continue
         out.append(ImageRow(messages[:-1], list(example["images"]), _text(messages[-1].get("content")),

@@ -62,7 +62,9 @@ def build_trainer(
 def _dpo(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any:
     from trl import DPOConfig, DPOTrainer
 
-    args = DPOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta, loss_type=[cfg.dpo_loss_type])
+    images = "images" in shared["train_dataset"].column_names  # TRL's vision collator reads the images column
+    args = DPOConfig(**common, max_length=cfg.max_seq_length, beta=cfg.beta, loss_type=[cfg.dpo_loss_type],
+                     **({"remove_unused_columns": False} if images else {}))
     return _without_reference_adapter(DPOTrainer(args=args, **shared), cfg)
 
 
