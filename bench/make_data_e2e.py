@@ -41,6 +41,8 @@ def make(client: httpx.Client, url: str, teacher: str, recipe: dict[str, Any]) -
     made.raise_for_status()
     job = wait_until(lambda: (j := client.get(f"/api/jobs/{made.json()['id']}").json())["is_terminal"] and j, 600,
                      "the make_data job")
+    if not Path(f"{recipe['output']}.report.json").exists():  # failed before it made a report
+        return {"status": job["status"], "error": job["error"]}
     report = json.loads(Path(f"{recipe['output']}.report.json").read_text())
     return {"status": job["status"], "error": job["error"], "rows_made": report["rows_made"],
             "requests": report["requests"], "removed": report["removed"], "seconds": report["seconds"],
@@ -60,8 +62,8 @@ def main() -> None:
     settings = Settings(home=home, dataset_roots=[tmp / "data"], prewarm=False)
     with running_server(settings) as url, httpx.Client(base_url=url, timeout=120) as client:
         out["qa"] = make(client, url, teacher.id, {
-            "sources": [str(d) for d in docs.values()], "task": "qa", "rows": 12, "chunk_size": 400,
-            "chunk_overlap": 50, "output": str(tmp / "data" / "made" / "qa.jsonl")})
+            "sources": [str(docs[k]) for k in ("md", "html", "pdf", "docx")], "task": "qa", "rows": 12,
+            "chunk_size": 400, "chunk_overlap": 50, "output": str(tmp / "data" / "made" / "qa.jsonl")})
         answers = tmp / "data" / "made" / "answers.jsonl"
         out["answer"] = make(client, url, teacher.id, {"sources": [str(prompts)], "task": "answer", "rows": 24,
                                                        "output": str(answers)})
