@@ -89,8 +89,8 @@ def test_the_processor_is_set_for_a_cpu(loaded: tuple[Any, Any], family: tuple[s
 
 def test_the_config_refuses_what_images_cannot_do(tmp_path: Path) -> None:
     model = FAMILIES["smolvlm"]
-    with pytest.raises(ValidationError, match="method: dpo trains text data, not image data"):
-        job_config(model, tmp_path, is_dataset_image=True, method="dpo")
+    with pytest.raises(ValidationError, match="method: orpo trains text data, not image data"):
+        job_config(model, tmp_path, is_dataset_image=True, method="orpo")
     with pytest.raises(ValidationError, match="finetune_vision_layers: at least one of"):
         job_config(model, tmp_path, is_dataset_image=True, finetune_vision_layers=False,
                    finetune_language_layers=False)
