@@ -55,3 +55,22 @@ def test_the_recipe_asks_the_jobs_modality(tiny_model: Path, tmp_path: Path, mon
     assert isinstance(done, Completed) and done.evaluation is not None and len(done.samples) == 1
     assert asked[:4] == ["load_processor", "load_model", "prepare_data", "generate"]
     assert "evaluator" in asked and asked.count("generate") == 2  # the sample, before and after
+
+
+def test_images_in_a_hub_dataset_make_an_image_job(tmp_path: Path) -> None:
+    """A dataset saved by `datasets` with an Image feature (the hub's layout) is detected as images, like a file."""
+    from datasets import Dataset, Features, Image, List, Value
+    from PIL import Image as Picture
+
+    picture = tmp_path / "red.png"
+    Picture.new("RGB", (8, 8), "red").save(picture)
+    turns = [{"role": "user", "content": "What colour?"}, {"role": "assistant", "content": "red"}]
+    features = Features({"images": List(Image()), "messages": List({"role": Value("string"),
+                                                                      "content": Value("string")})})
+    Dataset.from_list([{"images": [str(picture)], "messages": turns}] * 4, features=features).save_to_disk(
+        str(tmp_path / "saved"))
+    cfg = job_config("models/tiny-smolvlm", tmp_path / "out", local_datasets=[], hf_dataset=str(tmp_path / "saved"))
+    found, note = modalities.detected(cfg)
+    assert found.modality == "image" and note is not None and "auto-detected" in note
+    text, none = modalities.detected(job_config("models/tiny-smolvlm", tmp_path / "out"))  # the bundled alpaca rows
+    assert text.modality == "text" and none is None

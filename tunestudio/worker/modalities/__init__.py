@@ -76,10 +76,15 @@ def detected(cfg: JobConfig) -> tuple[JobConfig, str | None]:
 
     if cfg.modality != "text" or "image" not in METHOD_SPECS[cfg.method].modalities:
         return cfg, None
-    from tunestudio.worker.data import is_image_row, read_head
+    from itertools import islice
+
+    from tunestudio.worker.data import is_image_row, open_rows, read_head
 
     try:
-        head, _, _ = read_head(cfg.local_datasets, cfg.train_split, 20, 1 << 20) if cfg.local_datasets else ([], 0, 0)
+        if cfg.local_datasets:
+            head, _, _ = read_head(cfg.local_datasets, cfg.train_split, 20, 1 << 20)
+        else:  # a hub dataset (an `Image` feature): its first rows, as the data step will read them
+            head = list(islice(open_rows(cfg).train, 20))
     except Exception:  # unreadable data is the data step's to report, with its row
         return cfg, None
     if not any(is_image_row(r.data) for r in head):
