@@ -211,7 +211,8 @@ def _load_data(job: _Run) -> None:
     from tunestudio.worker.data import write_held_out
 
     job.channel.phase("loading_dataset")
-    job.data = job.modality.prepare_data(job.cfg, job.processor)
+    job.data = job.modality.prepare_data(job.cfg, job.processor, Steps(job.channel).counter(
+        "loading_dataset", "rows read and checked"))
     # conversations reach the trainer tokenised; the evaluator reads them as conversations
     job.held_eval = job.data.eval_examples if job.data.eval_examples is not None else job.data.eval
     for note in job.data.notes:

@@ -121,6 +121,11 @@ def test_a_short_image_job_trains_evaluates_with_its_pictures_and_saves_a_vision
     assert isinstance(done, Completed) and done.evaluation is not None
     log = "\n".join(channel.lines)
     assert "is_dataset_image auto-detected" in log
+    from tunestudio.events import Phase
+
+    counted = [e for e in map(parse_event, channel.lines) if isinstance(e, Phase) and e.phase == "loading_dataset"
+               and e.done is not None]
+    assert counted and counted[-1].done == counted[-1].total  # the images were read and checked with a count
     sides = re.search(r"LoRA targets .*: (\d+) in the vision tower and projector, (\d+) in the language model", log)
     assert sides is not None and int(sides[1]) > 0 and int(sides[2]) > 0  # as peft wrapped them
     assert set(done.evaluation.metrics) >= {"exact_match", "token_f1", "rouge_l", "eval_loss"}

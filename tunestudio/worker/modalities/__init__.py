@@ -38,8 +38,9 @@ class Modality(Protocol):
     def load_model(self, cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
         """The base model, for training (before adapters)."""
 
-    def prepare_data(self, cfg: JobConfig, processor: Any) -> PreparedData:
-        """The job's rows read, checked (file and row named), converted for the trainer and split."""
+    def prepare_data(self, cfg: JobConfig, processor: Any, progress: Any = None) -> PreparedData:
+        """The job's rows read, checked (file and row named), converted for the trainer and split; progress(done,
+        total), where a kind of data has slow rows to say it of (images opened and measured)."""
 
     def generate(self, model: torch.nn.Module, processor: Any, prompt: str) -> str:
         """One greedy answer to a sample prompt (the job's before/after samples)."""

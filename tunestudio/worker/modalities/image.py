@@ -92,10 +92,10 @@ class ImageModality:
 
         return load_model(cfg, compute_dtype, AutoModelForImageTextToText)
 
-    def prepare_data(self, cfg: JobConfig, processor: Any) -> PreparedData:
+    def prepare_data(self, cfg: JobConfig, processor: Any, progress: Any = None) -> PreparedData:
         from tunestudio.worker.data import prepare_images
 
-        data = prepare_images(cfg, processor)
+        data = prepare_images(cfg, processor, progress)
         data.notes[:0] = getattr(processor, "tunestudio_notes", [])
         return data
 

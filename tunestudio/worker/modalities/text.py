@@ -31,7 +31,7 @@ class TextModality:
 
         return load_model(cfg, compute_dtype)
 
-    def prepare_data(self, cfg: JobConfig, processor: Any) -> PreparedData:
+    def prepare_data(self, cfg: JobConfig, processor: Any, progress: Any = None) -> PreparedData:
         from tunestudio.worker.data import prepare
 
         return prepare(cfg, processor)
