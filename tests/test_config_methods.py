@@ -63,7 +63,7 @@ def test_an_option_of_another_method_is_an_error_naming_both(option: str) -> Non
 @pytest.mark.parametrize(("fields", "field", "says"), [
     ({"method": "dpo", "beta": 0}, "beta", "greater than 0"),
     ({"method": "grpo", "num_generations": 1}, "num_generations", "greater than or equal to 2"),
-    ({"method": "nope"}, "method", "'sft', 'dpo', 'orpo', 'kto', 'grpo' or 'pretrain'"),
+    ({"method": "nope"}, "method", "'sft', 'dpo', 'orpo', 'kto', 'grpo', 'pretrain' or 'reward'"),
     ({**GRPO, "reward_functions": []}, "reward_functions", "needs at least one reward function"),
     ({**GRPO, "reward_functions": ["exactly"]}, "reward_functions", "neither a built-in"),
     ({**GRPO, "reward_functions": ["a.py:score", "b.py:score"]}, "reward_functions", "score named twice"),

@@ -64,7 +64,7 @@ def test_the_openai_method_type_maps_through_the_entry(monkeypatch: pytest.Monke
     hyper = Hyperparameters(n_epochs=1, batch_size=8, learning_rate_multiplier=1.0)
     shown = {name: method_of(config(name), hyper).type for name in METHOD_SPECS}
     assert shown == {"sft": "supervised", "pretrain": "supervised", "dpo": "dpo", "grpo": "reinforcement",
-                     "orpo": "orpo", "kto": "kto"}
+                     "orpo": "orpo", "kto": "kto", "reward": "reward"}
     # the request's method types are OpenAI's, and each is an entry's: sft trains "supervised", dpo "dpo"
     assert set(get_args(MethodIn.model_fields["type"].annotation)) == set(OPENAI_TYPES)
     assert {t: (openai_method(t)[0].name, openai_method(t)[1].format) for t in OPENAI_TYPES} == {

@@ -55,13 +55,14 @@ def make_dataset(
     directory: Annotated[Path, typer.Argument(help="Folder to write the bundled dataset to.")] = Path("examples/data"),
 ) -> None:
     """Write the bundled dataset (alpaca, sharegpt, messages, prompt/completion and text forms; preference pairs,
-    unpaired feedback and prompts with answers for DPO/ORPO, KTO and GRPO; tool calls, with held-out rows; coloured
-    shapes with their pictures, for the tiny vision models)."""
+    unpaired feedback and prompts with answers for DPO/ORPO, KTO and GRPO; lookup pairs for reward models; tool
+    calls, with held-out rows; coloured shapes with their pictures, for the tiny vision models)."""
     from tunestudio.worker.tiny import write_dataset
     from tunestudio.worker.tiny_images import write_image_datasets
     from tunestudio.worker.tiny_methods import write_method_datasets
+    from tunestudio.worker.tiny_rewards import write_reward_datasets
     from tunestudio.worker.tiny_tools import write_tool_datasets
 
     for path in [*write_dataset(directory), *write_method_datasets(directory), *write_tool_datasets(directory),
-                 *write_image_datasets(directory)]:
+                 *write_image_datasets(directory), *write_reward_datasets(directory)]:
         console.print(str(path))

@@ -59,9 +59,9 @@ class MethodSpec:
     name: str = field(metadata={"help": "JobConfig.method's value."})
     label: str = field(metadata={"help": "The page's name for it."})
     summary: str = field(metadata={"help": "One line the page shows under the label."})
-    trainer: Literal["sft", "dpo", "orpo", "kto", "grpo"] = field(metadata={
+    trainer: Literal["sft", "dpo", "orpo", "kto", "grpo", "reward"] = field(metadata={
         "help": "The TRL trainer family that builds it (worker/train/methods.py; sft and pretrain both train with "
-                "SFTTrainer)."})
+                "SFTTrainer; reward trains a sequence-classification head with RewardTrainer)."})
     formats: tuple[str, ...] = field(metadata={"help": "The dataset formats it trains on (auto picks one)."})
     options: tuple[str, ...] = field(default=(), metadata={
         "help": "The JobConfig fields that mean something for this method (and perhaps others) only; set for "
@@ -151,6 +151,12 @@ def _check_grpo(cfg: JobConfig) -> None:
             f"({cfg.num_generations}) for method 'grpo' (each prompt's completions share one batch)")
 
 
+def _check_reward(cfg: JobConfig) -> None:
+    if cfg.sample_prompts:
+        raise ValueError("sample_prompts: method 'reward' trains a score head, which writes no replies; its held-out "
+                         "pairs are scored before and after instead")
+
+
 _PAIRS = ("prompt", "chosen", "rejected")
 _SEQUENCE_OPTIONS = ("packing", "padding_free")
 _REWARD_OPTIONS = ("num_generations", "max_completion_length", "generation_temperature", "kl_beta",
@@ -178,6 +184,11 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("pretrain", "Pretrain", "continued pretraining on plain text", "sft", formats=("text",),
                options=_SEQUENCE_OPTIONS, mappings=(("text",),), defaults={"packing": True},
                aliases=("continued_pretraining", "pretraining", "cpt"), openai_type="supervised"),
+    # TRL's RewardTrainer: a score head on the base (num_labels=1), trained so chosen scores above rejected; it
+    # logs accuracy (the share of pairs so ordered) and margin
+    MethodSpec("reward", "Reward model", "preference pairs: score chosen above rejected", "reward",
+               formats=("preference",), mappings=(_PAIRS,), main_metric="accuracy", rows_per_example=2,
+               aliases=("reward_model", "rm"), check=_check_reward),
 )}
 
 METHOD_ALIASES = {alias: spec.name for spec in METHOD_SPECS.values() for alias in spec.aliases}

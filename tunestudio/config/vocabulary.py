@@ -39,7 +39,7 @@ class TrainingType(StrEnum):
     full = "full"
 
 
-Method = Literal["sft", "dpo", "orpo", "kto", "grpo", "pretrain"]
+Method = Literal["sft", "dpo", "orpo", "kto", "grpo", "pretrain", "reward"]
 
 # Kinds of data (worker/modalities/, one module each): what a job's rows hold, and those the worker can train
 # (worker/modalities.MODALITIES has exactly these; tests/worker/test_modalities.py holds them together).

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tunestudio import ownership, paths
-from tunestudio.config import JobConfig, format_validation_error, summary
+from tunestudio.config import METHOD_SPECS, JobConfig, format_validation_error, summary
 from tunestudio.events import EVAL_ROWS_FILE, HELD_OUT_FILE, HeldOut, Sample
 from tunestudio.worker import errors
 from tunestudio.worker.channel import Channel, quiet_libraries
@@ -303,8 +303,13 @@ def _measure_base(job: _Run, checkpoint: str | None) -> bool:
     loss_before = None
     if trainer.eval_dataset is not None and checkpoint is None:  # eval loss at step 0, reported through the callback
         loss_before = steps.evaluate(trainer, "evaluating_base", "eval loss of the base model").get("eval_loss")
-    job.evaluator = modality.evaluator(job.held_eval if trainer.eval_dataset is not None else None,
-                                       cfg.eval_generate_rows, job.data.eval_places, cfg.max_seq_length)
+    held = job.held_eval if trainer.eval_dataset is not None else None
+    if METHOD_SPECS[cfg.method].trainer == "reward":  # a score head generates nothing: its pairs are scored
+        from tunestudio.worker.train import RewardEvaluator
+
+        job.evaluator = RewardEvaluator.for_job(held, cfg.eval_generate_rows, cfg.max_seq_length)
+    else:
+        job.evaluator = modality.evaluator(held, cfg.eval_generate_rows, job.data.eval_places, cfg.max_seq_length)
     if job.evaluator is None:
         return True
     if job.evaluator.rows:

@@ -1,7 +1,8 @@
 """Training: the model loaded and prepared (model), the trainer built for the job's method (train, methods) with
 its callbacks (progress and stop in train, early stopping in best, MLflow in tracking), the measures that decide
 precision, gradient checkpointing, batching and threads (calibrate, memory, batching, performance), CPU's fused
-LM head (lmhead), atomic checkpoints (checkpointing) and the held-out evaluation (evaluation).
+LM head (lmhead), atomic checkpoints (checkpointing) and the held-out evaluation (evaluation; a reward model's in
+reward_eval).
 
 main.py runs these as its steps, modalities/ loads and scores through them, export/ loads a base model with them.
 The face is lazy (`tunestudio.worker.lazy_face`): a name's module loads when the name is first used.
@@ -23,6 +24,7 @@ _FACE = {
     "model": ("count_4bit_layers", "count_parameters", "from_pretrained", "hidden_size", "load_model",
               "load_tokenizer", "prepare_model"),
     "performance": ("configure_threads", "peak_memory_mb"),
+    "reward_eval": ("RewardEvaluator",),
     "tracking": ("callback", "end_open_runs", "finish", "job_run"),
     "vision_layers": ("describe_targets", "targets"),
     "train": ("build_trainer", "generate", "precision_named", "resolve_checkpoint", "resolve_gradient_checkpointing",

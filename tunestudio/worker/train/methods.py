@@ -1,4 +1,4 @@
-"""The trainers of the methods beyond SFT: DPO, ORPO, KTO (preference tuning) and GRPO.
+"""The trainers of the methods beyond SFT: DPO, ORPO, KTO (preference tuning), GRPO and reward models.
 
 sft and pretrain both train with TRL's SFTTrainer (train.py); pretrain is SFT on
 plain text, where every token is trained on and packing is on by default.
@@ -48,7 +48,7 @@ def build_trainer(
     callbacks: list[Any],
     has_eval: bool,
 ) -> Any:
-    """The TRL trainer of `cfg.method`'s trainer family (config.METHOD_SPECS: dpo, orpo, kto or grpo)."""
+    """The TRL trainer of `cfg.method`'s trainer family (config.METHOD_SPECS: dpo, orpo, kto, grpo or reward)."""
     shared = {
         "model": model,
         "train_dataset": data.train,
@@ -98,9 +98,17 @@ def _grpo(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any
     return GRPOTrainer(reward_funcs=rewards.build(cfg), args=args, **shared)
 
 
+def _reward(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any:
+    from trl import RewardConfig, RewardTrainer
+
+    # the score is read at the last token that is not padding: the model must know the tokenizer's pad id
+    shared["model"].config.pad_token_id = shared["processing_class"].pad_token_id
+    return RewardTrainer(args=RewardConfig(**common, max_length=cfg.max_seq_length), **shared)
+
+
 # One builder per trainer family of config.METHOD_SPECS but "sft" (SFTTrainer, built in train.py).
 BUILDERS: dict[str, Callable[[JobConfig, dict[str, Any], dict[str, Any]], Any]] = {
-    "dpo": _dpo, "kto": _kto, "orpo": _orpo, "grpo": _grpo,
+    "dpo": _dpo, "kto": _kto, "orpo": _orpo, "grpo": _grpo, "reward": _reward,
 }
 
 

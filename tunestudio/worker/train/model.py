@@ -9,12 +9,13 @@ from peft import LoftQConfig, LoraConfig, get_peft_model, prepare_model_for_kbit
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
     AutoTokenizer,
     BitsAndBytesConfig,
     PreTrainedTokenizerBase,
 )
 
-from tunestudio.config import JobConfig, TrainingType
+from tunestudio.config import METHOD_SPECS, JobConfig, TrainingType
 from tunestudio.paths import expand
 from tunestudio.worker import hub
 from tunestudio.worker.errors import UserError
@@ -61,10 +62,18 @@ def hidden_size(cfg: JobConfig) -> int | None:
     return getattr(text, "hidden_size", None)
 
 
+def is_reward_model(cfg: JobConfig) -> bool:
+    """Whether the job trains a reward model (method reward): a score head instead of the LM head."""
+    return METHOD_SPECS[cfg.method].trainer == "reward"
+
+
 def load_model(cfg: JobConfig, compute_dtype: torch.dtype, loader: Any = AutoModelForCausalLM) -> torch.nn.Module:
-    """The base model for training, through `loader` (AutoModelForImageTextToText for image jobs)."""
+    """The base model for training, through `loader` (AutoModelForImageTextToText for image jobs); a reward
+    model's base gets a one-output score head (AutoModelForSequenceClassification, num_labels=1, new weights)."""
     token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
     kwargs: dict[str, Any] = {"token": token, "dtype": torch.float32}
+    if is_reward_model(cfg) and loader is AutoModelForCausalLM:
+        loader, kwargs["num_labels"] = AutoModelForSequenceClassification, 1
     if cfg.training_type is TrainingType.qlora:
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True,
@@ -108,7 +117,9 @@ def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing
         target_modules=lora_target_modules(cfg, model),
         use_rslora=cfg.use_rslora,
         bias="none",
-        task_type="CAUSAL_LM",
+        # a reward model's score head is new: trained whole beside the adapters, and saved with them
+        task_type="SEQ_CLS" if is_reward_model(cfg) else "CAUSAL_LM",
+        modules_to_save=["score"] if is_reward_model(cfg) else None,
         init_lora_weights="loftq" if cfg.use_loftq else True,
         loftq_config=LoftQConfig(loftq_bits=4) if cfg.use_loftq else {},
     )

@@ -1,0 +1,73 @@
+"""method: reward (issue 44): a score head trained on preference pairs, evaluated on held-out pairs before and after."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tunestudio.config import JobConfig
+from tunestudio.events import Progress
+from tunestudio.worker.tiny_rewards import reward_pairs
+from tunestudio.worker.train.reward_eval import summary
+
+from ..helpers.jobs import Run, job_config, run_job
+
+
+def _jsonl(path: Path, items: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
+    return path
+
+
+def test_the_bundled_pairs_pit_right_against_wrong_of_one_kind_and_no_held_out_triple_trains() -> None:
+    train, held = reward_pairs(60, 20)
+
+    def key(p: dict[str, Any]) -> tuple[str, str, str]:
+        return p["prompt"][0]["content"], p["chosen"][0]["content"], p["rejected"][0]["content"]
+
+    assert len(train) == 60 and len(held) == 20
+    assert not {key(p) for p in held} & {key(p) for p in train}
+    assert all(p["chosen"] != p["rejected"] for p in train + held)
+    colours = [p for p in train if p["prompt"][0]["content"].startswith("What colour")]
+    assert colours and all(p["rejected"][0]["content"] in {"yellow", "red", "purple", "orange", "green", "brown"}
+                           for p in colours)
+
+
+def test_accuracy_counts_pairs_whose_chosen_scores_strictly_higher() -> None:
+    assert summary([(1.0, 0.0), (0.0, 1.0), (0.5, 0.5), (2.0, 1.0)]) == {"accuracy": 0.5, "margin": 0.25}
+    assert summary([]) == {"accuracy": None, "margin": None}
+
+
+def test_a_reward_model_writes_no_sample_replies() -> None:
+    with pytest.raises(ValueError, match="sample_prompts: method 'reward'"):
+        JobConfig(model_name="m", method="reward", local_datasets=["x.jsonl"], sample_prompts=["hi"])
+
+
+@pytest.fixture(scope="module")
+def reward_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    tmp = tmp_path_factory.mktemp("reward")
+    train, held = reward_pairs(32, 8)
+    cfg = job_config(tiny_model, tmp / "out", method="reward", local_datasets=[str(_jsonl(tmp / "t.jsonl", train))],
+                     eval_split=str(_jsonl(tmp / "e.jsonl", held)), max_steps=3, batch_size=4, max_seq_length=48,
+                     learning_rate=1e-3, eval_steps=3)
+    return run_job(cfg)
+
+
+def test_a_reward_job_trains_logs_accuracy_evaluates_before_and_after_and_saves_its_head(reward_run: Run) -> None:
+    done = reward_run.completed
+    logged = [e.extra or {} for e in reward_run.of(Progress)]
+    assert any({"accuracy", "margin"} <= set(x) for x in logged)  # TRL's figures, the method's main metric
+    assert any("eval_accuracy" in x for x in logged)
+    evaluation = done.evaluation
+    assert evaluation is not None and evaluation.rows == 8
+    for name in ("accuracy", "margin"):
+        assert evaluation.metrics[name].before is not None and evaluation.metrics[name].after is not None
+    assert evaluation.examples and evaluation.examples[0].before.startswith("chosen ")
+    saved = json.loads((Path(done.output_dir) / "adapter_config.json").read_text())
+    assert saved["task_type"] == "SEQ_CLS" and "score" in saved["modules_to_save"]
+    from safetensors import safe_open
+
+    with safe_open(str(Path(done.output_dir) / "adapter_model.safetensors"), "pt") as f:
+        assert any("score" in k for k in f.keys())  # noqa: SIM118 (not a dict)  the head travels with it
