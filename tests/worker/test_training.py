@@ -182,3 +182,17 @@ def test_worker_module_writes_json_line_events(tiny_model: Path, tmp_path: Path)
     assert evals[0] == 0 and evals[-1] == 10  # eval before training and at the end
     sample = events[-1].samples[0]
     assert sample.prompt.startswith("Repeat") and sample.after is not None
+
+
+def test_two_runs_of_one_lora_job_start_from_the_same_adapter_and_log_the_same_losses(tiny_model: Path,
+                                                                                       tmp_path: Path) -> None:
+    """Each run is a fresh worker process, whose torch starts from a random seed of its own: the adapters' first
+    weights must come from the job's seed (before, two runs split at step 2)."""
+    from safetensors.torch import load_file
+
+    runs = [run_job(job_config(tiny_model, tmp_path / name, max_steps=3)) for name in ("a", "b")]
+    assert all(r.outcome.kind == "completed" for r in runs), [r.failure for r in runs]
+    losses = [[r["loss"] for r in metric_records(tmp_path / name) if r["loss"] is not None] for name in ("a", "b")]
+    assert losses[0] == losses[1]
+    a, b = (load_file(tmp_path / name / "adapter_model.safetensors") for name in ("a", "b"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

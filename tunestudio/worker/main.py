@@ -191,6 +191,11 @@ def _load_model(job: _Run) -> None:
     model = job.modality.load_model(cfg, job.precision.compute_dtype)
     job.gradient_checkpointing = resolve_gradient_checkpointing(cfg, channel, model, job.precision)
     errors.decided["gradient_checkpointing"] = job.gradient_checkpointing
+    # the adapters' first weights come from the job's seed: the trainer seeds only when it is built, after them, and a
+    # fresh process's torch starts from a seed of its own, so two runs of one job began from different adapters
+    from transformers import set_seed
+
+    set_seed(cfg.random_seed)
     job.model = prepare_model(model, cfg, job.gradient_checkpointing)
     trainable, total = count_parameters(job.model)
     four_bit = count_4bit_layers(job.model)
