@@ -338,7 +338,9 @@ def test_a_preference_file_with_sft_says_to_choose_dpo_orpo_or_kto(studio: Studi
     page.locator("#f-local_datasets").fill(str(studio.work / "preference.jsonl"))
     hint = page.locator("#preview .error-text").filter(has_text="choose one of those as the training method")
     hint.wait_for(timeout=90_000)
-    assert "DPO, ORPO and KTO" in hint.inner_text()
+    # every method that trains on pairs is named (the reward model's too, issue 44)
+    assert "DPO, ORPO, KTO and Reward model" in hint.inner_text() and "method: dpo, orpo, kto or reward" in \
+        hint.inner_text()
 
 
 @pytest.mark.timeout(300)
