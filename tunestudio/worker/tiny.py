@@ -155,10 +155,16 @@ def _pretrain(model: Any, tokenizer: Any, seed: int, steps: int = PRETRAIN_STEPS
     short pre-training has not settled (the base model answers none of the
     held-out rows in the chat format).
     """
+    rows = make_rows(2000, seed + 1)
+    pretrain_on(model, tokenizer, [tokenizer.bos_token + text + tokenizer.eos_token for text in _corpus(rows)], seed,
+                steps, batch_size)
+
+
+def pretrain_on(model: Any, tokenizer: Any, texts: list[str], seed: int, steps: int, batch_size: int) -> None:
+    """`steps` AdamW steps of language modelling on batches drawn from `texts` (seeded), the model left in eval
+    mode: the tiny models' short pre-training (this one's, and the tiny vision models' language half)."""
     import torch
 
-    rows = make_rows(2000, seed + 1)
-    texts = [tokenizer.bos_token + text + tokenizer.eos_token for text in _corpus(rows)]
     batch = tokenizer(texts, padding=True, return_tensors="pt")
     labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
     generator = torch.Generator().manual_seed(seed)

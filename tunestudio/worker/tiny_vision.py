@@ -158,22 +158,11 @@ def _qwen2_vl_video() -> Any:
 
 def _pretrain(model: Any, tokenizer: Any, seed: int, steps: int = PRETRAIN_STEPS, batch_size: int = 32) -> None:
     """The language half's short pre-training on plain text (worker/tiny.py says why), through the whole model."""
-    import torch
+    from tunestudio.worker.tiny import pretrain_on
 
     bos = tokenizer.bos_token or ""
-    texts = [bos + text + tokenizer.eos_token for text in _corpus(seed + 1)]
-    batch = tokenizer(texts, padding=True, return_tensors="pt")
-    labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(steps):
-        idx = torch.randint(0, len(texts), (batch_size,), generator=generator)
-        loss = model(input_ids=batch.input_ids[idx], attention_mask=batch.attention_mask[idx], labels=labels[idx]).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    model.eval()
+    pretrain_on(model, tokenizer, [bos + text + tokenizer.eos_token for text in _corpus(seed + 1)], seed, steps,
+                batch_size)
 
 
 def _pretrain_vision(model: Any, processor: Any, seed: int, steps: int = VISION_STEPS, batch_size: int = 16) -> None:
