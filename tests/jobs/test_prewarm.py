@@ -39,6 +39,7 @@ SCRIPT = textwrap.dedent("""
         out["worker"] = manager.get(job.id).worker_pid
     print(json.dumps(out), flush=True)
     if how == "close":
+        sys.stdin.readline()  # the test has seen the forkserver alive: closing before that raced its check
         manager.close()  # a server stopped right after start-up: the forkserver is still importing
         sys.exit(0)
     time.sleep(600)  # killed by the test
@@ -49,12 +50,15 @@ SCRIPT = textwrap.dedent("""
 def test_the_forkserver_is_gone_within_2_s_of_its_parent(tmp_path: Path, how: str) -> None:
     env = {**os.environ, "TUNESTUDIO_HOME": str(tmp_path / "home")}
     with subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path / "home"), how], cwd=REPO, env=env,
-                          stdout=subprocess.PIPE, text=True) as proc:
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         try:
             assert proc.stdout is not None
             pids = json.loads(proc.stdout.readline())
             assert pids["forkserver"] and pid_alive(pids["forkserver"])
             if how == "close":
+                assert proc.stdin is not None
+                proc.stdin.write("close\n")
+                proc.stdin.flush()
                 proc.wait(60)
             else:
                 proc.send_signal(signal.SIGKILL)  # killed mid-preload ("kill"), or with a worker running ("job")
