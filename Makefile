@@ -17,10 +17,14 @@ LLAMA_CPP_PY := 0.3.36
 LLAMA_CPP_SHA256 := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 LLAMA_CPP := third_party/llama.cpp
 LLAMA_CPP_STAMP := $(LLAMA_CPP)/.llama-cpp-python-$(LLAMA_CPP_PY)
+# llama.cpp's multimodal tool (llama-mtmd-cli), for bench/vision_gguf.py only (not setup, not the tests): the whole
+# llama.cpp tree of the same pinned sdist, built with cmake for this CPU (about 10 min on 2 cores).
+MTMD_SRC := third_party/llama.cpp-src
+MTMD_CLI := $(MTMD_SRC)/build/bin/llama-mtmd-cli
 # The browser tests drive Debian's chromium; Playwright never downloads a browser of its own.
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup run run-vision serve test lint bench clean
+.PHONY: setup run run-vision serve test lint bench clean mtmd
 
 setup: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP)
 
@@ -45,6 +49,21 @@ $(LLAMA_CPP_STAMP): | $(STAMP)
 		convert_lora_to_gguf.py conversion gguf-py/gguf gguf-py/LICENSE)
 	rm -rf $(LLAMA_CPP).download
 	touch $(LLAMA_CPP_STAMP)
+
+$(MTMD_CLI): | $(STAMP)
+	rm -rf $(MTMD_SRC) $(MTMD_SRC).download
+	mkdir -p $(MTMD_SRC).download $(MTMD_SRC)
+	echo "llama-cpp-python==$(LLAMA_CPP_PY) --hash=sha256:$(LLAMA_CPP_SHA256)" > $(MTMD_SRC).download/requirements.txt
+	$(BIN)/pip download --quiet --no-deps --no-binary :all: --require-hashes \
+		-r $(MTMD_SRC).download/requirements.txt -d $(MTMD_SRC).download
+	tar -xzf $(MTMD_SRC).download/llama_cpp_python-$(LLAMA_CPP_PY).tar.gz -C $(MTMD_SRC) --strip-components=3 \
+		llama_cpp_python-$(LLAMA_CPP_PY)/vendor/llama.cpp
+	rm -rf $(MTMD_SRC).download
+	cmake -S $(MTMD_SRC) -B $(MTMD_SRC)/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON
+	cmake --build $(MTMD_SRC)/build --target llama-mtmd-cli -j 2
+
+mtmd: $(MTMD_CLI)
 
 $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
 	cd $(WEB) && npm ci --no-audit --no-fund
@@ -99,4 +118,4 @@ bench: $(STAMP) $(TINY)/config.json
 	$(BIN)/python bench/throughput.py --steps 10
 
 clean:
-	rm -rf $(VENV) $(TINY) models/tiny-smolvlm models/tiny-qwen2-vl outputs $(WEB)/node_modules $(LLAMA_CPP)
+	rm -rf $(VENV) $(TINY) models/tiny-smolvlm models/tiny-qwen2-vl outputs $(WEB)/node_modules $(LLAMA_CPP) $(MTMD_SRC)

@@ -138,8 +138,9 @@ class VisionTower:
         across = math.ceil(side / tile) if splitting and side > tile else 0
         tiles = across * across
         # a tile: <fake_token_around_image><row_r_col_c> and its tokens, a newline after each row of tiles; the
-        # global view: a newline, <fake_token_around_image><global-img>, its tokens, <fake_token_around_image>
-        markers = 3 + (2 * tiles + across + 1 if tiles else 0)
+        # global view: a newline, <fake_token_around_image><global-img>, its tokens, <fake_token_around_image>. The
+        # last row's newline and the global view's are one token, "\n\n", in SmolVLM's vocabulary (and the tiny one's)
+        markers = 3 + (2 * tiles + across if tiles else 0)
         return ImageSize(side if tiles else tile, tiles + 1, (tiles + 1) * per_view, (tiles + 1) * tokens + markers)
 
     def _qwen2_vl(self, side: int, max_pixels: int | None) -> ImageSize:

@@ -77,6 +77,8 @@ def _tokenizer(family: str) -> Any:
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     words = ["User: Assistant: System:", "user assistant system", *_corpus(DEFAULT_SEED, 400)]
+    if family == "smolvlm":  # "\n\n" is one token in SmolVLM's vocabulary, and llama.cpp's multimodal tool looks it up
+        words.append("\n\n")  # by its text before each Idefics3 image (tools/mtmd/mtmd.cpp): without it, no image
     bpe.train_from_iterator(words, trainers.BpeTrainer(
         vocab_size=512, special_tokens=_SPECIAL[family], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False))
