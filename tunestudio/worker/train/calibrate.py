@@ -24,7 +24,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,27 @@ def decide(
     batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
     was_training = model.training
     model.train()
+    try:
+        measured = _apart(device, lambda: _measure(model, batch, options, accumulation, total_steps, device))
+    finally:
+        model.train(was_training)
+    if isinstance(measured, Decision):
+        return measured
+    seconds, losses, share = measured
+    precision, reason = choose(seconds, losses)
+    decision = Decision(precision, reason, seconds, losses, job=job or {})
+    if share is not None and share < BUSY_SHARE:
+        # Other work had the cores: timings taken so were off by up to 20x in bench/precision.py. The job
+        # uses them, but they are not kept: the next job measures again.
+        decision.reason += f"; measured on a busy machine ({share:.0%} of its cores): not cached"
+        return decision
+    _write(cache, {**known, key: {k: v for k, v in asdict(decision).items() if k != "cached"}})
+    return decision
+
+
+def _measure(model: torch.nn.Module, batch: dict[str, torch.Tensor], options: list[str], accumulation: int,
+             total_steps: int, device: torch.device) -> Decision | tuple[dict[str, float], dict[str, float], Any]:
+    """The options' times and losses (and the share of the cores had), or fp32's Decision for a job too short."""
     with _rng_kept():
         # One warm-up step each (the first step pays for allocations and autocast's weight casts), the loss
         # of each, and a first time to judge whether the job repays a measurement at all.
@@ -177,22 +199,23 @@ def decide(
         job_s = first["fp32"] * accumulation * total_steps
         measuring_s = 2 * sum(first.values())
         if job_s < max(MIN_JOB_S, MEASURE_SHARE * measuring_s):
-            model.train(was_training)
             return Decision("fp32", f"a job of about {job_s:.0f} s does not repay measuring",
                             {"fp32": first["fp32"]}, {"fp32": losses["fp32"]})
         cpu0, wall0 = time.process_time(), time.perf_counter()
         seconds = _rounds(model, batch, options, BUDGET_S, first)
-        share = _share_of_cores(cpu0, wall0, device)
-    model.train(was_training)
-    precision, reason = choose(seconds, losses)
-    decision = Decision(precision, reason, seconds, losses, job=job or {})
-    if share is not None and share < BUSY_SHARE:
-        # Other work had the cores: timings taken so were off by up to 20x in bench/precision.py. The job
-        # uses them, but they are not kept: the next job measures again.
-        decision.reason += f"; measured on a busy machine ({share:.0%} of its cores): not cached"
-        return decision
-    _write(cache, {**known, key: {k: v for k, v in asdict(decision).items() if k != "cached"}})
-    return decision
+        return seconds, losses, _share_of_cores(cpu0, wall0, device)
+
+
+def _apart(device: torch.device, measure: Callable[[], Any]) -> Any:
+    """measure() on a CPU: on a thread of its own, which ends with it. A bf16 autocast step leaves the thread that
+    ran it (and its OpenMP team) slower at fp32 for the rest of its life, 10-25 % on this AMX CPU (a LoRA step of the
+    tiny SmolVLM: 32 ms before one bf16 step, 40 ms after; unchanged when that step ran on another thread): measured
+    on the training thread, a job that stays in fp32 would train that much slower than one never measured. On a GPU
+    (the current device is a thread's own) it runs here."""
+    if device.type != "cpu":
+        return measure()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunestudio-calibrate") as pool:
+        return pool.submit(measure).result()
 
 
 def choose(seconds: dict[str, float], losses: dict[str, float]) -> tuple[str, str]:
