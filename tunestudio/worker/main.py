@@ -168,6 +168,7 @@ def _train_in(cfg: JobConfig, channel: Channel, cache_dir: Path | None, output_d
 def _load_model(job: _Run) -> None:
     from tunestudio.worker.train import (
         cached,
+        configure_allocator,
         configure_threads,
         count_4bit_layers,
         count_parameters,
@@ -180,6 +181,7 @@ def _load_model(job: _Run) -> None:
 
     cfg, channel = job.cfg, job.channel
     channel.phase("loading_model", f"loading {cfg.model_name}")
+    configure_allocator()  # before the model's weights and the first step allocate (performance.py says why)
     threads = configure_threads()
     job.precision = resolve_precision(cfg, hidden_size(cfg))
     # precision auto, measured by an earlier job (worker/train/calibrate.py): in force from the start, one process

@@ -23,7 +23,7 @@ _FACE = {
     "lmhead": ("install",),
     "model": ("count_4bit_layers", "count_parameters", "from_pretrained", "hidden_size", "load_model",
               "load_tokenizer", "prepare_model"),
-    "performance": ("configure_threads", "peak_memory_mb"),
+    "performance": ("configure_allocator", "configure_threads", "peak_memory_mb"),
     "reward_eval": ("RewardEvaluator",),
     "tracking": ("callback", "end_open_runs", "finish", "job_run"),
     "vision_layers": ("describe_targets", "targets"),

@@ -215,7 +215,9 @@ def _apart(device: torch.device, measure: Callable[[], Any]) -> Any:
     if device.type != "cpu":
         return measure()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunestudio-calibrate") as pool:
-        return pool.submit(measure).result()
+        result = pool.submit(measure).result()
+    performance.release_free_memory()  # the thread's own malloc arena, free now, else kept beside the training's
+    return result
 
 
 def choose(seconds: dict[str, float], losses: dict[str, float]) -> tuple[str, str]:

@@ -12,6 +12,8 @@ takes bf16 when the CPU has the units and hidden_size >= BF16_MIN_HIDDEN.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 from pathlib import Path
 
@@ -54,6 +56,44 @@ def peak_memory_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+# glibc's mallopt parameters (malloc.h) and the values the training process sets.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold (DEFAULT_MMAP_THRESHOLD_MAX, 64-bit)
+TRIM_THRESHOLD = 1 << 30
+
+
+def configure_allocator() -> bool:
+    """Keep freed tensor memory in the process instead of handing it back to the kernel at every step.
+
+    glibc adjusts its thresholds as blocks come and go: a block above the mmap threshold is mapped and unmapped
+    each time, and free memory at the top of the heap above the trim threshold is returned. A training step frees
+    and allocates the same activations every time, so memory returned after one step is faulted back in, zeroed,
+    during the next. Measured here (a LoRA step of the tiny SmolVLM, 1 thread): 224 minor page faults a step and
+    34.8 ms; after one bf16 autocast step (precision auto's measurement) moved the dynamic thresholds, 2,882 faults
+    and 41.1 ms for the rest of the job; with the thresholds fixed at 32 MiB and 1 GiB, no faults in the steady
+    state and 34.9 ms, bf16 step or not. The thresholds apply to this process only (a worker), and not where the
+    user chose for themselves (MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_, or another allocator preloaded).
+    Returns whether they were set."""
+    if any(k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")) or \
+            ("LD_PRELOAD" in os.environ and "malloc" in os.environ["LD_PRELOAD"]):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        # both at once: setting either one turns glibc's dynamic adjustment off, so the other must be set too
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+            libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    except (OSError, AttributeError):  # not glibc (musl, macOS): its allocator as it is
+        return False
+
+
+def release_free_memory() -> None:
+    """Hand the allocator's free memory back to the kernel (glibc's malloc_trim): a thread's malloc arena outlives
+    the thread, and a 256M model's measuring steps left 2.2 GiB there beside the training's (bench/vision_train.py,
+    peak RSS 4.9 -> 7.1 GiB)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def configure_threads() -> int:
