@@ -190,6 +190,9 @@ class Completed(_Message):
     benchmarks: dict[str, Any] | None = None  # a bench job's: per task and metric, before and after
     held_out: HeldOut | None = None
     storage: str | None = None  # a Ray job with TUNESTUDIO_RAY_STORAGE: the URI its files were written to
+    # what the worker decided where the config left it a choice: precision, activation checkpointing, the layers
+    # LoRA adapted (as the vision switches chose them, for an image job), the image size
+    resolved: dict[str, str] = Field(default_factory=dict)
 
 
 class Resources(_Message):

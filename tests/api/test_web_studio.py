@@ -108,6 +108,11 @@ def test_upload_preview_estimate_start_then_the_log_after_a_restart(tmp_path: Pa
         page.locator("#log-card summary").click()
         page.locator("#log-text").filter(has_text="trainable").wait_for()
         assert page.locator("#log-download").get_attribute("href").endswith(f"/api/jobs/{job_id}/log?download=true")
+        # what the worker decided, beside the config: the layers LoRA adapted (the tiny Llama's linears)
+        page.locator("#config-card summary").click()
+        targets = page.locator('#job-resolved tr[data-key="lora_targets"] td').inner_text()
+        assert re.fullmatch(r"\d+ layers \((\w+, )*q_proj(, \w+)*\)", targets), targets
+        assert page.locator('#job-resolved tr[data-key="precision"]').is_visible()
         screenshot(page, "studio-job-log-after-restart.png")
 
 

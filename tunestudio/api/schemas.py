@@ -55,6 +55,10 @@ class JobOut(BaseModel):
         default=None, description="A job run on a Ray cluster with TUNESTUDIO_RAY_STORAGE: the storage URI its "
                                   "checkpoints and artefacts were written to (and copied into output_dir from).")
 
+    resolved: dict[str, str] = Field(
+        default_factory=dict, description="What the worker decided where the config left it a choice: precision, "
+                                          "gradient_checkpointing, lora_targets (the layers LoRA adapted), images.")
+
     name: str | None = None
     notes: str | None = None
     sweep_id: str | None = Field(default=None, description="A sweep's trial: its sweep (GET /api/sweeps/{id}).")
@@ -83,6 +87,7 @@ class JobOut(BaseModel):
             best=result.get("best"),
             held_out=result.get("held_out"),
             storage=result.get("storage"),
+            resolved=result.get("resolved") or {},
             queue_position=queue_position,
             stoppable=job.stoppable, cancellable=job.cancellable, resumable=job.resumable, deletable=job.deletable,
             is_terminal=job.is_terminal, has_result=job.has_result,

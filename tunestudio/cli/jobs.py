@@ -77,6 +77,8 @@ def jobs_show(job_id: str) -> None:
         if held:  # the rows its evaluation is on: a clone names this file (held_out_rows) to hold them out again
             table.add_row("held out", f"{held['rows']} rows, seed {held['seed']}: {held['file']}"
                           + (f" (the rows of {held['source']})" if held.get("source") else ""))
+        for key, value in ((job.result or {}).get("resolved") or {}).items():  # what the worker chose
+            table.add_row(f"decided: {key}", str(value))
         console.print(table)
         if job.progress:
             console.print("[bold]last metrics[/]", {k: v for k, v in job.progress.items() if v is not None})

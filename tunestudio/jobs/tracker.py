@@ -136,7 +136,7 @@ class Tracker:
         if done is not None:
             fields["final_metrics"] = done.metrics
             fields["result"] = done.model_dump(mode="json", include={"samples", "evaluation", "best", "held_out",
-                                                                     "storage"})
+                                                                     "storage", "resolved"})
             self._inherit_base_eval_loss(fields["result"], row.get("resumed_from"))
             if done.benchmarks is not None:  # a bench job's figures (worker/bench.py)
                 fields["result"]["benchmarks"] = done.benchmarks

@@ -128,6 +128,8 @@ class _Run:
     tracking_run: Any = None
     steps: Steps | None = None
     evaluator: Any = None
+    # what the worker decided for the job where the config left it a choice (the Completed event's `resolved`)
+    resolved: dict[str, str] = dataclasses.field(default_factory=dict)
     before: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -205,13 +207,20 @@ def _load_model(job: _Run) -> None:
         f"model: {total:,} parameters, {trainable:,} trainable ({cfg.training_type.value}, {job.precision.name}"
         + (f", {four_bit} 4-bit layers" if four_bit else "") + f", {threads} threads)"
     )
+    job.resolved["gradient_checkpointing"] = "on" if job.gradient_checkpointing else "off"
     adapted = [name for name, module in job.model.named_modules() if hasattr(module, "lora_A")]
-    if cfg.modality == "image" and adapted:  # the layers that got adapters, as peft wrapped them
+    if adapted:  # the layers that got adapters, as peft wrapped them
         from tunestudio.worker.train import describe_targets
 
-        channel.log(f"LoRA targets (finetune_vision_layers {cfg.finetune_vision_layers}, language "
-                    f"{cfg.finetune_language_layers}, attention {cfg.finetune_attention_modules}, mlp "
-                    f"{cfg.finetune_mlp_modules}): {describe_targets(adapted)}")
+        kinds = sorted({name.rsplit(".", 1)[-1] for name in adapted})
+        job.resolved["lora_targets"] = f"{len(adapted)} layers ({', '.join(kinds)})" + (
+            f": {describe_targets(adapted)}" if cfg.modality == "image" else "")
+        if cfg.modality == "image":
+            channel.log(f"LoRA targets (finetune_vision_layers {cfg.finetune_vision_layers}, language "
+                        f"{cfg.finetune_language_layers}, attention {cfg.finetune_attention_modules}, mlp "
+                        f"{cfg.finetune_mlp_modules}): {describe_targets(adapted)}")
+    if cfg.modality == "image" and getattr(job.processor, "tunestudio_notes", None):
+        job.resolved["images"] = "; ".join(job.processor.tunestudio_notes).removeprefix("images: ")
 
 
 def _load_data(job: _Run) -> None:
@@ -266,6 +275,7 @@ def _build_trainer(job: _Run) -> None:
                              if job.trainer.args.world_size == 1 else None)
     if decision is not None:
         channel.log(decision.describe())
+        job.resolved["precision"] = f"{decision.precision} (auto: {decision.reason})"
         if decision.precision != job.precision.name:
             job.precision = precision_named(decision.precision)
             job.data = dataclasses.replace(job.data, train=job.trainer.train_dataset,
@@ -377,7 +387,7 @@ def _report(job: _Run, result: Any, stop: Any, saved_checkpoint: str | None, wei
     job.channel.completed(
         output_dir=str(job.output_dir), stopped=stop is not None, saved=True, checkpoint=saved_checkpoint,
         global_step=trainer.state.global_step, metrics=metrics, samples=samples, evaluation=evaluation, best=best,
-        reason=reason, held_out=job.held_out,
+        reason=reason, held_out=job.held_out, resolved={"precision": job.precision.name, **job.resolved},
     )
 
 

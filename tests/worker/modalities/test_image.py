@@ -128,6 +128,10 @@ def test_a_short_image_job_trains_evaluates_with_its_pictures_and_saves_a_vision
     assert counted and counted[-1].done == counted[-1].total  # the images were read and checked with a count
     sides = re.search(r"LoRA targets .*: (\d+) in the vision tower and projector, (\d+) in the language model", log)
     assert sides is not None and int(sides[1]) > 0 and int(sides[2]) > 0  # as peft wrapped them
+    # the job's resolved record says the same (the page's config card and `tunestudio jobs show` show it)
+    assert done.resolved["lora_targets"].endswith(sides[0].split(": ", 1)[1])
+    assert done.resolved["precision"] == "fp32" and done.resolved["gradient_checkpointing"] in ("on", "off")
+    assert "longest side" in done.resolved["images"] or "pixels" in done.resolved["images"]
     assert set(done.evaluation.metrics) >= {"exact_match", "token_f1", "rouge_l", "eval_loss"}
     assert done.evaluation.examples[0].prompt.startswith("[image]")
     rows = json.loads(Path(done.evaluation.rows_file).read_text())["rows"]

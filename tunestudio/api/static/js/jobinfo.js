@@ -24,12 +24,23 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
   const del = el("button", {type: "button", class: "button danger", id: "delete"}, "Delete…");
   const delError = el("p", {class: "error-text small delete-error", id: "delete-error", role: "alert"});
   const config = el("table", {class: "config", id: "job-config"});
+  // What the worker decided where the config left it a choice (the layers LoRA adapted, precision auto...).
+  const resolved = el("table", {class: "config", id: "job-resolved"});
+  const resolvedBox = el("div", {id: "job-resolved-box", hidden: true},
+    el("h4", {}, "Decided by the worker"), resolved);
+  const showResolved = () => {
+    const rows = Object.entries(job.resolved || {});
+    resolvedBox.hidden = rows.length === 0;
+    replaceKids(resolved, el("tbody", {}, rows.map(([key, value]) => el("tr", {"data-key": key},
+      el("th", {scope: "row"}, key), el("td", {}, el("code", {}, value))))));
+  };
+  showResolved();
   name.value = job.name || "";
   notes.value = job.notes || "";
   replaceKids(box,
     el("div", {class: "job-meta"}, el("div", {class: "grow"}, name, notes), el("div", {class: "actions"}, save, saved)),
     el("details", {class: "config-card", id: "config-card"},
-      el("summary", {}, "Config"), el("div", {class: "actions"}, clone), config),
+      el("summary", {}, "Config"), el("div", {class: "actions"}, clone), resolvedBox, config),
     el("div", {class: "actions end"}, del, delError));
   // The samples (before/after) are the job view's (job.js), from the job's own `samples`.
 
@@ -103,6 +114,7 @@ export function mountJobInfo(box, job, {navigate, onChange, onTitle}) {
   return {
     update(next) {
       job = next;
+      showResolved();
       del.hidden = !job.deletable;
       if (!job.deletable && job.resumed_by) del.title = `job ${job.resumed_by} was resumed from this one`;
     },
