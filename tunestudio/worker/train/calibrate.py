@@ -207,11 +207,11 @@ def _measure(model: torch.nn.Module, batch: dict[str, torch.Tensor], options: li
 
 
 def _apart(device: torch.device, measure: Callable[[], Any]) -> Any:
-    """measure() on a CPU: on a thread of its own, which ends with it. A bf16 autocast step leaves the thread that
-    ran it (and its OpenMP team) slower at fp32 for the rest of its life, 10-25 % on this AMX CPU (a LoRA step of the
-    tiny SmolVLM: 32 ms before one bf16 step, 40 ms after; unchanged when that step ran on another thread): measured
-    on the training thread, a job that stays in fp32 would train that much slower than one never measured. On a GPU
-    (the current device is a thread's own) it runs here."""
+    """measure() on a CPU: on a thread of its own, which ends with it, its malloc arena trimmed after. A bf16 autocast
+    step on the training thread left its fp32 steps slower for the rest of the job (a LoRA step of the tiny SmolVLM:
+    32 ms before one bf16 step, 40 ms after; unchanged when that step ran on another thread). Most of it was glibc's
+    thresholds moving (performance.configure_allocator now fixes them); with them fixed, about 4 % stayed with the
+    thread that ran bf16. On a GPU (the current device is a thread's own) it runs here."""
     if device.type != "cpu":
         return measure()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunestudio-calibrate") as pool:
