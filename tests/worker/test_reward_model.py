@@ -71,3 +71,42 @@ def test_a_reward_job_trains_logs_accuracy_evaluates_before_and_after_and_saves_
 
     with safe_open(str(Path(done.output_dir) / "adapter_model.safetensors"), "pt") as f:
         assert any("score" in k for k in f.keys())  # noqa: SIM118 (not a dict)  the head travels with it
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")  # peft's own read of transformers
+def test_a_reward_jobs_merged_export_loads_as_a_sequence_classifier_and_scores_as_base_plus_adapter(
+        reward_run: Run, tiny_model: Path, tmp_path: Path) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from tunestudio.events import Completed, Failed, parse_event
+    from tunestudio.export_config import ExportConfig
+    from tunestudio.worker.export import job as export
+
+    from ..helpers.channel import ListChannel
+
+    def run_export(target: str) -> tuple[int, Completed | Failed]:
+        channel = ListChannel()
+        code = export.run(ExportConfig.model_validate({"source_dir": reward_run.completed.output_dir, "target": target,
+                                                       "output_dir": str(tmp_path / target)}), channel)
+        return code, [e for e in map(parse_event, channel.lines) if isinstance(e, (Completed, Failed))][-1]
+
+    code, done = run_export("merged")
+    assert code == 0 and isinstance(done, Completed), done
+    merged = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "merged"))
+    assert merged.config.num_labels == 1 and merged.config.pad_token_id is not None
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "merged"))
+    # plain peft: the base with a one-output head, the job's adapter (and its trained head) on it
+    plain = PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(str(tiny_model), num_labels=1),
+                                      reward_run.completed.output_dir)
+    tokenizer.padding_side = "right"
+    batch = tokenizer(["What colour is the sky? blue", "What colour is grass? a much longer wrong answer"],
+                      return_tensors="pt", padding=True)
+    with torch.no_grad():
+        ours, theirs = merged(**batch).logits, plain(**batch).logits
+    assert ours.shape == (2, 1) and torch.allclose(ours, theirs, atol=1e-4), (ours, theirs)
+
+    code, refused = run_export("gguf")  # a score head has no place in llama.cpp's chat GGUF: said before any work
+    assert code == 1 and isinstance(refused, Failed) and "export it as merged" in refused.message
+    assert not (tmp_path / "gguf").exists()

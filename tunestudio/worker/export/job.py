@@ -84,7 +84,8 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
 
     source = find_source(cfg)
     output = expand(cfg.resolved_output_dir())
-    kind = ("image model's " if source.vision else "") + ("adapter" if source.adapter else "full model")
+    kind = ("image model's " if source.vision else "reward model's " if source.reward else "") + (
+        "adapter" if source.adapter else "full model")
     channel.log(f"exporting the {kind} in {source.path} as {cfg.target} to {output}")
 
     _check_target(cfg, source, channel)
@@ -127,6 +128,9 @@ def _check_target(cfg: ExportConfig, source: Source, channel: Channel) -> None:
     from tunestudio.worker.export import gguf as export_gguf
     from tunestudio.worker.export import hub as export_hub
 
+    if cfg.target in ("gguf", "gguf-lora") and source.reward:
+        raise UserError("a reward model scores text with a one-output head, which llama.cpp's chat GGUF has no "
+                        "place for; export it as merged (AutoModelForSequenceClassification loads it) or to the hub")
     if cfg.target in ("gguf", "gguf-lora"):
         export_gguf.require_converter()
     if cfg.resolved_quantization == "q4_k_m":

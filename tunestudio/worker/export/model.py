@@ -23,6 +23,10 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 def _loaders(source: Source) -> tuple[Any, Any, str, tuple[str, ...]]:
     """(model class, tokenizer or processor class, what the latter is called, files only its folder has)."""
+    if source.reward:  # its score head, as the job trained it (worker/train/model.load_model)
+        from transformers import AutoModelForSequenceClassification
+
+        return AutoModelForSequenceClassification, AutoTokenizer, "tokenizer", ("tokenizer_config.json",)
     if not source.vision:
         return AutoModelForCausalLM, AutoTokenizer, "tokenizer", ("tokenizer_config.json",)
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -39,19 +43,30 @@ def load_merged(source: Source, channel: Channel) -> tuple[torch.nn.Module, Any]
     model_class, processing_class, what, markers = _loaders(source)
     if not source.adapter:
         model = from_pretrained(model_class, str(source.path), "model", dtype=torch.float32)
-        return model, from_pretrained(processing_class, str(source.path), what)
+        return _knows_padding(source, model, from_pretrained(processing_class, str(source.path), what))
     from peft import PeftModel
 
     # A QLoRA adapter merges into the base in full precision: merging into 4-bit weights would round it away.
     if source.job_config.get("training_type") == "qlora":
         channel.log("QLoRA adapter: merged into the base model's full-precision weights")
-    base = from_pretrained(model_class, source.base_model or "", "model", dtype=torch.float32)
+    # a reward model's base gets the one-output head the job trained, whose weights the adapter carries
+    extra: dict[str, Any] = {"num_labels": 1} if source.reward else {}
+    base = from_pretrained(model_class, source.base_model or "", "model", dtype=torch.float32, **extra)
     with warnings.catch_warnings():
         # peft 0.21.2 reads transformers 5's deprecated `is_gradient_checkpointing` alias; nothing for us to fix.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         model = PeftModel.from_pretrained(base, str(source.path)).merge_and_unload()
     processing_dir = source.path if any((source.path / m).is_file() for m in markers) else source.base_model
-    return model, from_pretrained(processing_class, str(processing_dir), what)
+    return _knows_padding(source, model, from_pretrained(processing_class, str(processing_dir), what))
+
+
+def _knows_padding(source: Source, model: torch.nn.Module, processing: Any) -> tuple[torch.nn.Module, Any]:
+    """A reward model scores each row at its last real token, which a padded batch finds by the pad token: its
+    config names it (the tokenizer's, else its end token), as TRL's RewardTrainer had it while training."""
+    if source.reward and model.config.pad_token_id is None:
+        model.config.pad_token_id = processing.pad_token_id if processing.pad_token_id is not None else (
+            processing.eos_token_id)
+    return model, processing
 
 
 def write_merged(source: Source, dtype: str, dest: Path, step: ExportStep) -> None:

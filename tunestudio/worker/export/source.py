@@ -41,6 +41,7 @@ class Source:
     base_model: str | None
     job_config: dict[str, Any]
     vision: bool = False  # a vision-language model (AutoModelForImageTextToText and its processor)
+    reward: bool = False  # a reward model: a one-output score head (AutoModelForSequenceClassification)
 
 
 def find_source(cfg: ExportConfig) -> Source:
@@ -63,10 +64,25 @@ def find_source(cfg: ExportConfig) -> Source:
         base = job_config.get("model_name") or adapter_config.get("base_model_name_or_path")
         if not base:
             raise UserError(f"{path}: the adapter does not say which base model it belongs to")
-        return Source(path, True, base, job_config, _is_vision(job_config, expand(base) / "config.json"))
+        return Source(path, True, base, job_config, _is_vision(job_config, expand(base) / "config.json"),
+                      _is_reward(job_config, path / "adapter_config.json"))
     if (path / "config.json").is_file():
-        return Source(path, False, None, job_config, _is_vision(job_config, path / "config.json"))
+        return Source(path, False, None, job_config, _is_vision(job_config, path / "config.json"),
+                      _is_reward(job_config, path / "config.json"))
     raise UserError(f"{path}: neither an adapter (adapter_config.json) nor a model (config.json) to export")
+
+
+def _is_reward(job_config: dict[str, Any], config_file: Path) -> bool:
+    """A reward job's model (method reward), else, for a folder without a job, a sequence classifier (its config's
+    architecture) or an adapter of one (peft's SEQ_CLS task)."""
+    if "method" in job_config:
+        return job_config["method"] == "reward"
+    try:
+        saved = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return saved.get("task_type") == "SEQ_CLS" or any(
+        str(a).endswith("ForSequenceClassification") for a in saved.get("architectures") or [])
 
 
 def _is_vision(job_config: dict[str, Any], config_json: Path) -> bool:
