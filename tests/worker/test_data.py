@@ -265,6 +265,17 @@ def test_local_eval_split_by_file_name_or_path(tmp_path: Path) -> None:
         data.prepare(cfg_for(folder, eval_split="validation", eval_steps=2))
 
 
+def test_split_folders_hold_their_splits_as_an_image_folders_do(tmp_path: Path) -> None:
+    """train/ and test/ folders with a file of one name each (an image folder's metadata.csv): the test rows never
+    train, with eval_split or without it."""
+    for split, rows in (("train", ROWS[10:]), ("test", ROWS[:10])):
+        (tmp_path / "folder" / split).mkdir(parents=True)
+        write_jsonl(tmp_path / "folder" / split / "metadata.jsonl", rows)
+    by_folder = data.prepare(cfg_for(tmp_path / "folder", eval_split="test", eval_steps=2))
+    assert (len(by_folder.train), len(by_folder.eval or [])) == (30, 10)
+    assert len(data.prepare(cfg_for(tmp_path / "folder")).train) == 30
+
+
 # --- bad data -----------------------------------------------------------------------
 def _bad(tmp_path: Path, case: str) -> tuple[Path, str]:
     """A dataset for one bad-data case, and the text its failure must contain."""

@@ -33,10 +33,13 @@ SUPPORTED_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 
 
 # --- local files ----------------------------------------------------------------
-def _split_of(path: Path, split: str) -> bool:
-    """Whether a file belongs to a named split by the `datasets` convention (test.jsonl, test-00000.parquet)."""
-    stem = path.name.split(".")[0]
-    return stem == split or stem.startswith((f"{split}-", f"{split}_"))
+def _split_of(path: Path, split: str, root: Path | None = None) -> bool:
+    """Whether a file belongs to a named split by the `datasets` convention: its name (test.jsonl,
+    test-00000.parquet), or, inside the dataset folder `root`, a folder of that name it lies in (test/metadata.csv:
+    an image folder's splits, each with its own captions file)."""
+    folders = path.relative_to(root).parts[:-1] if root is not None and path.is_relative_to(root) else ()
+    return any(name == split or name.startswith((f"{split}-", f"{split}_"))
+               for name in (path.name.split(".")[0], *folders))
 
 
 def _files(path: Path) -> list[Path]:
@@ -171,7 +174,8 @@ def read_file(path: Path) -> list[Row]:
 
 
 def _local_files(paths: list[str], train_split: str, eval_split: str | None) -> tuple[list[Path], list[Path]]:
-    """Training files and eval files. Inside folders, files named after a split belong to it."""
+    """Training files and eval files. Inside folders, files named after a split, or in a folder named after it,
+    belong to it."""
     train: list[Path] = []
     evals: list[Path] = []
     # eval_split is a path when it reads like one ("data/val.jsonl"), else a split name ("test").
@@ -184,11 +188,12 @@ def _local_files(paths: list[str], train_split: str, eval_split: str | None) -> 
     for raw in paths:
         path = Path(raw)
         found = [f for f in _files(path) if f not in evals]
+        root = path if path.is_dir() else None
         if eval_split and explicit_eval is None:
-            evals.extend(f for f in found if _split_of(f, eval_split))
-            found = [f for f in found if not _split_of(f, eval_split)]
-        if path.is_dir() and any(_split_of(f, train_split) for f in found):
-            found = [f for f in found if _split_of(f, train_split)]
+            evals.extend(f for f in found if _split_of(f, eval_split, root))
+            found = [f for f in found if not _split_of(f, eval_split, root)]
+        if path.is_dir() and any(_split_of(f, train_split, root) for f in found):
+            found = [f for f in found if _split_of(f, train_split, root)]
         train.extend(found)
     if eval_split and not evals:
         raise UserError(
