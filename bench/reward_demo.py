@@ -20,40 +20,17 @@ import json
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tunestudio.config.files import load_job_file  # noqa: E402
-from tunestudio.jobs.manager import JobManager  # noqa: E402
-from tunestudio.settings import Settings  # noqa: E402
+from studio_job import run_job_file  # noqa: E402  (bench/, this script's folder)
 
 JOB = REPO / "examples" / "reward.yaml"
 DATA = REPO / "examples" / "data"
 MODEL = REPO / "models" / "tiny-llama"
 GOAL = 0.9
-
-
-def run(work: Path, overrides: dict[str, Any]) -> dict[str, Any]:
-    config, _ = load_job_file(JOB, {"model_name": str(MODEL), "output_dir": str(work / "job"),
-                                    "local_datasets": [str(DATA / "reward_pairs.jsonl")],
-                                    "eval_split": str(DATA / "reward_pairs_eval.jsonl"), **overrides})
-    settings = Settings(home=work / "home", model_roots=[MODEL.parent], dataset_roots=[DATA])
-    with JobManager(settings) as manager:
-        started = time.monotonic()
-        job = manager.submit(config)
-        with manager.subscribe(job.id) as stream:
-            while True:
-                event = stream.get(timeout=3600)
-                assert event is not None, "the job went quiet"
-                if event.is_end:
-                    break
-        job = manager.get(job.id)
-        assert job.status.value == "completed", (job.status, job.error)
-        return {"job": job, "seconds": time.monotonic() - started, "config": config}
 
 
 def main() -> None:
@@ -67,7 +44,7 @@ def main() -> None:
     overrides = {k: v for k, v in chosen if v is not None}
     work = Path(tempfile.mkdtemp(prefix="bench-reward-"))
     try:
-        done = run(work, overrides)
+        done = run_job_file(JOB, MODEL, DATA, "reward_pairs.jsonl", "reward_pairs_eval.jsonl", work, overrides)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

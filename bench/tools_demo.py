@@ -30,16 +30,12 @@ import multiprocessing as mp
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tunestudio.config.files import load_job_file  # noqa: E402
-from tunestudio.jobs.manager import JobManager  # noqa: E402
-from tunestudio.settings import Settings  # noqa: E402
+from studio_job import run_job_file  # noqa: E402  (bench/, this script's folder)
 
 JOB = REPO / "examples" / "tools.yaml"
 DATA = REPO / "examples" / "data"
@@ -68,25 +64,6 @@ def tool_model(work: Path) -> Path:
     return directory
 
 
-def run(model: Path, work: Path, overrides: dict[str, Any]) -> dict[str, Any]:
-    config, _ = load_job_file(JOB, {"model_name": str(model), "output_dir": str(work / "job"),
-                                    "local_datasets": [str(DATA / "tools.jsonl")],
-                                    "eval_split": str(DATA / "tools_eval.jsonl"), **overrides})
-    settings = Settings(home=work / "home", model_roots=[model.parent], dataset_roots=[DATA])
-    with JobManager(settings) as manager:
-        started = time.monotonic()
-        job = manager.submit(config)
-        with manager.subscribe(job.id) as stream:
-            while True:
-                event = stream.get(timeout=3600)
-                assert event is not None, "the job went quiet"
-                if event.is_end:
-                    break
-        job = manager.get(job.id)
-        assert job.status.value == "completed", (job.status, job.error)
-        return {"job": job, "seconds": time.monotonic() - started, "config": config}
-
-
 def loop_answers(rows_file: str) -> dict[str, float | None]:
     """Exact match, before and after, of the answers given after a call's result (the whole loop)."""
     rows = json.loads(Path(rows_file).read_text(encoding="utf-8"))["rows"]
@@ -109,7 +86,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-tools-"))
     try:
         model = tool_model(work)
-        done = run(model, work, overrides)
+        done = run_job_file(JOB, model, DATA, "tools.jsonl", "tools_eval.jsonl", work, overrides)
         evaluation = done["job"].result["evaluation"]
         metrics = {name: evaluation["metrics"].get(name) for name in FIGURES}
         loop = loop_answers(evaluation["rows_file"])

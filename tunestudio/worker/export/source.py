@@ -64,35 +64,38 @@ def find_source(cfg: ExportConfig) -> Source:
         base = job_config.get("model_name") or adapter_config.get("base_model_name_or_path")
         if not base:
             raise UserError(f"{path}: the adapter does not say which base model it belongs to")
-        return Source(path, True, base, job_config, _is_vision(job_config, expand(base) / "config.json"),
-                      _is_reward(job_config, path / "adapter_config.json"))
+        return Source(path, True, base, job_config, _is_vision(job_config, _saved(expand(base) / "config.json")),
+                      _is_reward(job_config, adapter_config))
     if (path / "config.json").is_file():
-        return Source(path, False, None, job_config, _is_vision(job_config, path / "config.json"),
-                      _is_reward(job_config, path / "config.json"))
+        model_config = _saved(path / "config.json")
+        return Source(path, False, None, job_config, _is_vision(job_config, model_config),
+                      _is_reward(job_config, model_config))
     raise UserError(f"{path}: neither an adapter (adapter_config.json) nor a model (config.json) to export")
 
 
-def _is_reward(job_config: dict[str, Any], config_file: Path) -> bool:
+def _saved(config_file: Path) -> dict[str, Any]:
+    """A config file's fields ({} when it cannot be read: the job's own record then decides, or nothing is known)."""
+    try:
+        saved = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def _is_reward(job_config: dict[str, Any], saved: dict[str, Any]) -> bool:
     """A reward job's model (method reward), else, for a folder without a job, a sequence classifier (its config's
     architecture) or an adapter of one (peft's SEQ_CLS task)."""
     if "method" in job_config:
         return job_config["method"] == "reward"
-    try:
-        saved = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
     return saved.get("task_type") == "SEQ_CLS" or any(
         str(a).endswith("ForSequenceClassification") for a in saved.get("architectures") or [])
 
 
-def _is_vision(job_config: dict[str, Any], config_json: Path) -> bool:
+def _is_vision(job_config: dict[str, Any], model_config: dict[str, Any]) -> bool:
     """An image job's model (the job says so), else, for a folder without a job, a model with a vision config."""
     if "is_dataset_image" in job_config:
         return bool(job_config["is_dataset_image"])
-    try:
-        return "vision_config" in json.loads(config_json.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    return "vision_config" in model_config
 
 
 @dataclass(frozen=True)
