@@ -32,7 +32,7 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # cli/: the command line, a module per verb. data_report/: the dataset report for the CLI and the API (its
     # spawned child runs the worker's data code, as api/preview.py's does), imported through its __init__
     ("faces", frozenset({"cli", "api", "data_report"}), False),
-    ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge"}), True),
+    ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge", "arena"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
                         "ownership", "export_config", "bench_config", "estimate", "estimate_vision", "kinds",
                         "openai_client", "make_data_config", "make_data_preview",
@@ -48,12 +48,14 @@ DOORS = {
     ("jobs", "tunestudio.worker.child"),
     # A sweep's trials are ordinary jobs: sweeps/ uses the jobs' public face (the manager, its Job and errors).
     ("sweeps", "tunestudio.jobs.manager"),
+    # The arena asks the judge about voted pairs (both orders, as a judgement does) and reads its Wilson interval.
+    ("arena", "tunestudio.judge"),
 }
 
 # The wings a face reaches only through their package's face (__init__ with __all__). The worker is not among
 # them: a face runs worker code only in a child it spawns (api/preview.py, data_report/), and there through a
 # worker room's face, as (d) says.
-FACED = frozenset({"jobs", "sweeps", "judge", "inference"})
+FACED = frozenset({"jobs", "sweeps", "judge", "inference", "arena"})
 
 # The floors inside worker/ (issue 39), top first, read as FLOORS is: its rooms, each a package whose `__init__` is
 # its face (`__all__`, or a lazy face's `_FACE`: tunestudio.worker.lazy_face), and its loose modules.

@@ -147,8 +147,14 @@ class Settings(BaseSettings):
 
     def allowed_dataset_roots(self) -> list[Path]:
         roots = self.dataset_roots or [self.data_dir(), Path.cwd()]
-        # Uploaded datasets are always readable, whatever roots are set (they are in the data directory).
-        return [Path(r).expanduser().resolve() for r in roots] + [self.data_dir() / "data" / "uploads"]
+        # Uploaded datasets and the arena's exported votes are always readable, whatever roots are set (they are in
+        # the data directory).
+        return [Path(r).expanduser().resolve() for r in roots] + [self.data_dir() / "data" / "uploads",
+                                                                   self.arena_exports()]
+
+    def arena_exports(self) -> Path:
+        """Where the arena writes its votes as datasets (tunestudio/arena/)."""
+        return self.data_dir() / "data" / "arena"
 
     def allowed_model_roots(self) -> list[Path]:
         """Where local model folders may live; the embedded tiny model's folder always (a model is only read)."""

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible endpoint for tests (serve it with tests.helpers.server.loopback_v1): the request's
 model name picks the script: a trickling reply, an oversized one, 429 then an answer, 500 then an answer, a
-refused key, ... Every other model gets a chat completion whose text is FINE. SEEN records when each model's
-requests came; SENT how much an oversized script got out before the client hung up."""
+refused key, `say:<text>` answers <text>, ... Every other model gets a chat completion whose text is FINE. SEEN
+records when each model's requests came; SENT how much an oversized script got out before the client hung up; KEYS
+the Authorization header each model's last request carried."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ CHAT = {"choices": [{"message": {"role": "assistant", "content": FINE}}]}
 HUGE = 64 * 1024 * 1024  # what the oversized scripts would send
 SEEN: dict[str, list[float]] = defaultdict(list)  # the model -> when each of its requests came
 SENT: dict[str, int] = {}  # the model -> the bytes its script got out before the client hung up
+KEYS: dict[str, str | None] = {}  # the model -> the Authorization header its last request came with
+SAY = "say:"  # a model named say:<text> answers <text>
 
 
 class Scripted(BaseHTTPRequestHandler):
@@ -26,6 +29,7 @@ class Scripted(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         model = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["model"]
         SEEN[model].append(time.monotonic())
+        KEYS[model] = self.headers.get("Authorization")
         tries = len(SEEN[model])
         if model == "trickle":
             self._trickle()
@@ -43,6 +47,8 @@ class Scripted(BaseHTTPRequestHandler):
             self._send(403, {"error": {"message": "forbidden"}})
         elif model == "400":
             self._send(400, {"error": {"message": "no such model"}})
+        elif model.startswith(SAY):
+            self._send(200, {"choices": [{"message": {"role": "assistant", "content": model.removeprefix(SAY)}}]})
         else:
             self._send(200, CHAT)
 

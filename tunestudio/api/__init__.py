@@ -13,6 +13,7 @@ from tunestudio.api import errors
 from tunestudio.api.deps import require_token
 from tunestudio.api.judging import pool_answerer
 from tunestudio.api.routes import (
+    arena,
     benchmarks,
     chat,
     completions,
@@ -36,7 +37,9 @@ from tunestudio.api.routes import (
 )
 from tunestudio.api.schemas import ERRORS
 from tunestudio.api.security import BodyLimit, RequestGuard
-from tunestudio.inference import InferencePool
+from tunestudio.arena import FILE as ARENA
+from tunestudio.arena import Arena
+from tunestudio.inference import InferencePool, UnknownModel, resolve
 from tunestudio.jobs import RUNNING, JobManager, inference_executor
 from tunestudio.judge import FOLDER as JUDGEMENTS
 from tunestudio.judge import Judgements
@@ -62,7 +65,7 @@ def create_app(settings: Settings | None = None, manager: JobManager | None = No
 
 
 def _lifespan(settings: Settings, manager: JobManager | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """What the app starts and closes: the manager (unless given), the chat workers, sweeps and judgements."""
+    """What the app starts and closes: the manager (unless given), the chat workers, sweeps, judgements, the arena."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -81,9 +84,14 @@ def _lifespan(settings: Settings, manager: JobManager | None) -> Callable[[FastA
         app.state.judgements = Judgements(settings.data_dir() / JUDGEMENTS,
                                           lambda model_id, tokens, cancel: pool_answerer(pool, jobs_manager, model_id,
                                                                                          tokens, cancel=cancel))
+        app.state.arena = Arena(settings.data_dir() / ARENA, settings.arena_exports(),
+                                lambda model_id, p: pool_answerer(pool, jobs_manager, model_id, p.max_tokens,
+                                                                  temperature=p.temperature, top_p=p.top_p),
+                                lambda model_id: _unanswerable(jobs_manager, model_id))
         try:
             yield
         finally:
+            app.state.arena.close()
             app.state.judgements.close()
             app.state.sweeps.close()
             app.state.inference.close()
@@ -91,6 +99,15 @@ def _lifespan(settings: Settings, manager: JobManager | None) -> Callable[[FastA
                 app.state.manager.close()
 
     return lifespan
+
+
+def _unanswerable(jobs: JobManager, model_id: str) -> str | None:
+    """Why a chat model id cannot answer now (the arena's check), or None."""
+    try:
+        resolve(jobs, model_id)
+    except UnknownModel as exc:
+        return str(exc)
+    return None
 
 
 def _include_routers(app: FastAPI) -> None:
@@ -117,6 +134,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(jobfile.router, dependencies=guarded)
     app.include_router(chat.router, dependencies=guarded)
     app.include_router(make_data.router, dependencies=guarded)
+    app.include_router(arena.router, dependencies=guarded)
     app.include_router(system.health)
 
 

@@ -1,5 +1,5 @@
-"""The judge's answers from the inference pool, by the same path `/v1/chat/completions` takes (resolve the model
-id, generate greedily): shared by the API's judgements and `tunestudio judge`.
+"""Answers from the inference pool, by the same path `/v1/chat/completions` takes (resolve the model id, generate):
+shared by the API's judgements and arena and `tunestudio judge`.
 
 An answer is bounded: when the inference worker says nothing about it (no start, no text, no end) for
 `idle_timeout` seconds, it is cancelled and its row has no answer (an error naming the model and the wait, never a
@@ -23,11 +23,12 @@ CANCEL_POLL_S = 0.2  # how soon a judgement's cancel ends an answer under way
 
 
 def pool_answerer(pool: InferencePool, jobs: JobSource, model_id: str, max_tokens: int = MAX_ANSWER_TOKENS,
-                  idle_timeout: float = ANSWER_IDLE_S, cancel: threading.Event | None = None) -> Answerer:
-    """An Answerer for a chat model id (`<job>`, `<job>:base`): greedy, at most max_tokens; JudgeError when the
-    model is unknown, the worker fails, it says nothing for idle_timeout seconds, or `cancel` is set (the request
-    is cancelled in the last two cases)."""
-    params = GenerateParams(max_tokens=max_tokens, temperature=0.0)
+                  idle_timeout: float = ANSWER_IDLE_S, cancel: threading.Event | None = None,
+                  temperature: float = 0.0, top_p: float = 1.0) -> Answerer:
+    """An Answerer for a chat model id (`<job>`, `<job>:base`): greedy unless a temperature is given (the arena's),
+    at most max_tokens; JudgeError when the model is unknown, the worker fails, it says nothing for idle_timeout
+    seconds, or `cancel` is set (the request is cancelled in the last two cases)."""
+    params = GenerateParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p)
 
     def answer(messages: Messages) -> str:
         replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
