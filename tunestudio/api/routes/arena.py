@@ -254,7 +254,7 @@ def train_on_votes(body: TrainRequest, arena: ArenaDep, manager: ManagerDep, set
     if source.kind != "train":
         raise ApiError(422, "invalid_request", f"from_job: {body.from_job} is an {source.kind} job, not a training "
                        "job", field="from_job")
-    config = {k: v for k, v in source.config.items() if k in CARRIED and v is not None}
+    config = {k: v for k, v in source.config.public_dict().items() if k in CARRIED and v is not None}
     if body.max_steps is not None:
         config["max_steps"] = body.max_steps
     if body.learning_rate is not None:
