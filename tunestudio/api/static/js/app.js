@@ -3,7 +3,9 @@
 //   #/jobs/ID        one job
 //   #/compare/A,B    loss curves of several jobs
 //   #/sweeps         the sweeps; #/sweeps/ID one sweep's leaderboard
+//   #/arena          blind votes between models, their leaderboard, the votes as training data
 
+import {showArena} from "./arena.js";
 import {rebuildAll} from "./charts.js";
 import {showCompare} from "./compare.js";
 import {showForm} from "./form.js";
@@ -44,6 +46,9 @@ async function route() {
     } else if (view === "sweeps") {
       list.setActive(null);
       cleanup = await showSweeps(main, arg ? decodeURIComponent(arg) : null, {navigate});
+    } else if (view === "arena") {
+      list.setActive(null);
+      cleanup = await showArena(main, {navigate});
     } else if (view === "data") {
       list.setActive(null);
       cleanup = await showMakeData(main, {navigate});
