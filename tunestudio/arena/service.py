@@ -14,6 +14,7 @@ random order.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -63,13 +64,17 @@ Check = Callable[[str], str | None]  # a studio model id -> why it cannot answer
 
 
 class Arena:
-    def __init__(self, path: Path, exports: Path, answerer_for: AnswererFor, check: Check) -> None:
+    def __init__(self, path: Path, exports: Path, answerer_for: AnswererFor, check: Check,
+                 serving: bool = True) -> None:
+        """serving: this process answers battles (the server), so any left answering by an earlier one failed; a
+        reader (the CLI) leaves them as they are."""
         self.store = ArenaStore(path)
         self.exports = exports
         self.answerer_for, self.check = answerer_for, check
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
-        self.store.interrupted()
+        if serving:
+            self.store.interrupted()
 
     # --- battles -------------------------------------------------------------------------
     def start(self, messages: Messages, models: Sequence[str] | None = None, blind: bool = True,
@@ -296,24 +301,37 @@ class Arena:
                 skip("tie" if choice == "tie" else "both bad")
         return rows, skipped
 
-    def export(self, kind: str) -> dict[str, Any]:
-        """Write the votes as a new JSONL dataset in the arena's folder (never over a file): its path and counts."""
+    def export(self, kind: str, out: Path | None = None) -> dict[str, Any]:
+        """Write the votes as a new JSONL dataset: at `out`, or a new name in the arena's folder; never over a
+        file. Its path and counts."""
         rows, skipped = self.rows(kind)
         if not rows:
             raise ArenaInvalid("format", f"no vote makes a {kind} row yet ({_said(skipped) or 'no votes'})",
                                conflict=True)
-        self.exports.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        for n in range(1, 1000):
-            path = self.exports / f"arena-{kind}-{stamp}{'' if n == 1 else f'-{n}'}.jsonl"
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        if out is not None:
             try:
-                with path.open("x", encoding="utf-8") as out:  # never over an existing file
-                    out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-                break
+                _write_new(out, text)
             except FileExistsError:
-                continue
-        return {"path": str(path), "format": kind, "rows": len(rows), "skipped": skipped,
-                "method": {"dpo": "dpo", "kto": "kto", "sft": "sft"}[kind]}
+                raise ArenaInvalid("out", f"{out} exists: the arena never writes over a file", conflict=True) from None
+            path = out
+        else:
+            self.exports.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            for n in itertools.count(1):
+                path = self.exports / f"arena-{kind}-{stamp}{'' if n == 1 else f'-{n}'}.jsonl"
+                try:
+                    _write_new(path, text)
+                    break
+                except FileExistsError:
+                    continue
+        return {"path": str(path), "format": kind, "rows": len(rows), "skipped": skipped}
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Create `path` with `text`; FileExistsError (nothing touched) where something is there."""
+    with path.open("x", encoding="utf-8") as out:
+        out.write(text)
 
 
 def _reply(text: str) -> dict[str, str]:

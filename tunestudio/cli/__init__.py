@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from tunestudio.cli import bench, chat, data, export, jobs, judge, make_data, models, serve, sweep, train
+from tunestudio.cli import arena, bench, chat, data, export, jobs, judge, make_data, models, serve, sweep, train
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fine-tune language models on your own machine.")
 
@@ -33,6 +33,7 @@ app.command()(serve.serve)
 app.command("make-tiny-model")(models.make_tiny_model)
 app.command("make-dataset")(models.make_dataset)
 app.add_typer(jobs.jobs_app, name="jobs")
+app.add_typer(arena.arena_app, name="arena")  # the arena's votes: export, list, rank
 data.data_app.command("make")(make_data.make)  # data make: a recipe run as a job of kind make_data
 app.add_typer(data.data_app, name="data")  # data inspect: the dataset report (tunestudio/data_report/)
 
