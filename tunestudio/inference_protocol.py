@@ -135,6 +135,17 @@ class Render:
 
 
 @dataclass(frozen=True)
+class Score:
+    """A reward model's score of each (prompt, answer): a prompt is text, turns or None, an answer text or turns
+    (`/v1/rewards`); answered by one `Scored`, then `Done`."""
+
+    request_id: int
+    spec: ModelSpec
+    items: list[tuple[Any, Any]]
+    threads: int
+
+
+@dataclass(frozen=True)
 class Cancel:
     request_id: int
 
@@ -144,7 +155,8 @@ class Shutdown:
     pass
 
 
-Command = Generate | Complete | Render | Cancel | Shutdown
+Command = Generate | Complete | Render | Score | Cancel | Shutdown
+Request = Generate | Complete | Render | Score  # a command that is answered
 
 
 @dataclass(frozen=True)
@@ -213,6 +225,14 @@ class Rendered:
 
 
 @dataclass(frozen=True)
+class Scored:
+    """A `Score`'s answer: one score per item, in order."""
+
+    request_id: int
+    scores: list[float]
+
+
+@dataclass(frozen=True)
 class Done:
     request_id: int
     finish_reason: Literal["stop", "length", "cancelled"]
@@ -231,4 +251,4 @@ class Error:
     extra: dict = field(default_factory=dict)
 
 
-Reply = Loaded | Started | Delta | ChoiceDelta | Rendered | Done | Error
+Reply = Loaded | Started | Delta | ChoiceDelta | Rendered | Scored | Done | Error

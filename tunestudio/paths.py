@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunestudio.config import JobConfig, ReportSpec, reward_source
+from tunestudio.config import JobConfig, ReportSpec, reward_model_folder, reward_source
 
 __all__ = [
     "PathRefused",
@@ -168,6 +168,13 @@ def resolve(cfg: JobConfig) -> JobConfig:
                 raise PathRefused("reward_functions", f"reward function file {source!r} does not exist",
                                   code="not_found")
             entry = f"{path}:{entry.rpartition(':')[2]}"
+        folder = reward_model_folder(entry)
+        if folder is not None:  # a reward model: a folder the worker loads
+            path = _abs(folder)
+            if not _on_disk(str(path), "is_dir"):
+                raise PathRefused("reward_functions", f"reward model folder {folder!r} does not exist",
+                                  code="not_found")
+            entry = f"model:{path}"
         rewards.append(entry)
     update["reward_functions"] = rewards
     return cfg.model_copy(update=update)
@@ -232,6 +239,10 @@ def confine(cfg: JobConfig, roots: Roots) -> None:
         if not _inside(_abs(raw), roots.reward_roots):
             raise _refuse("reward_functions", raw, roots.reward_roots, "reward function folders "
                                                                        "(TUNESTUDIO_REWARD_ROOTS)")
+    for raw in filter(None, map(reward_model_folder, cfg.reward_functions)):  # a reward model: read as a model is
+        if not _inside(_abs(raw), (roots.data_dir, *roots.model_roots)):
+            raise _refuse("reward_functions", raw, (roots.data_dir, *roots.model_roots), "model folders "
+                                                                                         "(TUNESTUDIO_MODEL_ROOTS)")
     if cfg.output_dir and not _inside(_abs(cfg.output_dir), allowed, strictly=True):
         raise PathRefused("output_dir", f"{cfg.output_dir} must be a folder strictly inside one of "
                                         f"{', '.join(map(str, allowed))}")
@@ -280,6 +291,7 @@ def _inputs(cfg: JobConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str]
     if (eval_file := _eval_path(cfg)) is not None:
         (folders if _on_disk(eval_file, "is_dir") else files).append(("eval_split", eval_file))
     files += [("reward_functions", raw) for raw in filter(None, map(reward_source, cfg.reward_functions))]
+    folders += [("reward_functions", raw) for raw in filter(None, map(reward_model_folder, cfg.reward_functions))]
     if cfg.held_out_rows:
         files.append(("held_out_rows", cfg.held_out_rows))
     if cfg.resume_from_checkpoint and cfg.resume_from_checkpoint != "latest":

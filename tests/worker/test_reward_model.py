@@ -110,3 +110,32 @@ def test_a_reward_jobs_merged_export_loads_as_a_sequence_classifier_and_scores_a
     code, refused = run_export("gguf")  # a score head has no place in llama.cpp's chat GGUF: said before any work
     assert code == 1 and isinstance(refused, Failed) and "export it as merged" in refused.message
     assert not (tmp_path / "gguf").exists()
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
+def test_the_reward_model_scores_as_its_evaluation_did_and_refuses_what_is_not_one(reward_run: Run,
+                                                                                  tiny_model: Path) -> None:
+    from tunestudio.worker.errors import UserError
+    from tunestudio.worker.train import RewardModel
+
+    scorer = RewardModel(reward_run.completed.output_dir)
+    example = reward_run.completed.evaluation.examples[0]  # "chosen <score> · rejected <score>" after training
+    prompt = [{"role": "user", "content": example.prompt}]
+    chosen = scorer.score(prompt, example.reference)  # the adapter merged: as the job's own head scored it
+    assert abs(chosen - float(example.after.split()[1].rstrip(","))) < 2e-3, (chosen, example.after)
+    with pytest.raises(UserError, match="not a sequence classifier"):
+        RewardModel(tiny_model)
+
+
+def test_a_reward_model_is_a_grpo_reward(reward_run: Run, tiny_model: Path, tmp_path: Path) -> None:
+    rows = tmp_path / "prompts.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": q}]}) + "\n"
+                            for q in ("What colour is the sky?", "What sound does a cow make?") * 4))
+    folder = reward_run.completed.output_dir
+    cfg = job_config(tiny_model, tmp_path / "out", method="grpo", local_datasets=[str(rows)], max_steps=2,
+                     batch_size=4, num_generations=2, max_completion_length=4, max_seq_length=48,
+                     reward_functions=[f"model:{folder}", "length_penalty"])
+    run = run_job(cfg)
+    name = "model_" + Path(folder).name.replace("-", "_")
+    means = [(e.extra or {}).get(f"rewards/{name}/mean") for e in run.of(Progress)]
+    assert run.completed and [m for m in means if m is not None], means  # the head scored every step's replies

@@ -29,6 +29,7 @@ from tunestudio.api.routes import (
     models,
     openai,
     resources,
+    rewards,
     sweeps,
     system,
     train,
@@ -126,6 +127,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(openai.router, dependencies=guarded)
     app.include_router(openai.status_router, dependencies=guarded)
     app.include_router(completions.router, dependencies=guarded)
+    app.include_router(rewards.router, dependencies=guarded)
     app.include_router(benchmarks.router, dependencies=guarded)
     app.include_router(files.router, dependencies=guarded)
     app.include_router(fine_tuning.router, dependencies=guarded)

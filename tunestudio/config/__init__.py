@@ -30,6 +30,7 @@ from tunestudio.config.methods import (
     OpenAIFile,
     method_spec,
     openai_method,
+    reward_model_folder,
     reward_name,
     reward_source,
 )
@@ -49,6 +50,6 @@ __all__ = [
     "ANSWER_REWARDS", "BUILTIN_REWARDS", "FIELD_GROUPS", "MAX_ROWS", "MAX_STEPS", "METHODS", "METHOD_FORMATS",
     "METHOD_MAIN_METRIC", "METHOD_OPTIONS", "METHOD_SPECS", "OPENAI_TYPES", "SECRET_FIELDS", "ConfigError", "DataSpec",
     "FormatType", "JobConfig", "MappingTarget", "Method", "MethodSpec", "OpenAIFile", "ReportSpec", "TrainingType",
-    "field_errors", "format_validation_error", "load_config", "method_spec", "openai_method", "reward_name",
-    "reward_source", "summary",
+    "field_errors", "format_validation_error", "load_config", "method_spec", "openai_method",
+    "reward_model_folder", "reward_name", "reward_source", "summary",
 ]

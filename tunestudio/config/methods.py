@@ -20,7 +20,7 @@ JobConfig = Any
 __all__ = [
     "ANSWER_REWARDS", "BUILTIN_REWARDS", "METHODS", "METHOD_ALIASES", "METHOD_FORMATS", "METHOD_MAIN_METRIC",
     "METHOD_OPTIONS", "METHOD_SPECS", "OPENAI_TYPES", "MethodSpec", "OpenAIFile", "method_spec", "openai_method",
-    "reward_name", "reward_source",
+    "reward_model_folder", "reward_name", "reward_source",
 ]
 
 # Built-in GRPO reward functions (tunestudio/worker/rewards.py); the first three compare with a row's `answer`.
@@ -28,17 +28,28 @@ BUILTIN_REWARDS: tuple[str, ...] = ("exact_match", "contains_answer", "numeric_m
 ANSWER_REWARDS: tuple[str, ...] = ("exact_match", "contains_answer", "numeric_match")
 # A user reward function: path/to/file.py:function (its code runs inside the worker).
 USER_REWARD = re.compile(r"^(?P<path>.+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+# A reward model: model:path/to/folder (a reward job's output, or a merged sequence classifier) scores each reply.
+MODEL_REWARD = re.compile(r"^model:(?P<path>.+)$")
 
 
 def reward_name(entry: str) -> str:
-    """The name a reward function's metrics are logged under: a built-in's name, or the user function's."""
+    """The name a reward function's metrics are logged under: a built-in's name, the user function's, or
+    model_<folder name> for a reward model."""
+    if model := MODEL_REWARD.match(entry):
+        return "model_" + re.sub(r"\W", "_", model.group("path").rstrip("/").rpartition("/")[2])
     match = USER_REWARD.match(entry)
     return match.group("name") if match else entry
 
 
+def reward_model_folder(entry: str) -> str | None:
+    """The folder of a reward model entry ("model:path/to/folder"); None for any other."""
+    match = MODEL_REWARD.match(entry)
+    return match.group("path") if match else None
+
+
 def reward_source(entry: str) -> str | None:
-    """The file of a user reward function ("path/to/file.py:function"); None for a built-in."""
-    match = USER_REWARD.match(entry)
+    """The file of a user reward function ("path/to/file.py:function"); None for a built-in or a reward model."""
+    match = None if MODEL_REWARD.match(entry) else USER_REWARD.match(entry)
     return match.group("path") if match else None
 
 
@@ -123,11 +134,11 @@ def _check_grpo(cfg: JobConfig) -> None:
     entries = cfg.reward_functions
     if not entries:
         raise ValueError("reward_functions: method 'grpo' needs at least one reward function: a built-in ("
-                         f"{', '.join(BUILTIN_REWARDS)}) or path/to/file.py:function")
+                         f"{', '.join(BUILTIN_REWARDS)}), path/to/file.py:function or model:path/to/reward-model")
     for entry in entries:
-        if entry not in BUILTIN_REWARDS and not USER_REWARD.match(entry):
-            raise ValueError(f"reward_functions: {entry!r} is neither a built-in ({', '.join(BUILTIN_REWARDS)}) "
-                             "nor path/to/file.py:function")
+        if entry not in BUILTIN_REWARDS and not USER_REWARD.match(entry) and not MODEL_REWARD.match(entry):
+            raise ValueError(f"reward_functions: {entry!r} is neither a built-in ({', '.join(BUILTIN_REWARDS)}), "
+                             "path/to/file.py:function nor model:path/to/reward-model (a reward job's output)")
     names = [reward_name(e) for e in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

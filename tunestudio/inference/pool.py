@@ -49,6 +49,9 @@ from tunestudio.inference_protocol import (
     Render,
     Rendered,
     Reply,
+    Request,
+    Score,
+    Scored,
     Shutdown,
     Started,
     Tools,
@@ -118,6 +121,7 @@ class Generation:
         self._queue: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         self.started: Started | None = None
         self.rendered: Rendered | None = None  # a render's answer
+        self.scored: Scored | None = None  # a score's answer
         self.cancel_asked = False  # a Cancel went to the worker
         self.done: Done | None = None
         self.error: Error | None = None
@@ -131,6 +135,8 @@ class Generation:
             self.started = reply
         elif isinstance(reply, Rendered):
             self.rendered = reply
+        elif isinstance(reply, Scored):
+            self.scored = reply
         elif isinstance(reply, Done):
             self.done = reply
         elif isinstance(reply, Error):
@@ -187,9 +193,9 @@ class InferencePool:
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
         self._inflight: dict[int, Generation] = {}
-        self._waiting: list[Generate | Complete | Render] = []  # asked for before the worker was up
+        self._waiting: list[Request] = []  # asked for before the worker was up
         # sent to the worker and not answered yet, in the order it takes them
-        self._sent: dict[int, Generate | Complete | Render] = {}
+        self._sent: dict[int, Request] = {}
         self._proc: WorkerExecutor | None = None  # the worker requests go to
         self._ending: WorkerExecutor | None = None  # a detached worker being shut down: "stopping" until it exited
         self._want_start = False
@@ -236,7 +242,12 @@ class InferencePool:
         (only the tokenizer, or an image model's processor, loads), then `Done`."""
         return self._enqueue(lambda rid, threads: Render(rid, spec, messages, tools, images), deliver)
 
-    def _enqueue(self, command: Callable[[int, int], Generate | Complete | Render],
+    def score(self, spec: ModelSpec, items: list[tuple[Any, Any]],
+              deliver: Callable[[Reply], None] | None = None) -> Generation:
+        """Queue a reward model's scores of (prompt, answer) pairs, as one `Scored` reply, then `Done`."""
+        return self._enqueue(lambda rid, threads: Score(rid, spec, items, threads), deliver)
+
+    def _enqueue(self, command: Callable[[int, int], Request],
                  deliver: Callable[[Reply], None] | None) -> Generation:
         with self._cond:
             if self._closing:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tunestudio.config import ANSWER_REWARDS, BUILTIN_REWARDS, DataSpec, JobConfig, reward_name
+from tunestudio.config import ANSWER_REWARDS, BUILTIN_REWARDS, DataSpec, JobConfig, reward_model_folder, reward_name
 from tunestudio.paths import expand
 from tunestudio.worker.errors import UserError
 
@@ -176,9 +176,20 @@ def _checked(entry: str, function: Callable[..., Any]) -> RewardFunction:
     return reward
 
 
-def build(cfg: JobConfig) -> list[RewardFunction]:
-    """The job's reward functions, in its order; user files are imported here, inside the worker."""
-    return [builtin(e, cfg) if e in BUILTIN_REWARDS else load_user_function(e) for e in cfg.reward_functions]
+def build(cfg: JobConfig, model_reward: Callable[[str, str], RewardFunction] | None = None) -> list[RewardFunction]:
+    """The job's reward functions, in its order; user files are imported here, inside the worker. A reward model
+    (`model:<folder>`) is loaded by `model_reward(entry, folder)` (train/reward_model.py: rewards stand below
+    train/)."""
+    out = []
+    for entry in cfg.reward_functions:
+        folder = reward_model_folder(entry)
+        if folder is not None:
+            if model_reward is None:
+                raise UserError(f"reward_functions: {entry}: reward models are not loaded here")
+            out.append(model_reward(entry, folder))
+        else:
+            out.append(builtin(entry, cfg) if entry in BUILTIN_REWARDS else load_user_function(entry))
+    return out
 
 
 def needs_answer(cfg: JobConfig | DataSpec) -> list[str]:

@@ -35,7 +35,7 @@ from typing import Any
 
 from tunestudio import ownership
 from tunestudio.checkpoints import CHECKPOINT, latest_checkpoint
-from tunestudio.config import reward_source
+from tunestudio.config import reward_model_folder, reward_source
 
 CHUNK_BYTES = 64 << 20  # one object per 64 MiB of a file: bounded memory on both ends
 STAGING = ".checkpoint-staging"  # as worker/train/checkpointing.py names it: never taken for a checkpoint
@@ -135,7 +135,7 @@ def local_inputs(config: dict[str, Any]) -> list[Input]:
     add("hf_dataset", config.get("hf_dataset"))
     add("eval_split", config.get("eval_split"))
     for entry in config.get("reward_functions") or []:
-        add("reward_functions", reward_source(entry))
+        add("reward_functions", reward_model_folder(entry) or reward_source(entry))
     if config.get("resume_from_checkpoint") != "latest":
         add("resume_from_checkpoint", config.get("resume_from_checkpoint"))
     add("held_out_rows", config.get("held_out_rows"))
@@ -170,8 +170,11 @@ def localise(config: dict[str, Any], inputs: list[Input], stage: str | Path) -> 
     out["local_datasets"] = [where.get(raw, raw) for raw in out.get("local_datasets") or []]
     rewards = []
     for entry in out.get("reward_functions") or []:
-        source = reward_source(entry)
-        rewards.append(f"{where[source]}:{entry.rpartition(':')[2]}" if source in where else entry)
+        source, folder = reward_source(entry), reward_model_folder(entry)
+        if folder in where:
+            rewards.append(f"model:{where[folder]}")
+        else:
+            rewards.append(f"{where[source]}:{entry.rpartition(':')[2]}" if source in where else entry)
     out["reward_functions"] = rewards
     out["output_dir"] = node_output(stage)
     return out

@@ -22,7 +22,7 @@ import warnings
 from collections import deque
 from typing import Any
 
-from tunestudio.inference_protocol import Cancel, Complete, Done, Error, Generate, Render, Shutdown
+from tunestudio.inference_protocol import Cancel, Complete, Done, Error, Render, Request, Score, Shutdown
 from tunestudio.worker.errors import UserFacing
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class Server:
         self.requests = requests
         self.replies = replies
         self._lock = threading.Condition()
-        self._pending: deque[Generate | Complete | Render | Shutdown] = deque()
+        self._pending: deque[Request | Shutdown] = deque()
         self._cancelled: set[int] = set()
         self._current: int | None = None
         self.halt = threading.Event()  # set: the running generation stops at its next token
@@ -73,7 +73,7 @@ class Server:
             if isinstance(command, Shutdown):
                 return
 
-    def next_request(self) -> Generate | Complete | Render | None:
+    def next_request(self) -> Request | None:
         """The next request to answer (None: shut down); one cancelled before it started is answered here."""
         while True:
             with self._lock:
@@ -93,6 +93,7 @@ class Server:
     def serve(self) -> None:
         from tunestudio.worker.serve.completion import complete
         from tunestudio.worker.serve.generation import Models, answer, render
+        from tunestudio.worker.serve.scoring import score
 
         models = Models(self.replies)
         threading.Thread(target=self.read_commands, name="commands", daemon=True).start()
@@ -101,9 +102,9 @@ class Server:
             if request is None:
                 return
             try:
-                # /v1/completions, a chat prompt shown (nothing generated), or chat
+                # /v1/completions, a chat prompt shown (nothing generated), a reward model's scores, or chat
                 recipe = (complete if isinstance(request, Complete) else render if isinstance(request, Render)
-                          else answer)
+                          else score if isinstance(request, Score) else answer)
                 recipe(models, request, self.replies, self.halt)
             except UserFacing as exc:
                 self.replies.put(Error(request.request_id, str(exc), exc.status, exc.code, exc.extra))

@@ -2,7 +2,7 @@
 its callbacks (progress and stop in train, early stopping in best, MLflow in tracking), the measures that decide
 precision, gradient checkpointing, batching and threads (calibrate, memory, batching, performance), CPU's fused
 LM head (lmhead), atomic checkpoints (checkpointing) and the held-out evaluation (evaluation; a reward model's in
-reward_eval).
+reward_eval; a trained reward model scoring answers for /v1/rewards and GRPO in reward_model).
 
 main.py runs these as its steps, modalities/ loads and scores through them, export/ loads a base model with them.
 The face is lazy (`tunestudio.worker.lazy_face`): a name's module loads when the name is first used.
@@ -25,6 +25,7 @@ _FACE = {
               "load_tokenizer", "prepare_model"),
     "performance": ("configure_allocator", "configure_threads", "peak_memory_mb"),
     "reward_eval": ("RewardEvaluator",),
+    "reward_model": ("RewardModel", "reward_function"),
     "tracking": ("callback", "end_open_runs", "finish", "job_run"),
     "vision_layers": ("describe_targets", "targets"),
     "train": ("build_trainer", "generate", "precision_named", "resolve_checkpoint", "resolve_gradient_checkpointing",

@@ -86,6 +86,7 @@ def _grpo(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any
     from trl import GRPOConfig, GRPOTrainer
 
     from tunestudio.worker import rewards
+    from tunestudio.worker.train.reward_model import reward_function
 
     args = GRPOConfig(
         **{**common, "per_device_eval_batch_size": cfg.num_generations},  # an eval batch holds whole groups
@@ -95,7 +96,7 @@ def _grpo(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any
         beta=cfg.kl_beta,
         reward_weights=cfg.reward_weights,
     )
-    return GRPOTrainer(reward_funcs=rewards.build(cfg), args=args, **shared)
+    return GRPOTrainer(reward_funcs=rewards.build(cfg, reward_function), args=args, **shared)
 
 
 def _reward(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any:

@@ -47,7 +47,7 @@ def pairs_of(examples: Iterable[dict[str, Any]], limit: int) -> list[Pair]:
     return out
 
 
-def _ids(tokenizer: Any, prompt: Any, answer: Any) -> list[int]:
+def scored_ids(tokenizer: Any, prompt: Any, answer: Any) -> list[int]:
     """The tokens RewardTrainer scores for one answer (its tokenize_fn and add_eos)."""
     if isinstance(answer, list):  # conversational
         messages = (prompt or []) + answer
@@ -75,7 +75,7 @@ def score_pairs(model: Any, tokenizer: Any, pairs: Sequence[Pair], max_length: i
                 return None
             both = []
             for answer in (pair.chosen, pair.rejected):
-                ids = _ids(tokenizer, pair.prompt, answer)[-max_length:]
+                ids = scored_ids(tokenizer, pair.prompt, answer)[-max_length:]
                 with torch.no_grad():
                     logits = model(input_ids=torch.tensor([ids], device=device)).logits
                 both.append(float(logits.reshape(-1)[0]))
