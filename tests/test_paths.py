@@ -117,3 +117,18 @@ def test_one_dataset_under_two_spellings_is_refused_at_submit(tmp_path: Path, mo
     with pytest.raises(PathRefused, match="listed twice") as info:
         resolve(cfg)
     assert info.value.field == "local_datasets"
+
+
+def test_a_reward_model_folder_is_made_absolute_must_exist_and_lies_in_the_model_folders(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "rm").mkdir(parents=True)
+    grpo = {"method": "grpo", "batch_size": 4, "gradient_accumulation_steps": 1}
+    done = resolve(cfg(**grpo, reward_functions=["model:models/rm", "exact_match"]))
+    assert done.reward_functions == [f"model:{tmp_path / 'models' / 'rm'}", "exact_match"]
+    missing = refused(lambda: resolve(cfg(**grpo, reward_functions=["model:models/none"])))
+    assert missing.field == "reward_functions" and "does not exist" in str(missing)
+    roots = Roots(tmp_path / "home", (DATA,), (tmp_path / "models",))
+    confine(cfg(**grpo, reward_functions=[f"model:{tmp_path / 'models' / 'rm'}"]), roots)
+    outside = refused(lambda: confine(cfg(**grpo, reward_functions=[f"model:{tmp_path}"]), roots))
+    assert outside.field == "reward_functions" and "model folders" in str(outside)
