@@ -74,4 +74,7 @@ def test_a_blind_vote_by_keyboard_is_stored_undone_and_counted(served: tuple[str
     expect(standings.first).to_have_attribute("data-model", winner)
     # B won the one decided vote: the left answer won 0% of 1, its 95% Wilson interval 0–79%
     expect(page.locator("#arena-position")).to_contain_text("Left answer (A) won 0% (0–79%) of 1 decided votes")
+    latest = page.locator("#arena-votes tbody tr")
+    expect(latest).to_have_count(1)
+    expect(latest.first).to_contain_text("B is better")
     screenshot(page, "arena.png")

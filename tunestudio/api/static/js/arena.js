@@ -84,6 +84,7 @@ export async function showArena(main, {navigate}) {
   });
   const board = el("div", {id: "arena-leaderboard"});
   const data = el("div", {id: "arena-data"});
+  const recentVotes = el("div", {id: "arena-recent"});
   const modelsBox = el("div");
 
   const fail = (err) => { error.hidden = false; error.textContent = errorText(err); };
@@ -94,6 +95,8 @@ export async function showArena(main, {navigate}) {
     const p = state.progress;
     progress.textContent = `${p.votes} votes${p.ready ? `, ${p.ready} waiting for a vote` : ""}`;
     renderBoard(lb);
+    const recent = await call(`/api/arena/votes?limit=10&offset=${Math.max(0, p.votes - 10)}`);
+    renderVotes(recent.votes.reverse());
     if (reloadModels) {
       const c = await candidates();
       replaceKids(modelsBox, rosterCard(c.ids, c.state, (again) => refresh(again)));
@@ -117,6 +120,16 @@ export async function showArena(main, {navigate}) {
       ? `The judge agreed with the people on ${lb.judge.agree} of ${lb.judge.compared} (${pct(lb.judge.rate)}).`
       : "No judge verdicts yet: “Ask the judge” compares the voted pairs (TUNESTUDIO_JUDGE_URL and _MODEL)."),
     el("p", {class: "muted small"}, lb.method));
+  }
+
+  function renderVotes(list) {
+    const judged = (v) => (v.judge && v.judge.choice ? LABELS[v.judge.choice] : v.judge && v.judge.error ? "no verdict" : "–");
+    replaceKids(recentVotes, list.length ? el("table", {class: "table", id: "arena-votes"},
+      el("thead", {}, el("tr", {}, ...["prompt", "A", "B", "people", "judge"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...list.map((v) => el("tr", {dataset: {battle: v.id}}, el("td", {}, v.prompt.slice(0, 80)),
+        el("td", {}, v.models.a), el("td", {}, v.models.b),
+        el("td", {}, LABELS[v.vote.choice] + (v.vote.edited ? " (edited)" : "")), el("td", {}, judged(v))))))
+      : el("p", {class: "muted small"}, "No votes yet."));
   }
 
   function renderData(jobs) {
@@ -213,6 +226,7 @@ export async function showArena(main, {navigate}) {
       el("p", {class: "arena-votes"}, ...votes),
       el("p", {class: "muted small"}, "Keys: 1 A better · 2 B better · 3 tie · 4 both bad · N next · U undo. Edit the better answer, then vote for it, to save your version.")),
     el("section", {class: "card"}, el("h3", {}, "Leaderboard"), board),
+    el("section", {class: "card"}, el("h3", {}, "Latest votes"), el("p", {class: "muted small"}, "The people's vote and the judge's verdict on the same pair, newest first; every vote: GET /api/arena/votes or tunestudio arena votes."), recentVotes),
     el("section", {class: "card"}, el("h3", {}, "The votes as training data"), data));
   await refresh(true);
   return () => { closed = true; clearTimeout(timer); document.removeEventListener("keydown", keys); };
