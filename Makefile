@@ -7,6 +7,8 @@ TINY := models/tiny-llama
 # The tiny vision-language models (two families: their image handling differs) and the bundled pictures.
 VLM := models/tiny-smolvlm/config.json models/tiny-qwen2-vl/config.json
 SHAPES := examples/data/shapes.jsonl
+# The tiny speech-to-text model (Whisper's architecture); its clips are kept in examples/data/speech/.
+WHISPER := models/tiny-whisper/config.json
 # The web page's charting library (uPlot), from the npm registry into api/web/node_modules.
 WEB := tunestudio/api/web
 WEB_STAMP := $(WEB)/node_modules/.installed-stamp
@@ -24,7 +26,7 @@ MTMD_CLI := $(MTMD_SRC)/build/bin/llama-mtmd-cli
 # The browser tests drive Debian's chromium; Playwright never downloads a browser of its own.
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup run run-vision serve test lint bench clean mtmd
+.PHONY: setup run run-vision run-audio serve test lint bench clean mtmd
 
 setup: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP)
 
@@ -93,6 +95,14 @@ $(SHAPES): tunestudio/worker/tiny_images.py | $(STAMP)
 run: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(TINY)/config.json
 	$(BIN)/tunestudio train examples/quickstart.yaml
 
+$(WHISPER): tunestudio/worker/tiny_audio.py | $(STAMP)
+	rm -rf models/tiny-whisper
+	$(BIN)/tunestudio make-tiny-model models/tiny-whisper --audio
+
+# The speech demo: the tiny Whisper learns to transcribe voices it never heard (README, "Audio").
+run-audio: $(STAMP) $(WEB_STAMP) $(WHISPER)
+	$(BIN)/tunestudio train examples/audio.yaml
+
 # The image demo: the tiny SmolVLM learns to name colours in new pictures (README, "Images").
 run-vision: $(STAMP) $(WEB_STAMP) models/tiny-smolvlm/config.json $(SHAPES)
 	$(BIN)/tunestudio train examples/vision.yaml
@@ -103,7 +113,7 @@ serve: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(TINY)/config.json
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(CHROMIUM) $(TINY)/config.json $(VLM) $(SHAPES)
+test: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(CHROMIUM) $(TINY)/config.json $(VLM) $(SHAPES) $(WHISPER)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -n 2 --dist loadscope --durations=15
 
@@ -118,4 +128,4 @@ bench: $(STAMP) $(TINY)/config.json
 	$(BIN)/python bench/throughput.py --steps 10
 
 clean:
-	rm -rf $(VENV) $(TINY) models/tiny-smolvlm models/tiny-qwen2-vl outputs $(WEB)/node_modules $(LLAMA_CPP) $(MTMD_SRC)
+	rm -rf $(VENV) $(TINY) models/tiny-smolvlm models/tiny-qwen2-vl models/tiny-whisper outputs $(WEB)/node_modules $(LLAMA_CPP) $(MTMD_SRC)

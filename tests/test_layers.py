@@ -66,7 +66,8 @@ WORKER_FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # what a process starts with: the recipes (main: training, bench), the child's door, `python -m
     # tunestudio.worker`, the torchrun launcher and rank, the tiny model's maker (tunestudio make-tiny-model)
     ("entries", frozenset({"__main__", "main", "bench", "child", "launch", "rank", "tiny", "tiny_methods",
-                            "tiny_tools", "tiny_vision", "tiny_images", "tiny_docs", "tiny_rewards"}), False),
+                            "tiny_tools", "tiny_vision", "tiny_images", "tiny_docs", "tiny_rewards",
+                            "tiny_audio"}), False),
     # the chat worker, and the export recipe (which loads a base model through train/'s face)
     ("wings", frozenset({"serve", "export", "make_data"}), True),
     # one object per kind of data: loads, prepares and scores through train/ and data/

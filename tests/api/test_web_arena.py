@@ -77,4 +77,7 @@ def test_a_blind_vote_by_keyboard_is_stored_undone_and_counted(served: tuple[str
     latest = page.locator("#arena-votes tbody tr")
     expect(latest).to_have_count(1)
     expect(latest.first).to_contain_text("B is better")
+    page.locator("#arena-export-dpo").click()  # one click: the votes as DPO pairs, read by the dataset report
+    expect(page.locator("#arena-export-result")).to_contain_text("the report reads 1 usable rows as preference",
+                                                                   timeout=60_000)
     screenshot(page, "arena.png")

@@ -20,9 +20,11 @@ def make_tiny_model(
                                          "processor (images: examples/data/shapes.jsonl).")] = False,
     family: Annotated[str, typer.Option(help="With --vision: smolvlm (Idefics3's architecture) or qwen2_vl.")]
     = "smolvlm",
+    audio: Annotated[bool, typer.Option("--audio", help="A tiny speech-to-text model instead (Whisper's "
+                                        "architecture, its real processor; speech: examples/data/speech/).")] = False,
 ) -> None:
-    """Build the embedded tiny Llama and its byte-level tokenizer, or with --vision a tiny vision-language model
-    (deterministic from the seed)."""
+    """Build the embedded tiny Llama and its byte-level tokenizer, with --vision a tiny vision-language model, or
+    with --audio a tiny Whisper (deterministic from the seed)."""
     # Runs in a child so this process stays free of torch, like every other command.
     import multiprocessing as mp
 
@@ -31,7 +33,10 @@ def make_tiny_model(
     if vision and family not in ("smolvlm", "qwen2_vl"):
         err.print(f"[red]--family: {family!r} is not one of smolvlm, qwen2_vl[/red]")
         raise typer.Exit(2)
-    proc = ctx.Process(target=_build_tiny, args=(str(directory), seed, family if vision else None))
+    if vision and audio:
+        err.print("[red]--audio: give --vision or --audio, not both[/red]")
+        raise typer.Exit(2)
+    proc = ctx.Process(target=_build_tiny, args=(str(directory), seed, family if vision else None, audio))
     proc.start()
     proc.join()
     if proc.exitcode != 0:
@@ -40,7 +45,12 @@ def make_tiny_model(
     console.print(f"tiny model written to {directory} in {time.monotonic() - started:.1f}s")
 
 
-def _build_tiny(directory: str, seed: int, vision_family: str | None) -> None:
+def _build_tiny(directory: str, seed: int, vision_family: str | None, audio: bool = False) -> None:
+    if audio:
+        from tunestudio.worker.tiny_audio import build_tiny_whisper
+
+        build_tiny_whisper(directory, seed)
+        return
     if vision_family is not None:
         from tunestudio.worker.tiny_vision import build_tiny_vlm
 

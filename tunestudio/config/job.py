@@ -178,6 +178,17 @@ class DataSpec(BaseModel):
         return self
 
 
+def _audio_rules(cfg: Any) -> None:
+    """What a speech-to-text job cannot take: its rows are clips, its samples its held-out clips."""
+    if cfg.sample_prompts:
+        raise ValueError("sample_prompts: an audio job's samples are its held-out clips, transcribed before and "
+                         "after training; leave sample_prompts empty")
+    if cfg.packing:
+        raise ValueError("packing: an audio job's rows are clips, each a window of the model's input: leave it off")
+    if cfg.padding_free is True:
+        raise ValueError("padding_free: an audio job's clips are padded to the model's window: leave it auto")
+
+
 # Fields in the order of the parts: pydantic collects a model's fields from its bases in reverse MRO.
 class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMediaPart, AdapterPart, OptimisationPart,
                 DataPart, ModelPart):
@@ -246,6 +257,11 @@ class JobConfig(EarlyStoppingPart, MethodPart, OutputPart, LoggingPart, SeedMedi
         if self.modality not in METHOD_SPECS[self.method].modalities:
             raise ValueError(f"method: {self.method} trains {' or '.join(METHOD_SPECS[self.method].modalities)} data, "
                              f"not {self.modality} data (is_dataset_{self.modality} is set)")
+        if self.modality == "audio":
+            _audio_rules(self)
+        elif self.audio_language is not None or self.audio_task != "transcribe":
+            raise ValueError(f"{'audio_language' if self.audio_language is not None else 'audio_task'}: applies to "
+                             "audio jobs (is_dataset_audio)")
         if self.modality == "text" and not self.finetune_language_layers:
             raise ValueError("finetune_language_layers: a text model has language layers only; leave it on (the "
                              "vision switches are for image datasets, is_dataset_image)")

@@ -70,7 +70,7 @@ class MethodSpec:
     name: str = field(metadata={"help": "JobConfig.method's value."})
     label: str = field(metadata={"help": "The page's name for it."})
     summary: str = field(metadata={"help": "One line the page shows under the label."})
-    trainer: Literal["sft", "dpo", "orpo", "kto", "grpo", "reward"] = field(metadata={
+    trainer: Literal["sft", "dpo", "orpo", "kto", "grpo", "reward", "seq2seq"] = field(metadata={
         "help": "The TRL trainer family that builds it (worker/train/methods.py; sft and pretrain both train with "
                 "SFTTrainer; reward trains a sequence-classification head with RewardTrainer)."})
     formats: tuple[str, ...] = field(metadata={"help": "The dataset formats it trains on (auto picks one)."})
@@ -95,12 +95,19 @@ class MethodSpec:
                 "evaluation's forward pass."})
     modalities: tuple[str, ...] = field(default=("text",), metadata={
         "help": "The kinds of data (JobConfig.modality) it trains; another is refused, naming both."})
+    modality_trainers: dict[str, str] = field(default_factory=dict, metadata={
+        "help": "The trainer family for a kind of data whose model is not what `trainer` trains (audio: an "
+                "encoder-decoder speech model, trained by transformers' Seq2SeqTrainer: seq2seq)."})
     openai_type: str | None = field(default=None, metadata={
         "help": "The OpenAI fine-tuning API's method.type a job of it is shown as (GET /v1/fine_tuning/jobs); "
                 "None: its own name."})
     openai_file: OpenAIFile | None = field(default=None, metadata={
         "help": "Set on the method POST /v1/fine_tuning/jobs trains when asked for its openai_type: the rows its "
                 "training file holds and the format they become; None: the API does not start it."})
+
+    def trainer_for(self, modality: str) -> str:
+        """The trainer family of a job of this method on `modality` data."""
+        return self.modality_trainers.get(modality, self.trainer)
 
     @property
     def openai_kind(self) -> str:
@@ -177,7 +184,8 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("sft", "SFT", "supervised fine-tuning on examples", "sft",
                formats=("alpaca", "sharegpt", "messages", "prompt_completion", "text"),
                options=(*_SEQUENCE_OPTIONS, "train_on_completions"), aliases=("supervised",),
-               modalities=("text", "image"), openai_type="supervised", openai_file=OpenAIFile("chat", "messages")),
+               modalities=("text", "image", "audio"), modality_trainers={"audio": "seq2seq"},
+               openai_type="supervised", openai_file=OpenAIFile("chat", "messages")),
     MethodSpec("dpo", "DPO", "preference pairs: chosen over rejected", "dpo", formats=("preference",),
                modalities=("text", "image"),
                options=("beta", "dpo_loss_type"), mappings=(_PAIRS,), main_metric="rewards/margins",

@@ -292,8 +292,7 @@ class AdapterPart(BaseModel):
 
 
 class SeedMediaPart(BaseModel):
-    """The seed's vision and audio fields: they name the job's kind of data (`modality`, worker/modalities/).
-    The page hides the audio switch (`hidden`): audio is not trained yet."""
+    """The seed's vision and audio fields: they name the job's kind of data (`modality`, worker/modalities/)."""
 
     is_dataset_image: bool = Field(
         default=False, title="Image dataset",
@@ -302,7 +301,21 @@ class SeedMediaPart(BaseModel):
         json_schema_extra={"group": "media"},
     )
     is_dataset_audio: bool = Field(
-        default=False, title="Audio dataset", json_schema_extra={"group": "media", "hidden": True},
+        default=False, title="Audio dataset",
+        description="Speech to text: the rows are recordings with their transcripts, and the model a speech "
+                    "encoder-decoder (Whisper's family: AutoModelForSpeechSeq2Seq and its processor).",
+        json_schema_extra={"group": "media"},
+    )
+    audio_language: str | None = Field(
+        default=None, min_length=2, max_length=32, pattern=r"^[A-Za-z][A-Za-z -]*$", title="Spoken language",
+        description="Audio jobs: the language of the recordings, as Whisper names it (en, fr, english, ...); empty: "
+                    "English for a multilingual model.",
+        json_schema_extra={"group": "media"},
+    )
+    audio_task: Literal["transcribe", "translate"] = Field(
+        default="transcribe", title="Speech task",
+        description="Audio jobs: transcribe (text in the spoken language) or translate (English text).",
+        json_schema_extra={"group": "media"},
     )
     finetune_vision_layers: bool = Field(
         default=True, title="Train vision layers",

@@ -9,7 +9,7 @@ from pydantic import AfterValidator
 
 __all__ = [
     "FIELD_GROUPS", "FORMAT_ALIASES", "GENERATION_METRICS", "MAX_ROWS", "MAX_STEPS", "ROLE_ALIASES", "SECRET_FIELDS",
-    "TOOL_METRICS",
+    "SPEECH_METRICS", "TOOL_METRICS",
     "DpoLoss", "FormatType", "LrScheduler", "MappingTarget", "Method", "MethodField", "Optimizer", "PathText",
     "ReportTarget", "Role", "TrainingType",
 ]
@@ -44,7 +44,7 @@ Method = Literal["sft", "dpo", "orpo", "kto", "grpo", "pretrain", "reward"]
 # Kinds of data (worker/modalities/, one module each): what a job's rows hold, and those the worker can train
 # (worker/modalities.MODALITIES has exactly these; tests/worker/test_modalities.py holds them together).
 Modality = Literal["text", "image", "audio"]
-TRAINED_MODALITIES: tuple[Modality, ...] = ("text", "image")
+TRAINED_MODALITIES: tuple[Modality, ...] = ("text", "image", "audio")
 
 FormatType = Literal[
     "auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text",
@@ -106,6 +106,8 @@ ROLE_ALIASES = {"human": "user", "gpt": "assistant", "instruction": "user", "inp
 GENERATION_METRICS: tuple[str, ...] = ("exact_match", "token_f1", "rouge_l")
 # What it measures on the calls of held-out rows that come with tools (worker/train/tool_scores.py), 0..1 each.
 TOOL_METRICS: tuple[str, ...] = ("tool_choice", "tool_name", "tool_args", "tool_arg_match")
+# An audio job's held-out figures (worker/train/speech_eval.py): word and character error rates, lower is better.
+SPEECH_METRICS: tuple[str, ...] = ("wer", "cer")
 
 # Where a job's figures go beside the studio's own store: an MLflow tracking store, W&B, TensorBoard.
 ReportTarget = Literal["mlflow", "wandb", "tensorboard"]

@@ -1,9 +1,10 @@
 """A finished job's held-out rows one by one, worst first: read from the file its final evaluation wrote
 (`events.EVAL_ROWS_FILE`, named in its result's evaluation), ordered and paged. No state of its own.
 
-"Worst" is the highest loss, or the lowest score of a generation metric (exact match, token F1, ROUGE-L, and a tool
-row's tool-call figures: higher is better); rows without the figure (a metric of a row that was not answered, a
-call figure of a row without tools) come last either way, and rows that tie keep their held-out order.
+"Worst" is the highest loss or error rate (an audio row's WER, CER), or the lowest score of a generation metric
+(exact match, token F1, ROUGE-L, and a tool row's tool-call figures: higher is better); rows without the figure (a
+metric of a row that was not answered, a call figure of a row without tools) come last either way, and rows that
+tie keep their held-out order.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tunestudio.config.vocabulary import GENERATION_METRICS, TOOL_METRICS
+from tunestudio.config.vocabulary import GENERATION_METRICS, SPEECH_METRICS, TOOL_METRICS
 from tunestudio.jobs.models import Job, JobConflict
 from tunestudio.jobs.status import JobStatus
 
 __all__ = ["ORDER_KEYS", "Order", "RowsPage", "page"]
 
-ORDER_KEYS: tuple[str, ...] = ("loss", *GENERATION_METRICS, *TOOL_METRICS)
+ORDER_KEYS: tuple[str, ...] = ("loss", *GENERATION_METRICS, *TOOL_METRICS, *SPEECH_METRICS)
 Order = Literal["worst", "best"]
 
 
@@ -39,7 +40,7 @@ def page(job: Job, by: str, order: Order, limit: int, offset: int) -> RowsPage:
     rows: list[dict[str, Any]] = body["rows"]
     has = [r for r in rows if isinstance(r.get(by), (int, float))]
     lacks = [r for r in rows if not isinstance(r.get(by), (int, float))]
-    worst_is_high = by == "loss"
+    worst_is_high = by == "loss" or by in SPEECH_METRICS  # an error rate: the highest is the worst
     descending = worst_is_high == (order == "worst")
     ranked = sorted(has, key=lambda r: (-r[by] if descending else r[by], r.get("index", 0)))
     ordered = ranked + lacks

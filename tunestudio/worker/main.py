@@ -221,6 +221,8 @@ def _load_model(job: _Run) -> None:
                         f"{cfg.finetune_mlp_modules}): {describe_targets(adapted)}")
     if cfg.modality == "image" and getattr(job.processor, "tunestudio_notes", None):
         job.resolved["images"] = "; ".join(job.processor.tunestudio_notes).removeprefix("images: ")
+    if cfg.modality == "audio" and getattr(job.processor, "tunestudio_notes", None):
+        job.resolved["audio"] = "; ".join(job.processor.tunestudio_notes).removeprefix("audio: ")
 
 
 def _load_data(job: _Run) -> None:

@@ -17,6 +17,8 @@ from datasets import Dataset
 
 from tunestudio.config import JobConfig
 from tunestudio.worker.data import dedupe as dedupe_mod
+from tunestudio.worker.data.audio import decode as decode_audio
+from tunestudio.worker.data.audio import is_audio_row
 from tunestudio.worker.data.chat_mask import renderer_for
 from tunestudio.worker.data.formats import Converter, RowProblem, detect_format, resolve_format
 from tunestudio.worker.data.held_out import write as write_held_out
@@ -51,19 +53,23 @@ __all__ = [
     "auto_eval_size",
     "build",
     "check_drops",
+    "decode_audio",
     "detect_format",
     "eval_size",
     "hold_out",
+    "is_audio_row",
     "is_image_data",
     "is_image_row",
     "load_tokenizer",
     "open_rows",
     "prepare",
+    "prepare_audio",
     "prepare_images",
     "read_file",
     "read_head",
     "resolve_format",
     "slice_rows",
+    "speech_collator",
     "split_eval",
     "write_held_out",
 ]
@@ -215,6 +221,20 @@ def _first_example(rows: list[Row], convert: Converter) -> dict[str, Any] | None
             except RowProblem:
                 continue
     return None
+
+
+def prepare_audio(cfg: JobConfig, processor: Any, progress: Any = None) -> PreparedData:
+    """A speech-to-text job's rows read, decoded, checked and split (audio_data.py)."""
+    from tunestudio.worker.data.audio_data import prepare_audio as prepare
+
+    return prepare(cfg, processor, progress)
+
+
+def speech_collator(processor: Any, decoder_start_token_id: int) -> Any:
+    """The collator of a speech-to-text job's batches (audio_data.SpeechCollator)."""
+    from tunestudio.worker.data.audio_data import SpeechCollator
+
+    return SpeechCollator(processor, decoder_start_token_id)
 
 
 def prepare_images(cfg: JobConfig, processor: Any, progress: Any = None) -> PreparedData:

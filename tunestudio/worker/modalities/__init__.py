@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tunestudio.worker.modalities.audio import AudioModality
 from tunestudio.worker.modalities.image import ImageModality
 from tunestudio.worker.modalities.text import TextModality
 from tunestudio.worker.modalities.vision_compat import allow_missing_video, torchvision_available
@@ -53,7 +54,7 @@ class Modality(Protocol):
         """(processor class, model class) the chat worker loads a finished job's folder with."""
 
 
-MODALITIES: dict[str, Modality] = {m.name: m for m in (TextModality(), ImageModality())}
+MODALITIES: dict[str, Modality] = {m.name: m for m in (TextModality(), ImageModality(), AudioModality())}
 
 
 def named(name: str) -> Modality:

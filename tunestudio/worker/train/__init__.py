@@ -26,6 +26,7 @@ _FACE = {
     "performance": ("configure_allocator", "configure_threads", "peak_memory_mb"),
     "reward_eval": ("RewardEvaluator",),
     "reward_model": ("RewardModel", "reward_function"),
+    "speech_eval": ("SpeechEvaluator", "error_rates", "normalise", "transcribe", "wav_url"),
     "tracking": ("callback", "end_open_runs", "finish", "job_run"),
     "vision_layers": ("describe_targets", "targets"),
     "train": ("build_trainer", "generate", "precision_named", "resolve_checkpoint", "resolve_gradient_checkpointing",

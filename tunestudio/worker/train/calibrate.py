@@ -293,7 +293,7 @@ def _measurable(cfg: Any) -> bool:
     """Whether `auto` is measured for the job: not QLoRA (its compute dtype is fixed when the 4-bit weights
     load), and SFTTrainer's methods only (sft, pretrain: other trainers' batches are not one labelled forward
     pass)."""
-    return cfg.training_type.value != "qlora" and METHOD_SPECS[str(cfg.method)].trainer == "sft"
+    return cfg.training_type.value != "qlora" and METHOD_SPECS[str(cfg.method)].trainer_for(cfg.modality) == "sft"
 
 
 def _job_key(cfg: Any) -> str:

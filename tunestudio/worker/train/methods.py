@@ -1,4 +1,5 @@
-"""The trainers of the methods beyond SFT: DPO, ORPO, KTO (preference tuning), GRPO and reward models.
+"""The trainers of the methods beyond SFT: DPO, ORPO, KTO (preference tuning), GRPO and reward models; and SFT of a
+speech encoder-decoder (an audio job: transformers' Seq2SeqTrainer, the trainer family `seq2seq`).
 
 sft and pretrain both train with TRL's SFTTrainer (train.py); pretrain is SFT on
 plain text, where every token is trained on and packing is on by default.
@@ -48,7 +49,8 @@ def build_trainer(
     callbacks: list[Any],
     has_eval: bool,
 ) -> Any:
-    """The TRL trainer of `cfg.method`'s trainer family (config.METHOD_SPECS: dpo, orpo, kto, grpo or reward)."""
+    """The trainer of `cfg.method`'s trainer family for the job's data (config.METHOD_SPECS: dpo, orpo, kto, grpo,
+    reward; seq2seq for audio)."""
     shared = {
         "model": model,
         "train_dataset": data.train,
@@ -56,7 +58,7 @@ def build_trainer(
         "processing_class": tokenizer,
         "callbacks": callbacks,
     }
-    return BUILDERS[METHOD_SPECS[cfg.method].trainer](cfg, common, shared)
+    return BUILDERS[METHOD_SPECS[cfg.method].trainer_for(cfg.modality)](cfg, common, shared)
 
 
 def _dpo(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any:
@@ -108,14 +110,30 @@ def _reward(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> A
 
 
 # One builder per trainer family of config.METHOD_SPECS but "sft" (SFTTrainer, built in train.py).
+def _seq2seq(cfg: JobConfig, common: dict[str, Any], shared: dict[str, Any]) -> Any:
+    """A speech encoder-decoder (Whisper's family) on clips and transcripts: transformers' Seq2SeqTrainer, each
+    batch's clips made log-mel windows and its transcripts labels by the collator (data/audio_data.py); the loss is
+    the decoder's on the transcript (its prefix of language and task tokens included, as Whisper's fine-tuning does)."""
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    from tunestudio.worker.data import speech_collator
+    from tunestudio.worker.train.checkpointing import save_checkpoints_atomically
+
+    args = Seq2SeqTrainingArguments(**common, remove_unused_columns=False, label_names=["labels"])
+    start = shared["model"].config.decoder_start_token_id
+    trainer = Seq2SeqTrainer(args=args, data_collator=speech_collator(shared["processing_class"], start), **shared)
+    save_checkpoints_atomically(trainer)
+    return trainer
+
+
 BUILDERS: dict[str, Callable[[JobConfig, dict[str, Any], dict[str, Any]], Any]] = {
-    "dpo": _dpo, "kto": _kto, "orpo": _orpo, "grpo": _grpo, "reward": _reward,
+    "dpo": _dpo, "kto": _kto, "orpo": _orpo, "grpo": _grpo, "reward": _reward, "seq2seq": _seq2seq,
 }
 
 
 def uses_sft_trainer(cfg: JobConfig) -> bool:
     """Whether the job trains with TRL's SFTTrainer (sft, pretrain) rather than a builder here."""
-    return METHOD_SPECS[cfg.method].trainer == "sft"
+    return METHOD_SPECS[cfg.method].trainer_for(cfg.modality) == "sft"
 
 
 def _without_reference_adapter(trainer: Any, cfg: JobConfig) -> Any:

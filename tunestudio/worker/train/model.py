@@ -22,6 +22,8 @@ from tunestudio.worker.errors import UserError
 
 ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
+SPEECH_ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "out_proj")  # Whisper's encoder and decoder
+SPEECH_MLP_MODULES = ("fc1", "fc2")
 
 
 def from_pretrained(loader: Any, name: str, what: str, **kwargs: Any) -> Any:
@@ -97,6 +99,8 @@ def lora_target_modules(cfg: JobConfig, model: torch.nn.Module | None = None) ->
         return targets(model, cfg)  # the worker logs them (worker/main.py)
     if cfg.finetune_attention_modules and cfg.finetune_mlp_modules:
         return "all-linear"
+    if cfg.modality == "audio":  # Whisper's family names its layers as BART does
+        return list(SPEECH_ATTENTION_MODULES if cfg.finetune_attention_modules else SPEECH_MLP_MODULES)
     return list(ATTENTION_MODULES if cfg.finetune_attention_modules else MLP_MODULES)
 
 
@@ -118,7 +122,9 @@ def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing
         use_rslora=cfg.use_rslora,
         bias="none",
         # a reward model's score head is new: trained whole beside the adapters, and saved with them
-        task_type="SEQ_CLS" if is_reward_model(cfg) else "CAUSAL_LM",
+        # a speech encoder-decoder's forward takes input_features, which peft's seq2seq wrapper does not pass on:
+        # the plain PeftModel (as Whisper's LoRA recipes use it)
+        task_type="SEQ_CLS" if is_reward_model(cfg) else None if cfg.modality == "audio" else "CAUSAL_LM",
         modules_to_save=["score"] if is_reward_model(cfg) else None,
         init_lora_weights="loftq" if cfg.use_loftq else True,
         loftq_config=LoftQConfig(loftq_bits=4) if cfg.use_loftq else {},

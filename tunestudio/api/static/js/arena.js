@@ -139,7 +139,11 @@ export async function showArena(main, {navigate}) {
       b.addEventListener("click", async () => {
         try {
           const r = await call("/api/arena/exports", {method: "POST", body: {format}});
-          out.textContent = `${r.rows} rows written to ${r.path}`;
+          out.textContent = `${r.rows} rows written to ${r.path}; the dataset report is reading it…`;
+          // the dataset report reads the new file as a job of that method would
+          const report = await call("/api/datasets/report", {method: "POST", body: {local_datasets: [r.path], method: format}});
+          out.textContent = `${r.rows} rows written to ${r.path}: the report reads ${report.usable} usable rows as ${report.format}` +
+            (report.refused_count ? `, ${report.refused_count} refused` : "");
         } catch (err) { out.textContent = errorText(err); }
       });
       return b;
