@@ -146,6 +146,21 @@ class Score:
 
 
 @dataclass(frozen=True)
+class Transcribe:
+    """A recording transcribed by a speech-to-text job's model (`/v1/audio/transcriptions`): its encoded bytes
+    (WAV, FLAC, MP3, OGG), cut into the model's windows; answered by one `Transcribed`, then `Done`."""
+
+    request_id: int
+    spec: ModelSpec
+    audio: bytes
+    threads: int
+    language: str | None = None  # None: the job's own (its tokenizer's)
+    prompt: str | None = None  # words to prime the decoder with (Whisper's prompt_ids)
+    temperature: float = 0.0
+    task: Literal["transcribe", "translate"] = "transcribe"
+
+
+@dataclass(frozen=True)
 class Cancel:
     request_id: int
 
@@ -155,8 +170,8 @@ class Shutdown:
     pass
 
 
-Command = Generate | Complete | Render | Score | Cancel | Shutdown
-Request = Generate | Complete | Render | Score  # a command that is answered
+Command = Generate | Complete | Render | Score | Transcribe | Cancel | Shutdown
+Request = Generate | Complete | Render | Score | Transcribe  # a command that is answered
 
 
 @dataclass(frozen=True)
@@ -233,6 +248,18 @@ class Scored:
 
 
 @dataclass(frozen=True)
+class Transcribed:
+    """A `Transcribe`'s answer: the whole text, the language it was read as, the recording's length, and one
+    segment per window the audio was cut into: (start s, end s, text)."""
+
+    request_id: int
+    text: str
+    language: str | None
+    duration: float
+    segments: list[tuple[float, float, str]]
+
+
+@dataclass(frozen=True)
 class Done:
     request_id: int
     finish_reason: Literal["stop", "length", "cancelled"]
@@ -251,4 +278,4 @@ class Error:
     extra: dict = field(default_factory=dict)
 
 
-Reply = Loaded | Started | Delta | ChoiceDelta | Rendered | Scored | Done | Error
+Reply = Loaded | Started | Delta | ChoiceDelta | Rendered | Scored | Transcribed | Done | Error

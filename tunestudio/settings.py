@@ -110,6 +110,10 @@ class Settings(BaseSettings):
         description="The largest chat request (/v1/chat/completions, /api/chat/prompt): images travel in it as "
                     "base64 data: URLs.",
     )
+    max_audio_bytes: int = Field(
+        default=25 * 1024 * 1024, ge=1024,
+        description="The largest recording /v1/audio/transcriptions takes (OpenAI's limit: 25 MB).",
+    )
     header_timeout_seconds: float = Field(
         default=10.0, gt=0, le=600, description="A connection whose request headers take longer is closed."
     )

@@ -14,6 +14,7 @@ from tunestudio.api.deps import require_token
 from tunestudio.api.judging import pool_answerer
 from tunestudio.api.routes import (
     arena,
+    audio,
     benchmarks,
     chat,
     completions,
@@ -128,6 +129,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(openai.status_router, dependencies=guarded)
     app.include_router(completions.router, dependencies=guarded)
     app.include_router(rewards.router, dependencies=guarded)
+    app.include_router(audio.router, dependencies=guarded)
     app.include_router(benchmarks.router, dependencies=guarded)
     app.include_router(files.router, dependencies=guarded)
     app.include_router(fine_tuning.router, dependencies=guarded)
@@ -145,7 +147,9 @@ def _guard(app: FastAPI, settings: Settings) -> None:
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={
         "/api/uploads": settings.max_upload_bytes, "/v1/files": settings.max_upload_bytes,
         # images travel in chat requests, as base64
-        "/v1/chat/completions": settings.max_chat_body_bytes, "/api/chat/prompt": settings.max_chat_body_bytes})
+        "/v1/chat/completions": settings.max_chat_body_bytes, "/api/chat/prompt": settings.max_chat_body_bytes,
+        # a recording and its form fields: the file's own limit is checked by the route, in OpenAI's words
+        "/v1/audio/transcriptions": settings.max_audio_bytes + 1024 * 1024})
     app.add_middleware(RequestGuard, settings=settings)  # added last: outermost, so it sees every request
 
 

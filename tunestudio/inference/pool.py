@@ -55,6 +55,8 @@ from tunestudio.inference_protocol import (
     Shutdown,
     Started,
     Tools,
+    Transcribe,
+    Transcribed,
 )
 from tunestudio.process import describe_exit, torch_threads
 from tunestudio.settings import Settings
@@ -122,6 +124,7 @@ class Generation:
         self.started: Started | None = None
         self.rendered: Rendered | None = None  # a render's answer
         self.scored: Scored | None = None  # a score's answer
+        self.transcribed: Transcribed | None = None  # a transcription's answer
         self.cancel_asked = False  # a Cancel went to the worker
         self.done: Done | None = None
         self.error: Error | None = None
@@ -137,6 +140,8 @@ class Generation:
             self.rendered = reply
         elif isinstance(reply, Scored):
             self.scored = reply
+        elif isinstance(reply, Transcribed):
+            self.transcribed = reply
         elif isinstance(reply, Done):
             self.done = reply
         elif isinstance(reply, Error):
@@ -246,6 +251,12 @@ class InferencePool:
               deliver: Callable[[Reply], None] | None = None) -> Generation:
         """Queue a reward model's scores of (prompt, answer) pairs, as one `Scored` reply, then `Done`."""
         return self._enqueue(lambda rid, threads: Score(rid, spec, items, threads), deliver)
+
+    def transcribe(self, spec: ModelSpec, audio: bytes, deliver: Callable[[Reply], None] | None = None,
+                   **options: Any) -> Generation:
+        """Queue a recording's transcription (options: language, prompt, temperature, task), as one `Transcribed`
+        reply, then `Done`."""
+        return self._enqueue(lambda rid, threads: Transcribe(rid, spec, audio, threads, **options), deliver)
 
     def _enqueue(self, command: Callable[[int, int], Request],
                  deliver: Callable[[Reply], None] | None) -> Generation:

@@ -155,7 +155,7 @@ def read_clip(row: Row, rate: int, max_seconds: float | None = None) -> tuple[Cl
     if row.data is None:
         raise RowProblem(row.problem or "cannot be read")
     text = transcript(row.data)
-    base = Path(row.source).parent if Path(row.source).exists() else None  # a hub row's path is the hub's own
+    base = Path(row.source).parent if Path(row.source).is_file() else None  # a hub row's path is the hub's own
     return decode(_source(row.data), base, rate, max_seconds), text
 
 

@@ -22,7 +22,7 @@ import warnings
 from collections import deque
 from typing import Any
 
-from tunestudio.inference_protocol import Cancel, Complete, Done, Error, Render, Request, Score, Shutdown
+from tunestudio.inference_protocol import Cancel, Complete, Done, Error, Render, Request, Score, Shutdown, Transcribe
 from tunestudio.worker.errors import UserFacing
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ class Server:
         from tunestudio.worker.serve.completion import complete
         from tunestudio.worker.serve.generation import Models, answer, render
         from tunestudio.worker.serve.scoring import score
+        from tunestudio.worker.serve.transcription import transcribe
 
         models = Models(self.replies)
         threading.Thread(target=self.read_commands, name="commands", daemon=True).start()
@@ -102,9 +103,11 @@ class Server:
             if request is None:
                 return
             try:
-                # /v1/completions, a chat prompt shown (nothing generated), a reward model's scores, or chat
+                # /v1/completions, a chat prompt shown (nothing generated), a reward model's scores, a recording's
+                # transcript, or chat
                 recipe = (complete if isinstance(request, Complete) else render if isinstance(request, Render)
-                          else score if isinstance(request, Score) else answer)
+                          else score if isinstance(request, Score) else transcribe
+                          if isinstance(request, Transcribe) else answer)
                 recipe(models, request, self.replies, self.halt)
             except UserFacing as exc:
                 self.replies.put(Error(request.request_id, str(exc), exc.status, exc.code, exc.extra))

@@ -53,8 +53,8 @@ class Clip:
 
 
 def transcribe(model: Any, processor: Any, samples: Any, language: str | None, task: str,
-               max_new_tokens: int | None = None) -> str:
-    """One window's greedy transcript."""
+               max_new_tokens: int | None = None, **options: Any) -> str:
+    """One window's transcript: greedy, unless `options` say otherwise (do_sample, temperature, prompt_ids)."""
     import torch
 
     rate = processor.feature_extractor.sampling_rate
@@ -62,7 +62,7 @@ def transcribe(model: Any, processor: Any, samples: Any, language: str | None, t
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    kwargs: dict[str, Any] = {"task": task, "do_sample": False}
+    kwargs: dict[str, Any] = {"task": task, "do_sample": False, **options}
     if language:
         kwargs["language"] = language
     if max_new_tokens:

@@ -1,0 +1,121 @@
+"""POST /v1/audio/transcriptions: OpenAI's transcription API over a speech-to-text job's model (`<id>` or its base,
+`<id>:base`), what the official client's `client.audio.transcriptions.create` sends.
+
+multipart/form-data: `file` (WAV, FLAC, MP3 or OGG, at most `max_audio_bytes`, 25 MB as OpenAI's), `model`,
+`language` (default: the job's), `prompt` (words to prime the decoder with), `response_format` (json, text,
+verbose_json, srt, vtt) and `temperature` (0: greedy). The recording is cut into the model's windows; a segment of
+verbose_json, srt and vtt is a window with its times (the model is not asked to predict timestamps). Errors are
+OpenAI's shape: a text job's model, a file that is not audio, one too large.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from tunestudio.api.deps import ManagerDep, SettingsDep
+from tunestudio.api.errors import ApiError
+from tunestudio.api.openai_route import OpenAIRoute
+from tunestudio.api.routes.openai import get_pool
+from tunestudio.api.schemas import OPENAI_ERRORS
+from tunestudio.inference import InferenceUnavailable, resolve
+from tunestudio.inference_protocol import Done, Error, Reply, Transcribed
+
+router = APIRouter(prefix="/v1", tags=["OpenAI-compatible audio"], route_class=OpenAIRoute, responses=OPENAI_ERRORS)
+
+TRANSCRIBE_WAIT_S = 600.0  # the model's first load included
+Format = Literal["json", "text", "verbose_json", "srt", "vtt"]
+CHUNK = 1 << 20
+
+
+async def _read(file: UploadFile, limit: int) -> bytes:
+    data = bytearray()
+    while chunk := await file.read(CHUNK):
+        data += chunk
+        if len(data) > limit:
+            raise ApiError(413, "file_too_large", f"file: the recording is over {limit // (1024 * 1024)} MB, the "
+                           "most a transcription takes; send a shorter one or split it", field="file")
+    if not data:
+        raise ApiError(400, "invalid_audio", "file: the recording is empty", field="file")
+    return bytes(data)
+
+
+def _clock(seconds: float, separator: str) -> str:
+    ms = round(seconds * 1000)
+    hours, ms = divmod(ms, 3_600_000)
+    minutes, ms = divmod(ms, 60_000)
+    whole, ms = divmod(ms, 1000)
+    return f"{hours:02d}:{minutes:02d}:{whole:02d}{separator}{ms:03d}"
+
+
+def subtitles(segments: list[tuple[float, float, str]], kind: Literal["srt", "vtt"]) -> str:
+    """The segments as SubRip (numbered cues, comma before milliseconds) or WebVTT (a header, full stop)."""
+    cues = []
+    for n, (start, end, text) in enumerate(segments, 1):
+        separator = "," if kind == "srt" else "."
+        timing = f"{_clock(start, separator)} --> {_clock(end, separator)}"
+        cues.append(f"{n}\n{timing}\n{text}\n" if kind == "srt" else f"{timing}\n{text}\n")
+    return ("WEBVTT\n\n" if kind == "vtt" else "") + "\n".join(cues)
+
+
+def formatted(done: Transcribed, response_format: Format, task: str = "transcribe") -> Response:
+    if response_format == "text":
+        return PlainTextResponse(done.text + "\n")
+    if response_format in ("srt", "vtt"):
+        return PlainTextResponse(subtitles(done.segments, response_format),
+                                 media_type="text/vtt" if response_format == "vtt" else "text/plain")
+    if response_format == "json":
+        return JSONResponse({"text": done.text})
+    segments: list[dict[str, Any]] = [{"id": n, "seek": round(start * 100), "start": start, "end": end, "text": text}
+                                      for n, (start, end, text) in enumerate(done.segments)]
+    return JSONResponse({"task": task, "language": done.language or "", "duration": done.duration,
+                         "text": done.text, "segments": segments})
+
+
+@router.post("/audio/transcriptions", response_model=None,
+             openapi_extra={"description": "multipart/form-data: file, model, language, prompt, response_format, "
+                                           "temperature."})
+async def transcriptions(
+    request: Request,
+    manager: ManagerDep,
+    settings: SettingsDep,
+    file: Annotated[UploadFile, File(description="The recording: WAV, FLAC, MP3 or OGG.")],
+    model: Annotated[str, Form(min_length=1, max_length=300)],
+    language: Annotated[str | None, Form(max_length=32, pattern=r"^[A-Za-z][A-Za-z -]*$")] = None,
+    prompt: Annotated[str | None, Form(max_length=2000)] = None,
+    response_format: Annotated[Format, Form()] = "json",
+    temperature: Annotated[float, Form(ge=0.0, le=1.0)] = 0.0,
+) -> Response:
+    """Transcribe a recording with a speech-to-text job's model."""
+    spec = resolve(manager, model)  # 404 in OpenAI's shape for an unknown model
+    if spec.modality != "audio":
+        raise ApiError(400, "not_a_speech_model", f"model: {model} is a {spec.modality} model; transcriptions need "
+                       "a speech-to-text job (is_dataset_audio)", field="model")
+    audio = await _read(file, settings.max_audio_bytes)
+    loop = asyncio.get_running_loop()
+    replies: asyncio.Queue[Reply] = asyncio.Queue()
+    job = get_pool(request).transcribe(spec, audio, language=language, prompt=prompt, temperature=temperature,
+                                       deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
+    done: Transcribed | None = None
+    try:
+        async with asyncio.timeout(TRANSCRIBE_WAIT_S):
+            while True:
+                reply = await replies.get()
+                if isinstance(reply, Transcribed):
+                    done = reply
+                elif isinstance(reply, Error):
+                    raise InferenceUnavailable(reply.message, reply.status, reply.code, **reply.extra)
+                elif isinstance(reply, Done):
+                    break
+    except TimeoutError:
+        raise ApiError(503, "inference_busy", f"the speech model did not answer in {TRANSCRIBE_WAIT_S:g} s") \
+            from None
+    finally:
+        job.cancel()
+    if done is None:
+        raise ApiError(503, "inference_unavailable", "the transcription was cancelled (the inference worker is "
+                       "closing)")
+    return formatted(done, response_format)
