@@ -36,7 +36,7 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
                         "ownership", "export_config", "bench_config", "estimate", "estimate_vision", "kinds",
                         "openai_client", "make_data_config", "make_data_preview",
-                        "chat_rows", "tool_calls"}), False),
+                        "chat_rows", "tool_calls", "transcripts"}), False),
 )
 
 # The doors between rooms of a side-by-side floor: (importing room, module it may import). Each is used

@@ -66,10 +66,11 @@ EVENT_STREAM_ROUTES = frozenset({"/api/jobs/{job_id}/events", "/api/train/progre
 # multipart/form-data body (file uploads). A cross-site form can post multipart without a preflight, so
 # on these routes only the Origin/Referer check stands between a foreign page and the route: browsers
 # send Origin on every cross-origin POST. Add a route only when it really takes uploads.
-MULTIPART_ROUTES: tuple[str, ...] = ("/api/uploads", "/v1/files")  # the page's uploads, OpenAI's Files API
+# the page's uploads, OpenAI's Files API, OpenAI's transcriptions (a recording)
+MULTIPART_ROUTES: tuple[str, ...] = ("/api/uploads", "/v1/files", "/v1/audio/transcriptions")
 # Multipart uploads taken with no Origin (nor Referer) at all: OpenAI's SDKs send none, and a browser's form
 # on another site always sends its Origin, which is still checked above.
-NO_ORIGIN_MULTIPART = frozenset({"/v1/files"})
+NO_ORIGIN_MULTIPART = frozenset({"/v1/files", "/v1/audio/transcriptions"})
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SECURITY_HEADERS = ((b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"))
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})

@@ -18,7 +18,21 @@ from __future__ import annotations
 
 import typer
 
-from tunestudio.cli import arena, bench, chat, data, export, jobs, judge, make_data, models, serve, sweep, train
+from tunestudio.cli import (
+    arena,
+    bench,
+    chat,
+    data,
+    export,
+    jobs,
+    judge,
+    make_data,
+    models,
+    serve,
+    sweep,
+    train,
+    transcribe,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fine-tune language models on your own machine.")
 
@@ -28,6 +42,7 @@ app.command()(chat.chat)
 app.command()(sweep.sweep)
 app.command()(bench.bench)
 app.command()(judge.judge)
+app.command()(transcribe.transcribe)
 app.command()(export.export)
 app.command()(serve.serve)
 app.command("make-tiny-model")(models.make_tiny_model)

@@ -11,7 +11,7 @@ OpenAI's shape: a text job's model, a file that is not audio, one too large.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -23,6 +23,7 @@ from tunestudio.api.routes.openai import get_pool
 from tunestudio.api.schemas import OPENAI_ERRORS
 from tunestudio.inference import InferenceUnavailable, resolve
 from tunestudio.inference_protocol import Done, Error, Reply, Transcribed
+from tunestudio.transcripts import render, verbose
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible audio"], route_class=OpenAIRoute, responses=OPENAI_ERRORS)
 
@@ -36,43 +37,21 @@ async def _read(file: UploadFile, limit: int) -> bytes:
     while chunk := await file.read(CHUNK):
         data += chunk
         if len(data) > limit:
-            raise ApiError(413, "file_too_large", f"file: the recording is over {limit // (1024 * 1024)} MB, the "
-                           "most a transcription takes; send a shorter one or split it", field="file")
+            size = f"{limit / (1024 * 1024):g} MB" if limit >= 1024 * 1024 else f"{limit:,} bytes"
+            raise ApiError(413, "file_too_large", f"file: the recording is over {size}, the most a transcription "
+                           "takes; send a shorter one or split it", field="file")
     if not data:
         raise ApiError(400, "invalid_audio", "file: the recording is empty", field="file")
     return bytes(data)
 
 
-def _clock(seconds: float, separator: str) -> str:
-    ms = round(seconds * 1000)
-    hours, ms = divmod(ms, 3_600_000)
-    minutes, ms = divmod(ms, 60_000)
-    whole, ms = divmod(ms, 1000)
-    return f"{hours:02d}:{minutes:02d}:{whole:02d}{separator}{ms:03d}"
-
-
-def subtitles(segments: list[tuple[float, float, str]], kind: Literal["srt", "vtt"]) -> str:
-    """The segments as SubRip (numbered cues, comma before milliseconds) or WebVTT (a header, full stop)."""
-    cues = []
-    for n, (start, end, text) in enumerate(segments, 1):
-        separator = "," if kind == "srt" else "."
-        timing = f"{_clock(start, separator)} --> {_clock(end, separator)}"
-        cues.append(f"{n}\n{timing}\n{text}\n" if kind == "srt" else f"{timing}\n{text}\n")
-    return ("WEBVTT\n\n" if kind == "vtt" else "") + "\n".join(cues)
-
-
-def formatted(done: Transcribed, response_format: Format, task: str = "transcribe") -> Response:
-    if response_format == "text":
-        return PlainTextResponse(done.text + "\n")
-    if response_format in ("srt", "vtt"):
-        return PlainTextResponse(subtitles(done.segments, response_format),
-                                 media_type="text/vtt" if response_format == "vtt" else "text/plain")
-    if response_format == "json":
-        return JSONResponse({"text": done.text})
-    segments: list[dict[str, Any]] = [{"id": n, "seek": round(start * 100), "start": start, "end": end, "text": text}
-                                      for n, (start, end, text) in enumerate(done.segments)]
-    return JSONResponse({"task": task, "language": done.language or "", "duration": done.duration,
-                         "text": done.text, "segments": segments})
+def formatted(done: Transcribed, response_format: Format) -> Response:
+    if response_format in ("json", "verbose_json"):
+        body = {"text": done.text} if response_format == "json" else verbose(done.text, done.language, done.duration,
+                                                                              done.segments)
+        return JSONResponse(body)
+    return PlainTextResponse(render(response_format, done.text, done.language, done.duration, done.segments),
+                             media_type="text/vtt" if response_format == "vtt" else "text/plain")
 
 
 @router.post("/audio/transcriptions", response_model=None,
