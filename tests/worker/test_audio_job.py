@@ -72,3 +72,39 @@ def test_a_text_model_or_text_data_in_an_audio_job_is_refused_by_name(tiny_model
         audio.prepare_data(cfg.model_copy(update={"local_datasets": [str(DATA / "alpaca.jsonl")]}), processor)
     with pytest.raises(UserError, match="audio_language: Unsupported language: klingon"):
         audio.load_processor(cfg.model_copy(update={"audio_language": "klingon"}))
+
+
+def test_the_merged_export_is_a_whisper_model_with_its_processor_and_gguf_is_refused(lora_run: Run,
+                                                                                     tmp_path: Path) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForSpeechSeq2Seq, AutoProcessor, WhisperForConditionalGeneration
+
+    from tunestudio.events import Completed, Failed, parse_event
+    from tunestudio.export_config import ExportConfig
+    from tunestudio.worker.export import job as export
+
+    from ..helpers.channel import ListChannel
+
+    def run_export(target: str) -> tuple[int, Completed | Failed]:
+        channel = ListChannel()
+        code = export.run(ExportConfig.model_validate({"source_dir": lora_run.completed.output_dir, "target": target,
+                                                       "output_dir": str(tmp_path / target)}), channel)
+        return code, [e for e in map(parse_event, channel.lines) if isinstance(e, (Completed, Failed))][-1]
+
+    code, done = run_export("merged")
+    assert code == 0 and isinstance(done, Completed), done
+    merged = WhisperForConditionalGeneration.from_pretrained(str(tmp_path / "merged"))
+    processor = AutoProcessor.from_pretrained(str(tmp_path / "merged"))
+    assert merged.generation_config.lang_to_id["<|en|>"] == processor.tokenizer.convert_tokens_to_ids("<|en|>")
+    plain = PeftModel.from_pretrained(AutoModelForSpeechSeq2Seq.from_pretrained(str(WHISPER)),
+                                      lora_run.completed.output_dir).merge_and_unload()
+    features = torch.randn(1, 80, 200)
+    labels = torch.tensor([[processor.tokenizer.convert_tokens_to_ids("<|en|>"), 500, 501]])
+    with torch.no_grad():
+        ours, theirs = merged(input_features=features, labels=labels).logits, plain(input_features=features,
+                                                                                   labels=labels).logits
+    assert torch.allclose(ours, theirs, atol=1e-5)
+    code, refused = run_export("gguf")
+    assert code == 1 and isinstance(refused, Failed) and "whisper.cpp has its own format" in refused.message
+    assert not (tmp_path / "gguf").exists()

@@ -84,7 +84,8 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
 
     source = find_source(cfg)
     output = expand(cfg.resolved_output_dir())
-    kind = ("image model's " if source.vision else "reward model's " if source.reward else "") + (
+    kind = ("image model's " if source.vision else "reward model's " if source.reward else
+            "speech model's " if source.speech else "") + (
         "adapter" if source.adapter else "full model")
     channel.log(f"exporting the {kind} in {source.path} as {cfg.target} to {output}")
 
@@ -131,6 +132,10 @@ def _check_target(cfg: ExportConfig, source: Source, channel: Channel) -> None:
     if cfg.target in ("gguf", "gguf-lora") and source.reward:
         raise UserError("a reward model scores text with a one-output head, which llama.cpp's chat GGUF has no "
                         "place for; export it as merged (AutoModelForSequenceClassification loads it) or to the hub")
+    if cfg.target in ("gguf", "gguf-lora") and source.speech:
+        raise UserError("a speech-to-text model (Whisper's encoder-decoder) has no place in llama.cpp's chat GGUF "
+                        "(whisper.cpp has its own format); export it as merged (WhisperForConditionalGeneration "
+                        "loads it) or to the hub")
     if cfg.target in ("gguf", "gguf-lora"):
         export_gguf.require_converter()
     if cfg.resolved_quantization == "q4_k_m":

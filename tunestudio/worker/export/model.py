@@ -23,6 +23,11 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 def _loaders(source: Source) -> tuple[Any, Any, str, tuple[str, ...]]:
     """(model class, tokenizer or processor class, what the latter is called, files only its folder has)."""
+    if source.speech:  # Whisper's family: the encoder-decoder and its processor (feature extractor, tokenizer)
+        from transformers import AutoModelForSpeechSeq2Seq, AutoProcessor
+
+        return AutoModelForSpeechSeq2Seq, AutoProcessor, "processor", ("processor_config.json",
+                                                                       "preprocessor_config.json")
     if source.reward:  # its score head, as the job trained it (worker/train/model.load_model)
         from transformers import AutoModelForSequenceClassification
 

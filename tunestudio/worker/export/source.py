@@ -42,6 +42,7 @@ class Source:
     job_config: dict[str, Any]
     vision: bool = False  # a vision-language model (AutoModelForImageTextToText and its processor)
     reward: bool = False  # a reward model: a one-output score head (AutoModelForSequenceClassification)
+    speech: bool = False  # a speech-to-text model (AutoModelForSpeechSeq2Seq and its processor)
 
 
 def find_source(cfg: ExportConfig) -> Source:
@@ -64,12 +65,13 @@ def find_source(cfg: ExportConfig) -> Source:
         base = job_config.get("model_name") or adapter_config.get("base_model_name_or_path")
         if not base:
             raise UserError(f"{path}: the adapter does not say which base model it belongs to")
-        return Source(path, True, base, job_config, _is_vision(job_config, _saved(expand(base) / "config.json")),
-                      _is_reward(job_config, adapter_config))
+        base_config = _saved(expand(base) / "config.json")
+        return Source(path, True, base, job_config, _is_vision(job_config, base_config),
+                      _is_reward(job_config, adapter_config), _is_speech(job_config, base_config))
     if (path / "config.json").is_file():
         model_config = _saved(path / "config.json")
         return Source(path, False, None, job_config, _is_vision(job_config, model_config),
-                      _is_reward(job_config, model_config))
+                      _is_reward(job_config, model_config), _is_speech(job_config, model_config))
     raise UserError(f"{path}: neither an adapter (adapter_config.json) nor a model (config.json) to export")
 
 
@@ -89,6 +91,14 @@ def _is_reward(job_config: dict[str, Any], saved: dict[str, Any]) -> bool:
         return job_config["method"] == "reward"
     return saved.get("task_type") == "SEQ_CLS" or any(
         str(a).endswith("ForSequenceClassification") for a in saved.get("architectures") or [])
+
+
+def _is_speech(job_config: dict[str, Any], model_config: dict[str, Any]) -> bool:
+    """An audio job's model (the job says so), else, for a folder without a job, a speech encoder-decoder (mel
+    bins in its config)."""
+    if "is_dataset_audio" in job_config:
+        return bool(job_config["is_dataset_audio"])
+    return bool(model_config.get("is_encoder_decoder")) and "num_mel_bins" in model_config
 
 
 def _is_vision(job_config: dict[str, Any], model_config: dict[str, Any]) -> bool:
