@@ -105,11 +105,16 @@ def show(report: dict[str, Any]) -> None:
         for line in image_details(report["images"]):
             console.print(f"  {escape(line)}")
 
-    dup = report["duplicates"]
+    if report.get("audio"):
+        console.print("\n[bold]audio[/]: " + escape(audio_line(report["audio"])))
+        for line in audio_details(report["audio"]):
+            console.print(f"  {escape(line)}")
+    dup = report["duplicates"] or {"exact": 0, "near": 0, "method": "", "dedupe": "off", "examples": []}
     how = "" if report.get("images") else " (after normalising whitespace)"
-    console.print(f"\n[bold]duplicates[/]: {dup['exact']:,} exact{how}, {dup['near']:,} near "
-                  f"({escape(dup['method'])})"
-                  + (f"; dedupe {dup['dedupe']} removes {dup['removed']:,}" if dup["dedupe"] != "off" else ""))
+    if report["duplicates"] is not None:
+        console.print(f"\n[bold]duplicates[/]: {dup['exact']:,} exact{how}, {dup['near']:,} near "
+                      f"({escape(dup['method'])})"
+                      + (f"; dedupe {dup['dedupe']} removes {dup['removed']:,}" if dup["dedupe"] != "off" else ""))
     for example in dup["examples"][:SHOWN]:
         rows = ", ".join(_where(r) for r in example["rows"][:SHOWN_COPIES]) + (
             ", …" if example["count"] > SHOWN_COPIES else "")
@@ -126,12 +131,13 @@ def show(report: dict[str, Any]) -> None:
         console.print(f"  max_seq_length {lengths['max_seq_length']:,} {what}; {lengths['keep_95']:,} keeps 95 % of "
                       f"rows whole, {lengths['keep_99']:,} keeps 99 %")
         _histogram(lengths)
-    overlap = report["eval_overlap"]
-    console.print("\n[bold]eval overlap[/]: " + (
-        f"{overlap['eval_rows']:,} eval rows ({escape(overlap['source'])}): {overlap['exact']:,} exact and "
-        f"{overlap['near']:,} near copies of training rows"
-        + (f"; {overlap['images']:,} more show a training row's picture" if overlap.get("images") else "")
-        if overlap["source"] else escape(overlap["note"])))
+    overlap = report["eval_overlap"] or {"source": None, "note": "", "rows": []}
+    if report["eval_overlap"] is not None:
+        console.print("\n[bold]eval overlap[/]: " + (
+            f"{overlap['eval_rows']:,} eval rows ({escape(overlap['source'])}): {overlap['exact']:,} exact and "
+            f"{overlap['near']:,} near copies of training rows"
+            + (f"; {overlap['images']:,} more show a training row's picture" if overlap.get("images") else "")
+            if overlap["source"] else escape(overlap["note"])))
     for item in overlap["rows"][:SHOWN]:
         console.print(f"  {item['kind']}: eval {escape(_where(item['eval']))} = train {escape(_where(item['train']))}")
 
@@ -149,6 +155,36 @@ def show(report: dict[str, Any]) -> None:
         console.print(f"\n[bold]tool calls[/]: {escape(line)}")
     for note in report["notes"]:
         console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def audio_line(audio: dict[str, Any]) -> str:
+    """The report's recordings in one line: clips, minutes, per-clip seconds, rates, channels."""
+    line = f"{audio['clips']:,} clips, {audio['total_seconds'] / 60:.1f} min"
+    if audio["seconds"]:
+        spread = audio["seconds"]
+        line += f"; {spread['min']}–{spread['max']} s a clip (median {spread['median']})"
+    line += "; " + ", ".join(f"{rate} Hz {n:,}" for rate, n in audio["sample_rates"].items())
+    line += "; " + ", ".join(f"{'mono' if c == '1' else c + ' channels'} {n:,}" for c, n in audio["channels"].items())
+    return line
+
+
+def audio_details(audio: dict[str, Any]) -> list[str]:
+    """The lines under it: the duration histogram, the clips over the window, the transcripts' lengths."""
+    lines = []
+    if audio["histogram"]:
+        edges, counts = audio["histogram"]["edges"], audio["histogram"]["counts"]
+        top = max(counts) or 1
+        lines += [f"{edges[i]:7.2f}–{edges[i + 1]:<7.2f} s {'█' * round(20 * c / top):<20} {c:,}"
+                  for i, c in enumerate(counts)]
+    if audio["window_seconds"] is not None:
+        lines.append(f"{audio['over_window_count']:,} clips over the model's {audio['window_seconds']:g} s window "
+                     "(refused: a training clip is never cut)")
+        lines += [f"  {_where(x)}: {x['seconds']} s" for x in audio["over_window"][:SHOWN]]
+    for name, unit in (("transcript_words", "words"), ("transcript_chars", "characters"),
+                       ("transcript_tokens", "tokens")):
+        if spread := audio[name]:
+            lines.append(f"transcripts: {spread['min']:g}–{spread['max']:g} {unit} (mean {spread['mean']:g})")
+    return lines
 
 
 def image_line(images: dict[str, Any]) -> str:

@@ -136,14 +136,18 @@ def _report(fields: dict[str, Any]) -> dict[str, Any]:
 def make_report(spec: ReportSpec) -> dict[str, Any]:
     """The report, made in this process (the child's work; imports the worker's data code and the ML stack): a
     model's tokenizer measures text rows; rows with images are measured by its processor, loaded and set as an
-    image job loads it (the image modality: a model without a vision tower is refused in the job's words)."""
-    from tunestudio.worker.data import build, is_image_data, load_tokenizer
+    image job loads it (the image modality: a model without a vision tower is refused in the job's words), and
+    recordings by its speech processor (the audio modality: its window and tokenizer)."""
+    from tunestudio.worker.data import build, is_audio_data, is_image_data, load_tokenizer
     from tunestudio.worker.modalities import named
 
     notes: list[str] = []
     measurer = None
     if spec.model_name is not None and is_image_data(spec):
         measurer = named("image").load_processor(spec)  # type: ignore[arg-type]  # reads the fields a report has
+        notes = list(getattr(measurer, "tunestudio_notes", []))
+    elif spec.model_name is not None and is_audio_data(spec):
+        measurer = named("audio").load_processor(spec)  # type: ignore[arg-type]  # its window, its tokenizer
         notes = list(getattr(measurer, "tunestudio_notes", []))
     elif spec.model_name is not None:
         measurer = load_tokenizer(spec.model_name)

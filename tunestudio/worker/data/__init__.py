@@ -32,7 +32,7 @@ from tunestudio.worker.data.pipeline import (
     check_drops,
     split_eval,
 )
-from tunestudio.worker.data.report import build, is_image_data, load_tokenizer
+from tunestudio.worker.data.report import build, is_audio_data, is_image_data, load_tokenizer
 from tunestudio.worker.data.rows import Rows
 from tunestudio.worker.data.sources import SUPPORTED_SUFFIXES, Row, open_rows, read_file, read_head, read_rows
 from tunestudio.worker.data.split import auto_eval_size, eval_size, hold_out, slice_rows
@@ -57,6 +57,7 @@ __all__ = [
     "detect_format",
     "eval_size",
     "hold_out",
+    "is_audio_data",
     "is_audio_row",
     "is_image_data",
     "is_image_row",

@@ -33,6 +33,14 @@ TEXT_COLUMNS = ("text", "transcript", "transcription", "sentence", "normalized_t
 AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".aiff", ".aif")
 
 
+class TooLong(RowProblem):
+    """A clip longer than the model's window (measured from its header, before it is decoded)."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
 @dataclass(frozen=True)
 class Clip:
     """A decoded clip: mono float32 samples at `rate` (the model's), and what it was."""
@@ -133,9 +141,9 @@ def decode(source: Any, base: Path | None, rate: int, max_seconds: float | None 
         if raw is not None:
             opened.seek(0)
         if max_seconds is not None and info.frames > 0 and info.duration > max_seconds:
-            raise RowProblem(f"its audio ({label}) is {info.duration:.1f} s, longer than the model's window of "
-                             f"{max_seconds:g} s: a training clip is never cut (its transcript would be cut "
-                             "wrongly); split the recording and its transcript")
+            raise TooLong(f"its audio ({label}) is {info.duration:.1f} s, longer than the model's window of "
+                          f"{max_seconds:g} s: a training clip is never cut (its transcript would be cut wrongly); "
+                          "split the recording and its transcript", info.duration)
         samples, source_rate = soundfile.read(opened, dtype="float32", always_2d=True)
     except RowProblem:
         raise

@@ -42,8 +42,12 @@ def is_image_row(data: dict[str, Any] | None) -> bool:
     """Whether a row holds images in one of the layouts (the modality's detection reads the first rows)."""
     if not isinstance(data, dict):
         return False
-    if any(data.get(c) not in (None, []) for c in _COLUMNS) or "file_name" in data:
+    if any(data.get(c) not in (None, []) for c in _COLUMNS):
         return True
+    if "file_name" in data:  # a captions file's row, unless it names a recording (an audio dataset's)
+        from tunestudio.worker.data.audio import is_audio_row
+
+        return not is_audio_row(data)
     messages = data.get("messages")
     return isinstance(messages, list) and any(
         {"image_url", "image"} & set(_parts(m)) for m in messages if isinstance(m, dict))

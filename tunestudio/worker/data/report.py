@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from tunestudio.config import ReportSpec
+from tunestudio.worker.data import audio_report, image_report, minhash
 from tunestudio.worker.data import dedupe as dedupe_mod
 from tunestudio.worker.data import held_out as held_out_mod
-from tunestudio.worker.data import image_report, minhash
 from tunestudio.worker.data.formats import Converter, RowProblem, resolve_format
 from tunestudio.worker.data.lengths import summarise_lengths
 from tunestudio.worker.data.rows import Opened, Stream
@@ -59,6 +59,8 @@ def build(cfg: ReportSpec, tokenizer: Any = None) -> dict[str, Any]:
         _nothing_to_read(cfg, opened)
     if _reads_images(cfg, rows):  # then `tokenizer` is the model's processor (is_image_data tells the caller)
         return image_report.build(cfg, opened, rows, tokenizer, started)
+    if _reads_audio(cfg, rows):  # then `tokenizer` is the model's processor (is_audio_data tells the caller)
+        return audio_report.build(cfg, opened, rows, tokenizer, started)
     fmt, convert, detected = resolve_format(cfg, rows)
     notes: list[str] = []
     fix = _fix(cfg, rows, convert, tokenizer, notes)
@@ -112,6 +114,19 @@ def is_image_data(cfg: ReportSpec) -> bool:
     the model's processor measures them, not its tokenizer."""
     opened = open_rows(cfg)
     return _reads_images(cfg, opened.train.window(cfg.dataset_slice_start, cfg.dataset_slice_end))
+
+
+def is_audio_data(cfg: ReportSpec) -> bool:
+    """Whether the rows the report reads are recordings (the first rows of its window): then the model's processor
+    reads them, not its tokenizer."""
+    opened = open_rows(cfg)
+    return _reads_audio(cfg, opened.train.window(cfg.dataset_slice_start, cfg.dataset_slice_end))
+
+
+def _reads_audio(cfg: ReportSpec, rows: Stream) -> bool:
+    from tunestudio.config import METHOD_SPECS
+
+    return "audio" in METHOD_SPECS[cfg.method].modalities and audio_report.holds_audio(rows)
 
 
 def _reads_images(cfg: ReportSpec, rows: Stream) -> bool:

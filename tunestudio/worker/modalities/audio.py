@@ -26,7 +26,7 @@ DEFAULT_LANGUAGE = "en"
 
 def language_of(cfg: JobConfig, processor: Any) -> str | None:
     """The job's language, as generate and the tokenizer take it; None for a model that names no languages."""
-    if cfg.audio_language:
+    if getattr(cfg, "audio_language", None):  # a dataset report's spec has none: the default
         return cfg.audio_language
     return DEFAULT_LANGUAGE if getattr(processor.tokenizer, "language", None) is not None or hasattr(
         processor.tokenizer, "set_prefix_tokens") else None
@@ -40,7 +40,7 @@ class AudioModality:
 
         from tunestudio.worker.train import from_pretrained
 
-        token = cfg.hf_token.get_secret_value() if cfg.hf_token else None
+        token = cfg.hf_token.get_secret_value() if getattr(cfg, "hf_token", None) else None
         config = from_pretrained(AutoConfig, cfg.model_name, "config", token=token)
         if not getattr(config, "is_encoder_decoder", False) or getattr(config, "num_mel_bins", None) is None:
             raise UserError(f"model {cfg.model_name!r} is a {config.model_type} model, not a speech encoder-decoder: "
@@ -49,17 +49,17 @@ class AudioModality:
         processor = from_pretrained(AutoProcessor, cfg.model_name, "processor", token=token)
         if getattr(processor, "feature_extractor", None) is None:
             raise UserError(f"model {cfg.model_name!r}: its processor has no feature extractor (not a speech model?)")
-        language = language_of(cfg, processor)
+        language, task = language_of(cfg, processor), getattr(cfg, "audio_task", "transcribe")
         if hasattr(processor.tokenizer, "set_prefix_tokens"):
             try:
-                processor.tokenizer.set_prefix_tokens(language=language, task=cfg.audio_task, predict_timestamps=False)
+                processor.tokenizer.set_prefix_tokens(language=language, task=task, predict_timestamps=False)
             except ValueError as exc:
                 raise UserError(f"audio_language: {exc}") from None
         processor.tokenizer.tunestudio_max_target = getattr(config, "max_target_positions", None)
         processor.tunestudio_max_target = processor.tokenizer.tunestudio_max_target
         window = processor.feature_extractor.n_samples / processor.feature_extractor.sampling_rate
         processor.tunestudio_notes = [f"audio: {processor.feature_extractor.sampling_rate} Hz, window {window:g} s, "
-                                      f"language {language or 'none'}, task {cfg.audio_task}"]
+                                      f"language {language or 'none'}, task {task}"]
         return processor
 
     def load_model(self, cfg: JobConfig, compute_dtype: torch.dtype) -> torch.nn.Module:
