@@ -22,7 +22,7 @@ from ..helpers.jobs import job_config
 from ..helpers.server import running_server
 from ..helpers.wait import wait_until
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
 CLIP = SPEECH / "test" / "test-000.wav"
 LIMIT = 200_000  # bytes: this server's max_audio_bytes, so a "too large" recording is small
 
@@ -32,7 +32,8 @@ def served(chat_home: ChatHome) -> Iterator[tuple[str, Job]]:
     settings = Settings(home=chat_home.home, max_audio_bytes=LIMIT)
     with JobManager(settings) as manager:
         job = manager.submit(job_config(WHISPER, chat_home.home / "speech-job", is_dataset_audio=True,
-                                        local_datasets=[str(SPEECH / "train")], training_type="full", max_steps=40,
+                                        local_datasets=[str(SPEECH)], eval_split="test", eval_steps=40,
+                                        eval_generate_rows=4, training_type="full", max_steps=40,
                                         batch_size=16, max_seq_length=32, learning_rate=1e-3))
         job = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 300, "the audio job")
     assert job.status is JobStatus.completed, job.error
@@ -99,3 +100,44 @@ def test_refusals_in_openai_shape(client: openai.OpenAI, served: tuple[str, Job]
     assert large.value.status_code == 413
     with pytest.raises(openai.NotFoundError):
         client.audio.transcriptions.create(model="no-such-job", file=CLIP)
+
+
+def test_the_page_plays_held_out_clips_and_transcribes_a_file_and_the_microphone(
+        served: tuple[str, Job], client: openai.OpenAI) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from ..helpers.browser import CHROMIUM, CHROMIUM_ARGS, open_page, screenshot
+
+    url, job = served
+    expected = client.audio.transcriptions.create(model=job.id, file=CLIP).text
+    # Chromium's fake microphone plays a file: the page records it as WebM/Opus and sends it as WAV
+    fake_mic = ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={CLIP}"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *fake_mic])
+        with open_page(browser, timeout_ms=60_000) as page:
+            page.context.grant_permissions(["microphone"], origin=url)
+            page.goto(f"{url}/#/jobs/{job.id}")
+            table = page.locator("#evaluation")
+            for metric in ("wer", "cer"):
+                expect(table.locator(f'tr[data-metric="{metric}"]')).to_have_count(1)
+            page.locator("#rows-slot summary").first.click()
+            expect(page.locator("#rows-table audio.row-audio")).to_have_count(4)
+            assert page.locator("#rows-by").input_value() == "wer"
+
+            page.locator("#speech-file").set_input_files(str(CLIP))
+            page.locator("#speech-transcribe").click()
+            expect(page.locator("#speech-tuned")).to_have_text(expected or "(nothing heard)")
+            expect(page.locator("#speech-base")).not_to_have_text("–")
+
+            page.locator("#speech-record").click()
+            expect(page.locator("#speech-status")).to_contain_text("Recording")
+            page.wait_for_timeout(1200)  # the fake microphone plays the clip in a loop: record a little of it
+            page.locator("#speech-stop").click()
+            expect(page.locator("#speech-status")).to_contain_text("Recorded")
+            page.locator("#speech-tuned").evaluate("node => { node.textContent = '–'; }")
+            page.locator("#speech-transcribe").click()
+            expect(page.locator("#speech-status")).to_contain_text("window(s)")
+            expect(page.locator("#speech-tuned")).not_to_have_text("–")
+            screenshot(page, "audio-job.png")
+        browser.close()

@@ -168,6 +168,8 @@ class MessagesOut(BaseModel):
 # A row's picture as the rows file keeps it (worker/train/image_eval.thumbnail): an inline image, no link.
 PICTURE = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/]+={0,2}")
 MAX_PICTURE_CHARS = 1 << 18  # a 96 px thumbnail is a few KB; a quarter of a MB is far beyond any
+MAX_CLIP_CHARS = 1_400_000  # 30 s of 16 kHz 16-bit mono WAV, in base64
+CLIP = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
 class EvalRowOut(BaseModel):
@@ -203,6 +205,22 @@ class EvalRowOut(BaseModel):
     images: list[str] = Field(default_factory=list, description="An image row's pictures, in its order: small PNGs "
                               "(96 px on their longest side) as data: URLs, which the job page shows beside its "
                               "prompt and answers.")
+    # an audio row's clip (worker/train/speech_eval.py): its error rates and the clip, which the page plays
+    wer: float | None = Field(default=None, description="Word error rate of the trained model's transcript.")
+    cer: float | None = Field(default=None, description="Character error rate of the trained model's transcript.")
+    wer_before: float | None = None
+    cer_before: float | None = None
+    seconds: float | None = Field(default=None, description="An audio row's clip length.")
+    audio: str | None = Field(default=None, description="An audio row's clip as a WAV data: URL (clips up to 30 s).")
+
+    @field_validator("audio", mode="before")
+    @classmethod
+    def _clip_only(cls, value: Any) -> str | None:
+        """Only an inline WAV of a sane size passes: the page puts it in <audio src>."""
+        if isinstance(value, str) and len(value) <= MAX_CLIP_CHARS and value.startswith("data:audio/wav;base64,") \
+                and CLIP.fullmatch(value.removeprefix("data:audio/wav;base64,")):
+            return value
+        return None
 
     @field_validator("images", mode="before")
     @classmethod
@@ -217,7 +235,7 @@ class EvalRowOut(BaseModel):
 class EvalRowsOut(BaseModel):
     job_id: str
     by: str = Field(description="loss, or a generation metric: exact_match, token_f1, rouge_l, and on tool rows "
-                    "tool_choice, tool_name, tool_args, tool_arg_match.")
+                    "tool_choice, tool_name, tool_args, tool_arg_match; on an audio job's rows wer, cer.")
     order: str = Field(description="worst: highest loss or lowest metric first; best: the other way.")
     total: int = Field(description="Every evaluated row.")
     ranked: int = Field(description="Rows that have the figure ordered by (the others come last).")

@@ -190,3 +190,19 @@ async function uploadFile(file) {
   if (!res.ok) throw await failed(res);
   return res.json();
 }
+
+/** POST /v1/audio/transcriptions (multipart, as OpenAI's clients send it): {text, language, duration, segments}.
+ * Its errors come in OpenAI's shape ({"error": {message, code, param}}), made an ApiError here. */
+export async function transcribe(model, blob, name) {
+  const form = new FormData();
+  form.set("file", blob, name);
+  form.set("model", model);
+  form.set("response_format", "verbose_json");
+  const res = await fetch("/v1/audio/transcriptions", {method: "POST", headers: headers(false), body: form});
+  if (!res.ok) {
+    let error = null;
+    try { error = (await res.json()).error; } catch { /* not JSON */ }
+    throw new ApiError(res.status, error ? {message: error.message, code: error.code, field: error.param} : null);
+  }
+  return res.json();
+}

@@ -1,7 +1,8 @@
 // A finished job's held-out rows one by one (GET /api/jobs/{id}/rows), worst first: by loss or by a generation
 // metric, with the dataset's reference and what each model answered, a page at a time. An image job's rows show
 // their pictures (the rows file's thumbnails, data: URLs) beside the prompt; they have no loss of their own, so
-// they are ordered by the first generation metric and the loss column goes.
+// they are ordered by the first generation metric and the loss column goes. An audio job's rows have a player for
+// their clip and its word and character error rates.
 
 import {ApiError, call} from "./api.js";
 import {appendKids, basename, el, fmtNumber, replaceKids} from "./util.js";
@@ -10,7 +11,8 @@ const PAGE = 20;
 // The tool-call figures of held-out rows that come with tools (worker/train/tool_scores.py).
 export const TOOL_LABELS = {tool_choice: "call or answer", tool_name: "function", tool_args: "call (name and arguments)",
   tool_arg_match: "arguments"};
-const LABELS = {loss: "loss", exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L", ...TOOL_LABELS};
+const LABELS = {loss: "loss", exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L", wer: "WER",
+  cer: "CER", ...TOOL_LABELS};
 
 const answer = (text) => (text === null || text === undefined ? "–" : text.trim() === "" ? "(empty)" : text);
 const share = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)}%`);
@@ -26,7 +28,8 @@ function pictures(r, label) {
 
 export function rowsPanel(jobId, evaluation) {
   const tools = Object.keys(TOOL_LABELS).filter((k) => k in (evaluation.metrics || {}));  // a job with tool rows
-  const metrics = evaluation.rows ? ["exact_match", "token_f1", "rouge_l", ...tools] : [];  // answered rows carry them
+  const speech = "wer" in (evaluation.metrics || {});  // an audio job's clips: error rates, lower is better
+  const metrics = !evaluation.rows ? [] : speech ? ["wer", "cer"] : ["exact_match", "token_f1", "rouge_l", ...tools];
   const by = el("select", {id: "rows-by", "aria-label": "order the rows by"},
     ["loss", ...metrics].map((k) => el("option", {value: k}, LABELS[k])));
   const order = el("select", {id: "rows-order", "aria-label": "which rows first"},
@@ -76,7 +79,8 @@ export function rowsPanel(jobId, evaluation) {
         el("td", {class: "muted small", title: r.file || ""}, label),
         losses ? el("td", {class: "num"}, `${loss(r.loss_before)} → `, el("b", {}, loss(r.loss))) : null,
         metric ? el("td", {class: "num"}, share(r[metric])) : null,
-        el("td", {}, pictures(r, label), el("pre", {}, r.prompt || "(plain text row)")),
+        el("td", {}, pictures(r, label), r.audio ? el("audio", {controls: true, preload: "none", src: r.audio,
+          class: "row-audio", "aria-label": `clip of row ${label}`}) : null, el("pre", {}, r.prompt || "(plain text row)")),
         el("td", {}, el("pre", {}, r.reference)),
         el("td", {}, el("pre", {}, answer(r.answer))), el("td", {}, el("pre", {}, answer(r.answer_before))));
     }));

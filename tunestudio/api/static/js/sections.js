@@ -10,11 +10,13 @@ import {chatPanel} from "./chat.js";
 import {exportPanel} from "./export.js";
 import {judgePanel} from "./judge.js";
 import {TOOL_LABELS, rowsPanel} from "./rows.js";
+import {transcribePanel} from "./transcribe.js";
 import {el, fmtBytes, fmtNumber, fold, replaceKids} from "./util.js";
 
 export const METRIC_LABELS = {exact_match: "exact match", token_f1: "token F1", rouge_l: "ROUGE-L",
-  eval_loss: "eval loss", perplexity: "perplexity", ...TOOL_LABELS};
-const SHARES = new Set(["exact_match", "token_f1", "rouge_l", ...Object.keys(TOOL_LABELS)]);
+  eval_loss: "eval loss", perplexity: "perplexity", wer: "word error rate (lower is better)",
+  cer: "character error rate (lower is better)", ...TOOL_LABELS};
+const SHARES = new Set(["exact_match", "token_f1", "rouge_l", "wer", "cer", ...Object.keys(TOOL_LABELS)]);
 
 /** A model's answer as shown: "–" when there is none yet, "(empty)" when the model said nothing. */
 function answerText(text) {
@@ -108,7 +110,9 @@ export function jobSections(job, {navigate}) {
     replaceKids(results, outputParts(job));
     drawFigures();
     if (job.evaluation && job.evaluation.rows_file) make("rows", () => rowsPanel(job.id, job.evaluation));
-    if (job.chattable) {
+    if (job.chattable && job.config && job.config.is_dataset_audio) {
+      make("chat", () => transcribePanel(job.id));  // a speech model transcribes; it does not chat
+    } else if (job.chattable) {
       make("chat", () => chatPanel(job.id));
       make("judge", () => judgePanel(job.id));
     }
