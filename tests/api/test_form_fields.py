@@ -40,11 +40,12 @@ def test_the_page_reads_the_fields_words_as_the_page_said_them() -> None:
         "lora": ["LoRA", "small adapters on a frozen model"],
         "qlora": ["QLoRA", "LoRA on 4-bit weights (bitsandbytes; CPU or GPU)"],
         "full": ["Full", "every weight is trained"]}
-    # issue 42: the image fields are shown, under "Images and audio"; the attention/MLP switches choose the
-    # adapters of text and image jobs alike, under LoRA; audio is not trained yet
-    assert {n for n, f in by_name.items() if f.hidden} == {"is_dataset_audio"}
+    # issues 42 and 45: the image and audio fields are shown, under "Images and audio"; the attention/MLP switches
+    # choose the adapters of text, image and audio jobs alike, under LoRA
+    assert {n for n, f in by_name.items() if f.hidden} == set()
     assert {n for n, f in by_name.items() if f.group == "media" and not f.hidden} == {
-        "is_dataset_image", "finetune_vision_layers", "finetune_language_layers", "image_splitting", "max_image_size"}
+        "is_dataset_image", "finetune_vision_layers", "finetune_language_layers", "image_splitting", "max_image_size",
+        "is_dataset_audio", "audio_language", "audio_task"}
     assert by_name["finetune_attention_modules"].group == by_name["finetune_mlp_modules"].group == "lora"
 
 

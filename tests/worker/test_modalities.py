@@ -16,16 +16,16 @@ from ..helpers.jobs import job_config
 
 
 def test_the_config_and_the_worker_name_the_same_modalities(tiny_model: Path, tmp_path: Path) -> None:
-    assert tuple(modalities.MODALITIES) == TRAINED_MODALITIES
+    assert tuple(modalities.MODALITIES) == TRAINED_MODALITIES == ("text", "image", "audio")
     cfg = job_config(tiny_model, tmp_path / "out")
     assert cfg.modality == "text" and isinstance(modalities.for_job(cfg), TextModality)
-    with pytest.raises(KeyError, match="audio data has no implementation in this worker"):
-        modalities.named("audio")
+    with pytest.raises(KeyError, match="video data has no implementation in this worker"):
+        modalities.named("video")
 
 
-def test_a_modality_the_worker_cannot_train_is_refused_at_submit(tiny_model: Path, tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="is_dataset_audio: audio datasets are not supported yet"):
-        job_config(tiny_model, tmp_path / "out", is_dataset_audio=True)
+def test_a_method_that_trains_no_audio_is_refused_at_submit(tiny_model: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="method: dpo trains text or image data, not audio data"):
+        job_config(tiny_model, tmp_path / "out", is_dataset_audio=True, method="dpo")
 
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # peft's own call

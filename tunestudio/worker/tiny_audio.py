@@ -49,8 +49,11 @@ def tokenizer_object():  # type: ignore[no-untyped-def]
     return tok
 
 
-def build_tiny_whisper(directory: str | Path, seed: int = 1234, window_s: int = WINDOW_S) -> Path:
-    """Write the tiny Whisper (model, processor, generation config) to `directory`."""
+def build_tiny_whisper(directory: str | Path, seed: int = 1234, window_s: int = WINDOW_S, width: int = WIDTH,
+                       layers: int = LAYERS, heads: int = HEADS, vocab_size: int | None = None,
+                       max_target_positions: int = MAX_TARGET_POSITIONS) -> Path:
+    """Write the tiny Whisper (model, processor, generation config) to `directory`; the shape's arguments build
+    larger ones (bench/audio_train.py: whisper-base's, its vocabulary's size padded with rows no token uses)."""
     import torch
     from transformers import (
         WhisperConfig,
@@ -70,10 +73,11 @@ def build_tiny_whisper(directory: str | Path, seed: int = 1234, window_s: int = 
     processor = WhisperProcessor(feature_extractor=features, tokenizer=tokenizer)
     ids = tokenizer.convert_tokens_to_ids
     config = WhisperConfig(
-        vocab_size=len(tokenizer), num_mel_bins=MEL_BINS, d_model=WIDTH, encoder_layers=LAYERS, decoder_layers=LAYERS,
-        encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=2 * WIDTH,
-        decoder_ffn_dim=2 * WIDTH, max_source_positions=features.nb_max_frames // 2,
-        max_target_positions=MAX_TARGET_POSITIONS, pad_token_id=ids(end), bos_token_id=ids(end),
+        vocab_size=max(vocab_size or 0, len(tokenizer)), num_mel_bins=MEL_BINS, d_model=width,
+        encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+        encoder_ffn_dim=(4 if width >= 256 else 2) * width, decoder_ffn_dim=(4 if width >= 256 else 2) * width,
+        max_source_positions=features.nb_max_frames // 2,
+        max_target_positions=max_target_positions, pad_token_id=ids(end), bos_token_id=ids(end),
         eos_token_id=ids(end), decoder_start_token_id=ids("<|startoftranscript|>"),
         begin_suppress_tokens=[ids(end)], suppress_tokens=[])
     torch.manual_seed(seed)
@@ -87,7 +91,7 @@ def build_tiny_whisper(directory: str | Path, seed: int = 1234, window_s: int = 
     generation.task_to_id = {"transcribe": ids("<|transcribe|>"), "translate": ids("<|translate|>")}
     generation.is_multilingual = True
     generation.max_initial_timestamp_index = 50
-    generation.max_length = MAX_TARGET_POSITIONS
+    generation.max_length = max_target_positions
     generation.begin_suppress_tokens = [ids(end)]
     generation.suppress_tokens = []
     generation.forced_decoder_ids = None
