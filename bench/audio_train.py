@@ -148,7 +148,7 @@ def worker(model_dir: Path, steps: int, batch: int, work: Path) -> tuple[dict[st
                        lora_dropout=0.0, max_steps=steps, batch_size=batch, logging_steps=1,
                        learning_rate=LEARNING_RATE, max_seq_length=448, random_seed=SEED)
     settings = Settings(home=work / "home", model_roots=[model_dir.parent, work], dataset_roots=[SPEECH])
-    manager = JobManager(settings)
+    manager = JobManager(settings).start()
     job = manager.submit(config)
     while not (job := manager.get(job.id)).status.is_terminal:
         time.sleep(0.5)

@@ -32,8 +32,8 @@ def served(chat_home: ChatHome) -> Iterator[tuple[str, Job]]:
     settings = Settings(home=chat_home.home, max_audio_bytes=LIMIT)
     with JobManager(settings) as manager:
         job = manager.submit(job_config(WHISPER, chat_home.home / "speech-job", is_dataset_audio=True,
-                                        local_datasets=[str(SPEECH)], eval_split="test", eval_steps=40,
-                                        eval_generate_rows=4, training_type="full", max_steps=40,
+                                        local_datasets=[str(SPEECH)], eval_split="test", eval_steps=20,
+                                        eval_generate_rows=4, training_type="full", max_steps=20,
                                         batch_size=16, max_seq_length=32, learning_rate=1e-3))
         job = wait_until(lambda: j if (j := manager.get(job.id)).status.is_terminal else None, 300, "the audio job")
     assert job.status is JobStatus.completed, job.error

@@ -87,7 +87,9 @@ def test_job_over_http_and_sse_to_completion(tiny_model: Path, tmp_path: Path) -
 
 
 def test_reconnect_with_last_event_id_gets_exactly_the_missed_events(tmp_path: Path) -> None:
-    manager = JobManager(settings(tmp_path), worker_target=fake_workers.ignores_stop)
+    # the worker ignores stops and SIGTERM: short graces end it at the cancel in a second, not in 35 s
+    manager = JobManager(settings(tmp_path, stop_grace_seconds=0.5, kill_after_seconds=0.5),
+                         worker_target=fake_workers.ignores_stop)
     with running_server(settings(tmp_path), manager) as url, httpx.Client(base_url=url, timeout=30) as client:
         job_id = client.post("/api/jobs", json=body("org/fake", tmp_path)).json()["id"]
         first = follow(client, job_id, stop_after=5)  # the client drops the connection here

@@ -66,3 +66,18 @@ def test_hub_style_rows_with_embedded_bytes_read(tmp_path: Path) -> None:
     assert text == "hi" and clip.source_rate == 8000 and len(clip.samples) == RATE // 2
     (tmp_path / "rows.jsonl").write_text(json.dumps({"audio": "a.mp3", "text": "x"}) + "\n")
     assert is_audio_row({"audio": "a.mp3", "text": "x"}) and not is_audio_row({"text": "a.mp3"})
+
+
+def test_a_hub_dataset_with_an_audio_feature_is_read_undecoded_and_decoded_here(tmp_path: Path) -> None:
+    from datasets import Audio, Dataset
+
+    from tunestudio.config import ReportSpec
+    from tunestudio.worker.data import open_rows
+
+    saved = tmp_path / "voices"
+    Dataset.from_dict({"audio": [{"bytes": wav_bytes(0.5, rate=8000), "path": "a.wav"}], "sentence": ["hi there"]}) \
+        .cast_column("audio", Audio()).save_to_disk(str(saved))  # decoded on read, as the hub's Common Voice
+    (row,) = list(open_rows(ReportSpec(hf_dataset=str(saved))).train)
+    assert set(row.data["audio"]) == {"bytes", "path"}
+    clip, text = read_clip(row, RATE, 2.0)
+    assert text == "hi there" and clip.source_rate == 8000 and len(clip.samples) == RATE // 2

@@ -61,7 +61,20 @@ def _load(cfg: JobConfig | ReportSpec, split: str) -> Any:
         raise UserError(f"dataset {name!r}: cannot load it: {exc}") from None
 
 
+def _undecoded(dataset: Any) -> Any:
+    """The dataset with its `Audio` columns left encoded ({"bytes", "path"}): `datasets` would decode them with
+    torchcodec (FFmpeg's libraries); worker/data/audio.py decodes them with soundfile instead."""
+    from datasets import Audio
+
+    features = getattr(dataset, "features", None) or {}
+    for name, feature in features.items():
+        if isinstance(feature, Audio) and feature.decode:
+            dataset = dataset.cast_column(name, Audio(decode=False))
+    return dataset
+
+
 def _dataset_rows(source: str, dataset: Any) -> Iterator[Row]:
+    dataset = _undecoded(dataset)
     for number, item in enumerate(dataset, start=1):
         yield Row(source, number, dict(item))
 
