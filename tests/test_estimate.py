@@ -77,3 +77,14 @@ def test_shapes_from_other_configs_and_a_clear_error_without_one() -> None:
     assert neox.mlp_matrices == 2 and "gate_proj" not in neox.linears() and neox.intermediate == 2048
     with pytest.raises(EstimateUnavailable, match="hidden_size"):
         memory({"model_type": "odd"})
+
+
+def test_a_speech_encoder_decoder_is_not_estimated_with_a_decoders_formulas() -> None:
+    import json
+
+    from tunestudio.api.estimate import EstimateUnavailable, estimate
+
+    from .helpers.audio import WHISPER
+
+    with pytest.raises(EstimateUnavailable, match="speech encoder-decoder \\(whisper\\)"):
+        estimate(json.loads((WHISPER / "config.json").read_text()), {}, {})

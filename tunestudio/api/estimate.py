@@ -86,6 +86,9 @@ def estimate(config: dict[str, Any], job: dict[str, Any], machine: dict[str, Any
     jobs on this machine, newest first (`measured_from`); dataset: what the page knows of the rows (`rows`: usable
     rows, `tokens_per_row`: their mean tokens, `eval_rows`: the held-out or eval rows, `held_out`: of `rows`,
     those held out). Raises EstimateUnavailable when config.json lacks the model's shape."""
+    if config.get("is_encoder_decoder") and "num_mel_bins" in config:  # the shapes below are decoders' and VLMs'
+        raise EstimateUnavailable(f"a speech encoder-decoder ({config.get('model_type')}): its memory and time are "
+                                  "not estimated yet (the job's progress reports its peak memory as it trains)")
     device, available, on_gpu = _device(machine)
     notes: list[str] = []
     job = _with_images(config, job, notes)
