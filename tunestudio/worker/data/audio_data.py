@@ -2,9 +2,10 @@
 
 The text pipeline's steps where they fit (reading, slicing, the eval split, the held-out record, the drop rule).
 Each clip is decoded once here, to check it (readable, not empty, within the model's window) and let go: the
-prepared dataset keeps where the clip is (its file, or its bytes when it came in the row) and its transcript, and
-`SpeechCollator` decodes a batch's clips again into the feature extractor's log-mel windows. Preparing an hour of
-recordings holds one clip at a time.
+prepared dataset keeps where the clip is (its file, or its bytes when it came in the row) and its transcript. When
+all the clips' log-mel windows fit in FEATURE_BUDGET_BYTES they are made once, after the split (as Hugging Face's
+Whisper recipe makes them with `dataset.map`), and a batch only stacks them; else `SpeechCollator` decodes each
+batch's clips again into windows, so an hour of recordings is never held at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,37 @@ from tunestudio.worker.data.rows import Row
 from tunestudio.worker.data.sources import read_rows
 from tunestudio.worker.data.split import slice_rows
 from tunestudio.worker.errors import UserError
+
+FEATURE_BUDGET_BYTES = 1 << 30  # the clips' log-mel windows are made once when they take at most this
+FEATURE_CHUNK = 32
+
+
+def _feature_bytes(processor: Any) -> int:
+    """One clip's log-mel window, in float32."""
+    features = processor.feature_extractor
+    return 4 * features.feature_size * features.nb_max_frames
+
+
+def _with_features(examples: list[dict[str, Any]], processor: Any) -> Dataset:
+    """The rows with each clip's log-mel window made now (as Hugging Face's Whisper recipe makes them with
+    `dataset.map`), kept as a 2-D array column read as numpy: a batch then only stacks them."""
+    import numpy as np
+    from datasets import Array2D, Features, Value
+
+    extractor = processor.feature_extractor
+    rate = extractor.sampling_rate
+    windows = []
+    for start in range(0, len(examples), FEATURE_CHUNK):
+        chunk = examples[start:start + FEATURE_CHUNK]
+        windows.append(extractor([load_stored(e["audio"], rate) for e in chunk], sampling_rate=rate,
+                                 return_tensors="np")["input_features"].astype(np.float32))
+    shape = (extractor.feature_size, extractor.nb_max_frames)
+    features = Features({"input_features": Array2D(shape, "float32"), "text": Value("string"),
+                         "seconds": Value("float64"), "audio": {"path": Value("string"), "bytes": Value("binary")}})
+    table = {"input_features": np.concatenate(windows), "text": [e["text"] for e in examples],
+             "seconds": [e["seconds"] for e in examples], "audio": [e["audio"] for e in examples]}
+    return Dataset.from_dict(table, features=features).with_format("numpy", columns=["input_features"],
+                                                                    output_all_columns=True)
 
 
 def window_seconds(processor: Any) -> float:
@@ -86,9 +118,18 @@ def prepare_audio(cfg: JobConfig, processor: Any, progress: Any = None) -> Prepa
     work.notes.append(f"audio: {len(split.train)} training clips, {train_s / 60:.1f} min"
                       + (f"; {len(split.eval)} eval clips, {eval_s / 60:.1f} min" if split.eval else "")
                       + f" (window {window_seconds(processor):g} s)")
-    evals = Dataset.from_list(split.eval) if split.eval else None
+    budget = FEATURE_BUDGET_BYTES
+    size = (len(split.train) + len(split.eval)) * _feature_bytes(processor)
+    if size <= budget:
+        train, evals = _with_features(split.train, processor), (_with_features(split.eval, processor)
+                                                               if split.eval else None)
+        work.notes.append(f"audio: log-mel features made once, before training ({size / 2**20:.0f} MB in memory)")
+    else:
+        train, evals = Dataset.from_list(split.train), Dataset.from_list(split.eval) if split.eval else None
+        work.notes.append(f"audio: log-mel features made for each batch (all of them would take {size / 2**20:.0f} "
+                          f"MB, over the {budget / 2**20:.0f} MB kept in memory)")
     return PreparedData(
-        train=Dataset.from_list(split.train),
+        train=train,
         eval=evals,
         eval_examples=list(split.eval) if split.eval else None,
         format_type="audio",
@@ -111,8 +152,14 @@ class SpeechCollator:
         self.rate = processor.feature_extractor.sampling_rate
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        arrays = [load_stored(r["audio"], self.rate) for r in rows]
-        batch = self.processor.feature_extractor(arrays, sampling_rate=self.rate, return_tensors="pt")
+        import numpy as np
+        import torch
+
+        if "input_features" in rows[0]:  # made once, at prepare
+            batch = {"input_features": torch.from_numpy(np.stack([r["input_features"] for r in rows]))}
+        else:
+            arrays = [load_stored(r["audio"], self.rate) for r in rows]
+            batch = self.processor.feature_extractor(arrays, sampling_rate=self.rate, return_tensors="pt")
         labels = self.processor.tokenizer([r["text"] for r in rows], padding=True, return_tensors="pt")
         ids = labels["input_ids"].masked_fill(labels["attention_mask"].ne(1), -100)
         if bool((ids[:, 0] == self.start).all()):
