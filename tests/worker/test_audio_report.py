@@ -19,6 +19,7 @@ def test_the_report_counts_clips_and_names_every_bad_one(tmp_path: Path) -> None
     (folder / "b.wav").write_bytes(wav_bytes(1.0, rate=44_100, channels=2))
     (folder / "long.wav").write_bytes(wav_bytes(3.0))
     (folder / "notes.wav").write_text("not a recording")
+    (folder / "forgotten.flac").write_bytes(wav_bytes(0.5))  # a recording no transcript names
     rows = [("a.wav", "one red"), ("b.wav", "two blue green"), ("long.wav", "a long one"), ("notes.wav", "x"),
             ("gone.wav", "y"), ("a.wav", "")]
     with (folder / "metadata.csv").open("w", newline="") as out:
@@ -36,3 +37,4 @@ def test_the_report_counts_clips_and_names_every_bad_one(tmp_path: Path) -> None
     assert audio["over_window"] == [{"file": str(folder / "metadata.csv"), "line": 4, "seconds": 3.0}]
     assert sum(audio["histogram"]["counts"]) == 2 and audio["transcript_words"]["max"] == 3
     assert "window 2 s" in report["notes"][0]
+    assert audio["untranscribed_count"] == 1 and audio["untranscribed"][0].endswith("forgotten.flac")

@@ -180,6 +180,9 @@ def audio_details(audio: dict[str, Any]) -> list[str]:
         lines.append(f"{audio['over_window_count']:,} clips over the model's {audio['window_seconds']:g} s window "
                      "(refused: a training clip is never cut)")
         lines += [f"  {_where(x)}: {x['seconds']} s" for x in audio["over_window"][:SHOWN]]
+    if audio.get("untranscribed_count"):
+        lines.append(f"{audio['untranscribed_count']:,} recordings have no transcript (no row names them): "
+                     + ", ".join(audio["untranscribed"][:SHOWN]))
     for name, unit in (("transcript_words", "words"), ("transcript_chars", "characters"),
                        ("transcript_tokens", "tokens")):
         if spread := audio[name]:

@@ -171,3 +171,24 @@ def load_stored(stored: dict[str, Any], rate: int) -> np.ndarray:
     """A prepared row's clip (`Clip.stored`) decoded again, for a batch."""
     source: Any = stored.get("bytes") or stored.get("path")
     return decode(source, None, rate).samples
+
+
+def untranscribed(rows: list[Row]) -> list[str]:
+    """Recordings beside a transcripts file that none of its rows names (a transcript missing for a file): their
+    paths, sorted. Hub rows and rows with embedded audio name no folder."""
+    named: dict[Path, set[Path]] = {}
+    for row in rows:
+        source = Path(row.source)
+        if not source.is_file():
+            continue
+        folder = source.parent
+        names = named.setdefault(folder, set())
+        value = (row.data or {}).get("file_name") or (row.data or {}).get("audio") or (row.data or {}).get("path")
+        if isinstance(value, str) and not value.startswith(("data:", "http://", "https://")):
+            names.add((folder / value).resolve())
+    missing = []
+    for folder, names in named.items():
+        for path in folder.rglob("*"):
+            if path.suffix.lower() in AUDIO_SUFFIXES and path.resolve() not in names and path.is_file():
+                missing.append(str(path))
+    return sorted(missing)

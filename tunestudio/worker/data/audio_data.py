@@ -16,7 +16,7 @@ from typing import Any
 from datasets import Dataset
 
 from tunestudio.config import JobConfig
-from tunestudio.worker.data.audio import is_audio_row, load_stored, read_clip
+from tunestudio.worker.data.audio import is_audio_row, load_stored, read_clip, untranscribed
 from tunestudio.worker.data.formats import RowProblem
 from tunestudio.worker.data.pipeline import PreparedData, Work, check_drops, split_eval
 from tunestudio.worker.data.rows import Row
@@ -113,6 +113,9 @@ def prepare_audio(cfg: JobConfig, processor: Any, progress: Any = None) -> Prepa
     work = _AudioWork(cfg, processor, convert=None, progress=progress,  # type: ignore[arg-type]
                       notes=[f"dataset: {len(train_rows)} rows from {rows.description}, read as recordings"])
     examples, sources = work.usable(train_rows, f"dataset {rows.description}")
+    if lonely := untranscribed(rows.train + (rows.eval or [])):
+        work.warnings.append(f"dataset: {len(lonely)} recordings have no transcript (no row names them), so they do "
+                             f"not train: {', '.join(lonely[:5])}" + (" and more" if len(lonely) > 5 else ""))
     split = split_eval(work, rows, examples, sources)
     train_s, eval_s = sum(e["seconds"] for e in split.train), sum(e["seconds"] for e in split.eval)
     work.notes.append(f"audio: {len(split.train)} training clips, {train_s / 60:.1f} min"

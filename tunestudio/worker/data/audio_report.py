@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tunestudio.config import ReportSpec
-from tunestudio.worker.data.audio import TooLong, is_audio_row, read_clip
+from tunestudio.worker.data.audio import TooLong, is_audio_row, read_clip, untranscribed
 from tunestudio.worker.data.formats import RowProblem
 from tunestudio.worker.data.rows import Opened, Row, Stream
 from tunestudio.worker.data.tally import LISTED_REFUSED
@@ -91,8 +91,11 @@ def build(cfg: ReportSpec, opened: Opened, rows: Stream, processor: Any, started
             chars.append(len(text))
             if processor is not None:
                 tokens.append(len(processor.tokenizer(text).input_ids))
+    lonely = untranscribed([*rows, *(opened.eval or [])])
     audio = {
         "clips": len(seconds),
+        "untranscribed_count": len(lonely),
+        "untranscribed": lonely[:LISTED_REFUSED],
         "total_seconds": round(float(sum(seconds)), 2),
         "seconds": _spread(seconds),
         "histogram": _histogram(seconds),
