@@ -81,3 +81,15 @@ def test_a_hub_dataset_with_an_audio_feature_is_read_undecoded_and_decoded_here(
     assert set(row.data["audio"]) == {"bytes", "path"}
     clip, text = read_clip(row, RATE, 2.0)
     assert text == "hi there" and clip.source_rate == 8000 and len(clip.samples) == RATE // 2
+
+
+@pytest.mark.parametrize(("suffix", "fmt", "subtype"), [
+    ("flac", "FLAC", "PCM_16"), ("mp3", "MP3", "MPEG_LAYER_III"), ("ogg", "OGG", "VORBIS"), ("opus", "OGG", "OPUS")])
+def test_flac_mp3_ogg_and_opus_decode_to_the_same_length(tmp_path: Path, suffix: str, fmt: str, subtype: str) -> None:
+    import soundfile
+
+    t = np.arange(48_000) / 48_000
+    soundfile.write(tmp_path / f"a.{suffix}", (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 48_000,
+                    format=fmt, subtype=subtype)
+    clip = decode_audio(f"a.{suffix}", tmp_path, RATE)
+    assert clip.source_rate == 48_000 and abs(clip.seconds - 1.0) < 0.08  # lossy codecs pad a frame or two
