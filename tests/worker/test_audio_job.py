@@ -23,7 +23,9 @@ def audio_config(out: Path, **overrides: object):  # type: ignore[no-untyped-def
 
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return run_job(audio_config(tmp_path_factory.mktemp("audio") / "out"))
+    # evaluated at steps 3 and 6, watched by early stopping on the eval loss, the best step's weights kept
+    return run_job(audio_config(tmp_path_factory.mktemp("audio") / "out", eval_steps=3, keep_best=True,
+                                early_stopping={"metric": "eval_loss", "patience": 5}))
 
 
 def test_an_audio_job_trains_evaluates_by_error_rates_and_saves_what_peft_loads(lora_run: Run) -> None:
@@ -33,6 +35,7 @@ def test_an_audio_job_trains_evaluates_by_error_rates_and_saves_what_peft_loads(
     for name in ("wer", "cer", "eval_loss"):
         assert evaluation.metrics[name].before is not None and evaluation.metrics[name].after is not None
     assert evaluation.metrics["eval_loss"].after < evaluation.metrics["eval_loss"].before
+    assert done.best is not None and done.best.step in (3, 6) and done.best.metric == "eval_loss"
     assert "window 2 s, language en, task transcribe" in done.resolved["audio"]
     rows = json.loads(Path(evaluation.rows_file).read_text())
     assert rows["metrics"] == ["wer", "cer"] and len(rows["rows"]) == 6
