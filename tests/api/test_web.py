@@ -181,11 +181,13 @@ def test_bad_field_shows_the_api_error_next_to_it_and_starts_nothing(tiny_model:
     assert page.locator("#advanced").get_attribute("open") is not None
     assert page.locator('[data-error-for="batch_size"]').inner_text() == ""
 
-    # issue 42: the image switches are shown, together under "Images and audio"; the attention/MLP switches, which
-    # choose the adapters, under LoRA, and gone for a full fine-tune (it trains every layer)
+    # issues 42 and 45: the image switches, then the audio ones, together under "Images and audio"; the
+    # attention/MLP switches, which choose the adapters, under LoRA, and gone for a full fine-tune (it trains every
+    # layer)
     media = page.locator('fieldset[data-group="media"] .field')
     assert media.evaluate_all("(fs) => fs.map((f) => f.dataset.field)") == [
-        "is_dataset_image", "finetune_vision_layers", "finetune_language_layers", "image_splitting", "max_image_size"]
+        "is_dataset_image", "finetune_vision_layers", "finetune_language_layers", "image_splitting", "max_image_size",
+        "is_dataset_audio", "audio_language", "audio_task"]
     assert page.locator('fieldset[data-group="media"] legend').inner_text() == "Images and audio"
     switches = [page.locator(f'fieldset[data-group="lora"] .field[data-field="finetune_{n}_modules"]')
                 for n in ("attention", "mlp")]

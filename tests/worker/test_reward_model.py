@@ -132,7 +132,7 @@ def test_a_reward_model_is_a_grpo_reward(reward_run: Run, tiny_model: Path, tmp_
     rows.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": q}]}) + "\n"
                             for q in ("What colour is the sky?", "What sound does a cow make?") * 4))
     folder = reward_run.completed.output_dir
-    cfg = job_config(tiny_model, tmp_path / "out", method="grpo", local_datasets=[str(rows)], max_steps=2,
+    cfg = job_config(tiny_model, tmp_path / "out", method="grpo", local_datasets=[str(rows)], max_steps=1,
                      batch_size=4, num_generations=2, max_completion_length=4, max_seq_length=48,
                      reward_functions=[f"model:{folder}", "length_penalty"])
     run = run_job(cfg)

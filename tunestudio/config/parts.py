@@ -300,23 +300,6 @@ class SeedMediaPart(BaseModel):
                     "when left off; set, a dataset without images is refused).",
         json_schema_extra={"group": "media"},
     )
-    is_dataset_audio: bool = Field(
-        default=False, title="Audio dataset",
-        description="Speech to text: the rows are recordings with their transcripts, and the model a speech "
-                    "encoder-decoder (Whisper's family: AutoModelForSpeechSeq2Seq and its processor).",
-        json_schema_extra={"group": "media"},
-    )
-    audio_language: str | None = Field(
-        default=None, min_length=2, max_length=32, pattern=r"^[A-Za-z][A-Za-z -]*$", title="Spoken language",
-        description="Audio jobs: the language of the recordings, as Whisper names it (en, fr, english, ...); empty: "
-                    "English for a multilingual model.",
-        json_schema_extra={"group": "media"},
-    )
-    audio_task: Literal["transcribe", "translate"] = Field(
-        default="transcribe", title="Speech task",
-        description="Audio jobs: transcribe (text in the spoken language) or translate (English text).",
-        json_schema_extra={"group": "media"},
-    )
     finetune_vision_layers: bool = Field(
         default=True, title="Train vision layers",
         description="Image jobs: adapters (or, full, training) on the vision tower and its projector.",
@@ -337,6 +320,23 @@ class SeedMediaPart(BaseModel):
         default=None, ge=28, le=4096, title="Longest image side (px)",
         description="Image jobs: images are resized to at most this many pixels on their longest side (Qwen2-VL's "
                     "family: at most its square in pixels); empty: the vision tower's own input size.",
+        json_schema_extra={"group": "media"},
+    )
+    is_dataset_audio: bool = Field(
+        default=False, title="Audio dataset",
+        description="Speech to text: the rows are recordings with their transcripts, and the model a speech "
+                    "encoder-decoder (Whisper's family: AutoModelForSpeechSeq2Seq and its processor).",
+        json_schema_extra={"group": "media"},
+    )
+    audio_language: str | None = Field(
+        default=None, min_length=2, max_length=32, pattern=r"^[A-Za-z][A-Za-z -]*$", title="Spoken language",
+        description="Audio jobs: the language of the recordings, as Whisper names it (en, fr, english, ...); empty: "
+                    "English for a multilingual model.",
+        json_schema_extra={"group": "media"},
+    )
+    audio_task: Literal["transcribe", "translate"] = Field(
+        default="transcribe", title="Speech task",
+        description="Audio jobs: transcribe (text in the spoken language) or translate (English text).",
         json_schema_extra={"group": "media"},
     )
     finetune_attention_modules: bool = Field(
