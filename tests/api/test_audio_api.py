@@ -100,6 +100,11 @@ def test_refusals_in_openai_shape(client: openai.OpenAI, served: tuple[str, Job]
     assert large.value.status_code == 413
     with pytest.raises(openai.NotFoundError):
         client.audio.transcriptions.create(model="no-such-job", file=CLIP)
+    with pytest.raises(openai.BadRequestError, match=r"language: .*xx"):
+        client.audio.transcriptions.create(model=served[1].id, file=CLIP, language="xx")
+    # a long prompt keeps its end, within half the decoder's positions: an answer, not a server error
+    assert isinstance(client.audio.transcriptions.create(model=served[1].id, file=CLIP, prompt="red " * 400).text,
+                      str)
 
 
 def test_the_page_plays_held_out_clips_and_transcribes_a_file_and_the_microphone(

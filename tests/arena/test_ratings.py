@@ -55,3 +55,10 @@ def test_ties_both_bad_position_and_judge_agreement() -> None:
 def test_the_same_votes_give_the_same_board() -> None:
     votes = [Vote("x", "y", "a"), Vote("y", "z", "b"), Vote("z", "x", "tie")] * 3
     assert leaderboard(votes) == leaderboard(list(votes))
+
+
+def test_a_model_missing_from_a_bootstrap_draw_adds_no_score_to_its_interval() -> None:
+    # C beat A once in 31 votes: in many draws C does not play; those draws must not pull its interval to 1000
+    votes = [Vote("A", "B", "a")] * 30 + [Vote("C", "A", "a")]
+    c = next(s for s in leaderboard(votes, rounds=100)["standings"] if s["model"] == "C")
+    assert c["low"] > 1000 and c["low"] <= c["score"] <= c["high"]

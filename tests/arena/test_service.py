@@ -28,6 +28,8 @@ class Models:
             self.asked.append((model, params))
             if model == "broken":
                 raise JudgeError(f"{model}: the inference worker died")
+            if model.endswith(":base"):
+                raise JudgeError(f"{model}: cannot load the model /models/secret-base (job {model[:-5]})")
             if model == "slow":
                 assert self.go.wait(30)
             return ANSWERS.get(model, "slow answer")
@@ -79,6 +81,14 @@ def test_a_model_that_fails_leaves_no_pair_to_vote_on_and_its_name_hidden(arena:
     with pytest.raises(VoteRefused, match="never shown"):
         arena.vote(battle["id"], "a")
     assert arena.progress()["votes"] == 0
+
+
+def test_a_blind_error_names_neither_the_job_nor_its_base_nor_a_path(arena: Arena) -> None:
+    for _ in range(4):  # either order
+        battle = _ready(arena, ["job-1", "job-1:base"])
+        text = json.dumps(battle)
+        assert battle["status"] == "failed" and "job-1" not in text and "secret-base" not in text, text
+        assert "cannot load the model <hidden>" in battle["error"]
 
 
 def test_votes_refused_whole(arena: Arena, models: Models) -> None:
@@ -178,6 +188,10 @@ def test_endpoints_keep_the_name_of_the_key_never_the_key(arena: Arena, tmp_path
         arena.add_endpoint("gpt", "https://api.example.com/v1", "gpt-x", "sk-abc123")
     with pytest.raises(ArenaInvalid, match="http"):
         arena.add_endpoint("gpt", "ftp://x", "gpt-x", None)
+    with pytest.raises(ArenaInvalid, match="one of the studio's own settings"):
+        arena.add_endpoint("gpt", "https://api.example.com/v1", "gpt-x", "TUNESTUDIO_API_TOKEN")
+    with pytest.raises(ArenaInvalid, match="a key travels over https only"):
+        arena.add_endpoint("gpt", "http://api.example.com/v1", "gpt-x", "ARENA_TEST_KEY")
     added = arena.add_endpoint("gpt", "https://api.example.com/v1/", "gpt-x", "ARENA_TEST_KEY")
     assert added["id"] == "endpoint:gpt" and added["url"] == "https://api.example.com/v1" and not added["key_set"]
     arena.set_roster(["endpoint:gpt", "good"])

@@ -101,7 +101,8 @@ def leaderboard(votes: Sequence[Vote], models: Sequence[str] = (), rounds: int =
     rng = random.Random(SEED)
     for _ in range(rounds if votes else 0):
         drawn = [votes[rng.randrange(len(votes))] for _ in votes]
-        for model, score in bradley_terry(drawn, everyone).items():
+        played = {m for v in drawn for m in (v.model_a, v.model_b)}
+        for model, score in bradley_terry(drawn, sorted(played)).items():  # a model absent from a draw has no score
             spread[model].append(score)
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     for v in votes:

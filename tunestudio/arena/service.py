@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tunestudio.arena.ratings import CHOICES, Vote, leaderboard
 from tunestudio.arena.store import ArenaStore, UnknownBattle, VoteRefused
@@ -111,7 +112,14 @@ class Arena:
         return self.battle(record["id"])
 
     def battle(self, battle_id: str) -> dict[str, Any]:
-        return view(self.store.battle(battle_id))
+        return self._view(self.store.battle(battle_id))
+
+    def _view(self, record: dict[str, Any]) -> dict[str, Any]:
+        """`view`, with what else would name a blind battle's models: their endpoints' URLs and model names."""
+        endpoints = {ENDPOINT + e["name"]: e for e in self.store.endpoints()}
+        extra = [str(endpoints[m][k]) for m in (record["model_a"], record["model_b"]) if m in endpoints
+                 for k in ("url", "model")]
+        return view(record, extra)
 
     def wait(self, battle_id: str, timeout: float | None = None) -> dict[str, Any]:
         with self._lock:
@@ -201,7 +209,7 @@ class Arena:
             if edited == record.get(f"answer_{choice}"):
                 edited = None  # unchanged: no edit
         self.store.vote(battle_id, choice, edited)
-        return self.battle(battle_id)
+        return self.battle(battle_id)  # voted: the models are named
 
     def undo(self) -> dict[str, Any]:
         battle_id = self.store.undo()
@@ -210,7 +218,7 @@ class Arena:
         return self.battle(battle_id)
 
     def votes(self, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
-        return [view(r) for r in self.store.votes(limit, offset)]
+        return [view(r) for r in self.store.votes(limit, offset)]  # voted battles: nothing hidden
 
     def progress(self) -> dict[str, int]:
         counts = self.store.counts()
@@ -250,6 +258,12 @@ class Arena:
         if key_env is not None and not _KEY_ENV.match(key_env):
             raise ArenaInvalid("key_env", "the *name* of an environment variable holding the key (e.g. "
                                "OPENAI_API_KEY), never the key itself")
+        if key_env is not None and key_env.upper().startswith("TUNESTUDIO_"):
+            raise ArenaInvalid("key_env", f"{key_env} is one of the studio's own settings, not an endpoint's key")
+        host = (urlsplit(url).hostname or "").lower()
+        if key_env is not None and url.startswith("http://") and host not in ("127.0.0.1", "localhost", "::1"):
+            raise ArenaInvalid("url", "a key travels over https only (or to this machine): use an https:// URL, or "
+                               "leave key_env unset")
         self.store.add_endpoint(name, url.rstrip("/"), model, key_env)
         return self.endpoint(name)
 
@@ -342,14 +356,29 @@ def _said(skipped: dict[str, int]) -> str:
     return ", ".join(f"{n} {why}" for why, n in skipped.items())
 
 
-def view(record: dict[str, Any]) -> dict[str, Any]:
+_URL_OR_PATH = re.compile(r"https?://\S+|(?<![\w.])/[^\s:,;'\"]+")
+
+
+def redacted(error: str, record: dict[str, Any], extra: Sequence[str] = ()) -> str:
+    """A blind battle's error with every name of its models replaced by its side: their ids (the longer first, in
+    one pass, so that `job:base` is not read as `job` plus a suffix), the jobs' ids under them, `extra` (endpoints'
+    URLs and model names), and any URL or absolute path (a base model's folder names it)."""
+    sides = {record["model_a"]: "model A", record["model_b"]: "model B"}
+    for model, side in list(sides.items()):
+        sides.setdefault(model.removeprefix(ENDPOINT).removesuffix(":base"), side)
+    names = {**{e: "the endpoint" for e in extra if e}, **sides}
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w-])")  # whole names: an endpoint "a" is no letter
+    return _URL_OR_PATH.sub("<hidden>", pattern.sub(lambda m: names[m.group(0)], error))
+
+
+def view(record: dict[str, Any], extra: Sequence[str] = ()) -> dict[str, Any]:
     """A battle as the API shows it: blind and not voted, no model is named anywhere in it."""
     voted = record["status"] == "voted"
     hidden = record["blind"] and not voted
     error = record.get("error")
     if error and hidden:
-        for side in ("a", "b"):
-            error = error.replace(record[f"model_{side}"], f"model {side.upper()}")
+        error = redacted(error, record, extra)
     shown = record["status"] in ("ready", "voted")
     out = {"id": record["id"], "status": record["status"], "created_at": record["created_at"],
            "prompt": record["prompt"], "messages": record["messages"], "params": record["params"],

@@ -183,7 +183,12 @@ def untranscribed(rows: list[Row]) -> list[str]:
             continue
         folder = source.parent
         names = named.setdefault(folder, set())
-        value = (row.data or {}).get("file_name") or (row.data or {}).get("audio") or (row.data or {}).get("path")
+        try:
+            value = _source(row.data or {})
+        except RowProblem:
+            continue
+        if isinstance(value, dict):
+            value = value.get("path")
         if isinstance(value, str) and not value.startswith(("data:", "http://", "https://")):
             names.add((folder / value).resolve())
     missing = []

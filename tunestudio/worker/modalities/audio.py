@@ -32,6 +32,21 @@ def language_of(cfg: JobConfig, processor: Any) -> str | None:
         processor.tokenizer, "set_prefix_tokens") else None
 
 
+def _multilingual(model_name: str, token: str | None) -> bool:
+    """Whether the model's generation config names languages (English-only Whisper models say is_multilingual
+    false, and refuse a language or a task); a model without one is taken as multilingual."""
+    from transformers import GenerationConfig
+
+    from tunestudio.worker.errors import UserError as Missing
+    from tunestudio.worker.train import from_pretrained
+
+    try:
+        generation = from_pretrained(GenerationConfig, model_name, "generation config", token=token)
+    except (Missing, OSError, ValueError):
+        return True
+    return getattr(generation, "is_multilingual", True) is not False
+
+
 class AudioModality:
     name = "audio"
 
@@ -50,7 +65,12 @@ class AudioModality:
         if getattr(processor, "feature_extractor", None) is None:
             raise UserError(f"model {cfg.model_name!r}: its processor has no feature extractor (not a speech model?)")
         language, task = language_of(cfg, processor), getattr(cfg, "audio_task", "transcribe")
-        if hasattr(processor.tokenizer, "set_prefix_tokens"):
+        if not _multilingual(cfg.model_name, token):  # an English-only model (whisper-*.en) names neither
+            if getattr(cfg, "audio_language", None) not in (None, "en", "english") or task != "transcribe":
+                raise UserError(f"model {cfg.model_name!r} is English-only: it transcribes English (leave "
+                                "audio_language and audio_task unset)")
+            language = None
+        elif hasattr(processor.tokenizer, "set_prefix_tokens"):
             try:
                 processor.tokenizer.set_prefix_tokens(language=language, task=task, predict_timestamps=False)
             except ValueError as exc:

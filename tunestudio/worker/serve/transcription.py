@@ -60,6 +60,23 @@ def _model(request: Transcribe, replies: Any) -> tuple[Any, Any]:
     return _loaded[key]
 
 
+MAX_SECONDS = 3600.0  # a recording longer is refused before it is decoded: 25 MB of Opus can hold nine hours
+
+
+def _check_length(audio: bytes) -> None:
+    import io
+
+    import soundfile
+
+    try:
+        seconds = soundfile.info(io.BytesIO(audio)).duration
+    except (RuntimeError, TypeError, ValueError):
+        return  # not audio: the decoder says so, in its words
+    if seconds > MAX_SECONDS:
+        raise UserFacing(f"file: the recording is {seconds / 60:.0f} minutes, over the {MAX_SECONDS / 60:.0f} a "
+                         "transcription takes; split it", 400, "audio_too_long", param="file")
+
+
 def transcribe(models: Any, request: Transcribe, replies: Any, halt: threading.Event) -> None:
     import torch
 
@@ -67,6 +84,7 @@ def transcribe(models: Any, request: Transcribe, replies: Any, halt: threading.E
         torch.set_num_threads(request.threads)
     model, processor = _model(request, replies)
     rate = processor.feature_extractor.sampling_rate
+    _check_length(request.audio)
     try:
         clip = decode_audio(request.audio, None, rate)
     except RowProblem as exc:
@@ -75,9 +93,11 @@ def transcribe(models: Any, request: Transcribe, replies: Any, halt: threading.E
     window = processor.feature_extractor.n_samples
     language = request.language or getattr(processor.tokenizer, "language", None)
     options: dict[str, Any] = {}
-    if request.prompt:
-        options["prompt_ids"] = torch.as_tensor(processor.get_prompt_ids(request.prompt, return_tensors="np"),
-                                                device=next(model.parameters()).device)
+    if request.prompt:  # at most half the decoder's positions, its end kept (Whisper's own rule for context)
+        ids = list(processor.get_prompt_ids(request.prompt, return_tensors="np"))
+        half = getattr(model.config, "max_target_positions", 448) // 2
+        ids = ids if len(ids) <= half else [ids[0], *ids[len(ids) - half + 1:]]
+        options["prompt_ids"] = torch.as_tensor(ids, device=next(model.parameters()).device)
     if request.temperature > 0:
         options.update(do_sample=True, temperature=request.temperature)
     segments: list[tuple[float, float, str]] = []
@@ -87,7 +107,11 @@ def transcribe(models: Any, request: Transcribe, replies: Any, halt: threading.E
             replies.put(Done(request.request_id, "cancelled"))
             return
         piece = samples[start:start + window]
-        text = transcribe_window(model, processor, piece, language, request.task, **options)
+        try:
+            text = transcribe_window(model, processor, piece, language, request.task, **options)
+        except ValueError as exc:  # generate's refusal of the request's settings (an unknown language, ...)
+            raise UserFacing(f"{'language' if request.language else 'model'}: {exc}", 400, "invalid_request",
+                             param="language" if request.language else "model") from None
         segments.append((start / rate, min(len(samples), start + window) / rate, text))
     whole = " ".join(t for _, _, t in segments if t).strip()
     replies.put(Transcribed(request.request_id, whole, language, len(samples) / rate, segments))

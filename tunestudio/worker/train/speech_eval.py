@@ -62,9 +62,17 @@ def transcribe(model: Any, processor: Any, samples: Any, language: str | None, t
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    kwargs: dict[str, Any] = {"task": task, "do_sample": False, **options}
-    if language:
-        kwargs["language"] = language
+    kwargs: dict[str, Any] = {"do_sample": False, **options}
+    generation = getattr(model, "generation_config", None)
+    if getattr(generation, "is_multilingual", True) is not False:  # an English-only model takes neither
+        kwargs["task"] = task
+        if language:
+            kwargs["language"] = language
+    limit = getattr(model.config, "max_target_positions", None)
+    if limit and max_new_tokens:  # the prefix (and a prompt) and the new tokens share the decoder's positions
+        prompt = options.get("prompt_ids")
+        used = 4 + (len(prompt) if prompt is not None else 0)
+        max_new_tokens = max(1, min(max_new_tokens, limit - used))
     if max_new_tokens:
         kwargs["max_new_tokens"] = max_new_tokens
     try:
