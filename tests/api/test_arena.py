@@ -98,3 +98,9 @@ def test_blind_votes_the_leaderboard_and_a_dpo_job_on_them(api: httpx.Client, ch
     margins = [p["extra"]["rewards/margins"] for p in api.get(f"/api/jobs/{job_id}/metrics").json()["records"]
                if "rewards/margins" in (p.get("extra") or {})]
     assert margins[0] == 0 and margins[-1] > 0.05, margins  # the policy starts as the reference
+
+
+def test_a_prompt_file_path_with_a_nul_byte_is_a_422_not_a_server_error(api: httpx.Client) -> None:
+    # schemathesis found it (tests/api/test_schema.py): the path was resolved before it was checked
+    refused = api.post("/api/arena/battles", json={"prompts_file": "a\u0000b.jsonl", "models": []})
+    assert refused.status_code == 422 and refused.json()["detail"]["field"] == "prompts_file"

@@ -260,7 +260,10 @@ class Arena:
                                "OPENAI_API_KEY), never the key itself")
         if key_env is not None and key_env.upper().startswith("TUNESTUDIO_"):
             raise ArenaInvalid("key_env", f"{key_env} is one of the studio's own settings, not an endpoint's key")
-        host = (urlsplit(url).hostname or "").lower()
+        try:
+            host = (urlsplit(url).hostname or "").lower()
+        except ValueError as exc:  # "http://[" and the like
+            raise ArenaInvalid("url", f"{url!r} is not a URL: {exc}") from None
         if key_env is not None and url.startswith("http://") and host not in ("127.0.0.1", "localhost", "::1"):
             raise ArenaInvalid("url", "a key travels over https only (or to this machine): use an https:// URL, or "
                                "leave key_env unset")

@@ -152,7 +152,11 @@ def start_battle(body: BattleRequest, arena: ArenaDep, settings: SettingsDep) ->
 
 
 def _drawn(name: str, settings: Any) -> list[dict[str, Any]]:
-    path = expand(name).resolve()
+    try:
+        path = expand(name).resolve()
+    except (OSError, ValueError) as exc:  # a NUL byte, a name the system refuses
+        raise ApiError(422, "invalid_request", f"prompts_file: not a usable path ({exc})",
+                       field="prompts_file") from None
     if not any(path.is_relative_to(root) for root in settings.allowed_dataset_roots()):
         raise ApiError(422, "path_not_allowed", f"prompts_file: {name!r} is outside the dataset folders "
                        "(TUNESTUDIO_DATASET_ROOTS)", field="prompts_file")

@@ -66,7 +66,11 @@ def _prompts(body: JudgementRequest, job_result: dict[str, Any] | None,
     if body.prompts is not None:
         found, source = list(body.prompts), "the request's prompts"
     elif body.prompts_file is not None:
-        path = expand(body.prompts_file).resolve()
+        try:
+            path = expand(body.prompts_file).resolve()
+        except (OSError, ValueError) as exc:  # a NUL byte, a name the system refuses
+            raise ApiError(422, "invalid_request", f"prompts_file: not a usable path ({exc})",
+                           field="prompts_file") from None
         if not any(path.is_relative_to(root) for root in settings.allowed_dataset_roots()):
             raise ApiError(422, "path_not_allowed", f"prompts_file: {body.prompts_file!r} is outside the dataset "
                            "folders (TUNESTUDIO_DATASET_ROOTS)", field="prompts_file")
