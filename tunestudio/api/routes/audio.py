@@ -10,7 +10,6 @@ OpenAI's shape: a text job's model, a file that is not audio, one too large.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
@@ -19,10 +18,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.openai_route import OpenAIRoute
-from tunestudio.api.routes.openai import get_pool
+from tunestudio.api.routes.openai import get_pool, one_answer
 from tunestudio.api.schemas import OPENAI_ERRORS
-from tunestudio.inference import InferenceUnavailable, resolve
-from tunestudio.inference_protocol import Done, Error, Reply, Transcribed
+from tunestudio.inference import resolve
+from tunestudio.inference_protocol import Transcribed
 from tunestudio.transcripts import render, verbose
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible audio"], route_class=OpenAIRoute, responses=OPENAI_ERRORS)
@@ -74,27 +73,8 @@ async def transcriptions(
         raise ApiError(400, "not_a_speech_model", f"model: {model} is a {spec.modality} model; transcriptions need "
                        "a speech-to-text job (is_dataset_audio)", field="model")
     audio = await _read(file, settings.max_audio_bytes)
-    loop = asyncio.get_running_loop()
-    replies: asyncio.Queue[Reply] = asyncio.Queue()
-    job = get_pool(request).transcribe(spec, audio, language=language, prompt=prompt, temperature=temperature,
-                                       deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
-    done: Transcribed | None = None
-    try:
-        async with asyncio.timeout(TRANSCRIBE_WAIT_S):
-            while True:
-                reply = await replies.get()
-                if isinstance(reply, Transcribed):
-                    done = reply
-                elif isinstance(reply, Error):
-                    raise InferenceUnavailable(reply.message, reply.status, reply.code, **reply.extra)
-                elif isinstance(reply, Done):
-                    break
-    except TimeoutError:
-        raise ApiError(503, "inference_busy", f"the speech model did not answer in {TRANSCRIBE_WAIT_S:g} s") \
-            from None
-    finally:
-        job.cancel()
-    if done is None:
-        raise ApiError(503, "inference_unavailable", "the transcription was cancelled (the inference worker is "
-                       "closing)")
+    pool = get_pool(request)
+    done = await one_answer(lambda deliver: pool.transcribe(spec, audio, deliver=deliver, language=language,
+                                                            prompt=prompt, temperature=temperature),
+                            Transcribed, TRANSCRIBE_WAIT_S, "the speech model")
     return formatted(done, response_format)

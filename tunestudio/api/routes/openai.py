@@ -52,6 +52,7 @@ from tunestudio.inference import (
 from tunestudio.inference_protocol import Delta, Done, Error, Reply, Started, Tools
 
 T = TypeVar("T")
+A = TypeVar("A")  # a worker's reply of one kind (one_answer)
 
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible chat"], route_class=OpenAIRoute, responses=OPENAI_ERRORS)
@@ -190,6 +191,35 @@ async def chat_completions(
     body_out = answer.model_dump()
     body_out["choices"][0]["message"] = message.answer()
     return JSONResponse(body_out)
+
+
+async def one_answer(start: Callable[[Callable[[Reply], None]], Generation], kind: type[A], wait_s: float,
+                     what: str) -> A:
+    """The worker's one reply of `kind` to a request that `start(deliver)` queues (a reward model's scores, a
+    transcription), read until its Done: an Error is raised as InferenceUnavailable; silence past wait_s (a model's
+    first load included) and an end without the reply (the pool closing) are 503s naming `what`."""
+    loop = asyncio.get_running_loop()
+    replies: asyncio.Queue[Reply] = asyncio.Queue()
+    work = start(lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
+    found: A | None = None
+    try:
+        async with asyncio.timeout(wait_s):
+            while True:
+                reply = await replies.get()
+                if isinstance(reply, kind):
+                    found = reply
+                elif isinstance(reply, Error):
+                    raise InferenceUnavailable(reply.message, reply.status, reply.code, **reply.extra)
+                elif isinstance(reply, Done):
+                    break
+    except TimeoutError:
+        raise ApiError(503, "inference_busy", f"{what} did not answer in {wait_s:g} s") from None
+    finally:
+        work.cancel()
+    if found is None:
+        raise ApiError(503, "inference_unavailable", f"{what} gave no answer: it was cancelled (the inference "
+                       "worker is closing)")
+    return found
 
 
 async def answer_or_stream(request: Request, replies: asyncio.Queue[Reply], generation: Generation,

@@ -10,7 +10,6 @@ differences between answers to the same prompt mean anything.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated, Any, Literal
 
@@ -20,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from tunestudio.api.deps import ManagerDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.openai_route import OpenAIRoute
-from tunestudio.api.routes.openai import get_pool
+from tunestudio.api.routes.openai import get_pool, one_answer
 from tunestudio.api.schemas import OPENAI_ERRORS
-from tunestudio.inference import InferenceUnavailable, resolve
-from tunestudio.inference_protocol import Done, Error, Reply, Scored
+from tunestudio.inference import resolve
+from tunestudio.inference_protocol import Scored
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible chat"], route_class=OpenAIRoute, responses=OPENAI_ERRORS)
 
@@ -78,26 +77,8 @@ async def rewards(request: Request, manager: ManagerDep, body: Annotated[RewardR
     if method != "reward":
         raise ApiError(400, "not_a_reward_model", f"model: {body.model} is a {method} job; /v1/rewards scores with "
                        "a reward model (a job with method: reward)", field="model")
-    loop = asyncio.get_running_loop()
-    replies: asyncio.Queue[Reply] = asyncio.Queue()
-    scoring = get_pool(request).score(spec, [item.as_pair() for item in body.input],
-                                      deliver=lambda reply: loop.call_soon_threadsafe(replies.put_nowait, reply))
-    scored: Scored | None = None
-    try:
-        async with asyncio.timeout(SCORE_WAIT_S):
-            while True:
-                reply = await replies.get()
-                if isinstance(reply, Scored):
-                    scored = reply
-                elif isinstance(reply, Error):
-                    raise InferenceUnavailable(reply.message, reply.status, reply.code, **reply.extra)
-                elif isinstance(reply, Done):
-                    break
-    except TimeoutError:
-        raise ApiError(503, "inference_busy", f"the reward model did not answer in {SCORE_WAIT_S:g} s") from None
-    finally:
-        scoring.cancel()
-    if scored is None:
-        raise ApiError(503, "inference_unavailable", "the scoring was cancelled (the inference worker is closing)")
+    pool, items = get_pool(request), [item.as_pair() for item in body.input]
+    scored = await one_answer(lambda deliver: pool.score(spec, items, deliver=deliver), Scored, SCORE_WAIT_S,
+                              "the reward model")
     return RewardList(model=body.model, created=int(time.time()),
                       data=[Reward(index=i, score=s) for i, s in enumerate(scored.scores)])
