@@ -62,7 +62,7 @@ def test_a_recipe_runs_as_a_job_and_a_bad_one_is_refused_before_it(teacher: str,
     assert len(rows_of(tmp_path / "data" / "qa.jsonl")) == 4
     assert "rows made" in done.stdout and "completed" in done.stdout
     refused = cli(tmp_path, str(write_recipe(tmp_path, teacher, task="tools")))
-    assert refused.returncode == 2 and "task: " in refused.stderr and "not yet supported" in refused.stderr
+    assert refused.returncode == 2 and "tools: the tools task needs `tools`" in refused.stderr
     keyless = write_recipe(tmp_path, teacher, teacher={"base_url": teacher, "model": "good", "api_key_env": "NOPE"})
     refused = cli(tmp_path, str(keyless))
     assert refused.returncode == 2 and "NOPE is not set" in refused.stderr

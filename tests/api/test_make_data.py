@@ -72,7 +72,8 @@ def test_refusals_are_422s_naming_the_field(client: TestClient, teacher: str, tm
         return detail["errors"][0]["field"], detail["message"]
 
     assert refused({**recipe(tmp_path, teacher), "api_key": KEY})[0] == "api_key"  # never taken in a request
-    assert refused(recipe(tmp_path, teacher, task="tools"))[0] == "task"
+    assert refused(recipe(tmp_path, teacher, task="tools"))[0] == "tools"
+    assert refused(recipe(tmp_path, teacher, task="tooling"))[0] == "task"
     assert refused(recipe(tmp_path, teacher, sources=["/etc/hostname"]))[0] == "sources"
     field, message = refused(recipe(tmp_path, teacher, teacher={"base_url": teacher, "model": "good",
                                                                 "api_key_env": "NOT_SET_HERE"}))

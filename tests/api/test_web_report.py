@@ -106,6 +106,16 @@ def test_make_data_previews_runs_and_hands_its_file_to_a_training_job(server: st
         page.locator("#preview-data").click()
         assert page.locator("#preview-summary").inner_text(timeout=60_000) == "2 kept, 0 removed by the gates"
         assert page.locator("#preview-rows .made-row").count() == 2 and not out.exists()
+        pairs = {"sources": [str(docs["prompts"])], "task": "preference", "rows": 1, "output": str(out),
+                 "teacher": {"base_url": teacher, "model": "good"},
+                 "rejected_by": {"base_url": teacher, "model": "weak"}}
+        page.locator("#recipe").fill(json.dumps(pairs))
+        page.locator("#preview-count").fill("1")
+        page.locator("#preview-data").click()
+        page.locator("#preview-summary").filter(has_text="1 kept").wait_for(timeout=60_000)
+        shown = page.locator("#preview-rows .made-row").inner_text()
+        assert "chosen: Answer: How long" in shown and "rejected: I do not know." in shown
+        page.locator("#recipe").fill(json.dumps(recipe))
         page.locator("#run-data").click()
         page.locator("#train-on-output").wait_for(timeout=60_000)
     assert page.locator("#make-progress").inner_text().startswith("3 / 3 rows")  # and what the gates rejected

@@ -4,7 +4,16 @@ Deterministic: a qa request is answered with a question naming the excerpt's fir
 as the answer; a conversation with two such turns; an `answer` request with "Answer: <the prompt>". The model
 name picks a script: "good"; "flaky" (each request's first try is a 429 with Retry-After 0, every third a 500
 first); "garbage" (not JSON); "short" (a two-character answer); "same" (every reply alike); "hang" (no reply for
-10 s); "slow" (0.3 s a reply); "401". CALLS counts the tries per model; KEYS holds the bearer keys it was sent.
+10 s); "slow" (0.3 s a reply); "inventive" (qa answers the excerpt does not state); "401". CALLS counts the tries
+per model; KEYS holds the bearer keys it was sent.
+
+Tools: a request with `tools` whose prompt asks about the weather in a Capitalised place gets a `get_weather` call
+with {"city": place} ("badcall": {"town": place}, which the schema refuses; "textcall": the call as Hermes
+`<tool_call>` text); any other prompt gets an answer. The judge's questions (tunestudio/worker/make_data/judging.py)
+are told by their text, whatever the model: a score is 9 for a conversation whose assistant turns are all 40
+characters or more, else 3 ("vague": no score at all); grounding is "yes" when every assistant sentence is in the
+excerpt; the better of two answers is the longer ("sided": always "1"). An answer's second sample (seed above a
+million) ends with a sentence more; the model "weak" always says "I do not know.".
 """
 
 from __future__ import annotations
@@ -28,12 +37,54 @@ def _excerpt(text: str) -> str:
     return " ".join((found.group(1) if found else text).split())
 
 
+def _assistant_turns(text: str) -> list[str]:
+    block = re.search(r"Conversation:\n<<<\n(.*?)\n>>>", text, re.S)
+    return re.findall(r"^assistant: (.*)$", block.group(1) if block else "", re.M)
+
+
+def judged(body: dict) -> str | None:
+    """The judge's verdict, when the request is one of its questions."""
+    last, model = body["messages"][-1]["content"], body["model"]
+    if last.startswith("Rubric:"):
+        if model == "vague":
+            return "It is quite good."
+        return "Score: 9" if all(len(t) >= 40 for t in _assistant_turns(last)) else "Score: 3"
+    if last.startswith("Excerpt:"):
+        excerpt = _excerpt(last)
+        said = [t.removeprefix("Yes, the handbook says: ") for t in _assistant_turns(last)]
+        return "yes" if all(" ".join(t.split()).rstrip(".") in excerpt for t in said) else "no"
+    if "Which answer is the better" in last:
+        if model == "sided":
+            return "1"
+        first, second = re.findall(r"Answer \d:\n<<<\n(.*?)\n>>>", last, re.S)
+        return "1" if len(first) > len(second) else "2" if len(second) > len(first) else "tie"
+    return None
+
+
+def tool_reply(body: dict) -> dict:
+    prompt = body["messages"][-1]["content"]
+    place = re.search(r"weather in ([A-Z][a-z]+)", prompt)
+    if not place:
+        return {"role": "assistant", "content": f"I can only look up the weather, not: {prompt}"}
+    arguments = {"town" if body["model"] == "badcall" else "city": place.group(1)}
+    if body["model"] == "textcall":
+        return {"role": "assistant", "content": "<tool_call>" + json.dumps({"name": "get_weather",
+                                                                            "arguments": arguments}) + "</tool_call>"}
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(arguments)}}]}
+
+
 def reply_for(body: dict) -> str:
     last = body["messages"][-1]["content"]
+    if body["model"] == "weak":
+        return "I do not know."
     if "<<<" not in last:
-        return f"Answer: {last}"
+        more = " That is all there is to it." if body.get("seed", 0) >= 1_000_000 else ""
+        return f"Answer: {last}{more}"
     excerpt = _excerpt(last)
     sentence = excerpt.split(". ")[0].rstrip(".") + "."
+    if body["model"] == "inventive":
+        sentence = "The handbook was written by hand in 1850 on a boat."
     question = f"What does the handbook say about {' '.join(excerpt.split()[:6])}? (take {body.get('seed', 0)})"
     if "conversation" in last:
         return json.dumps({"messages": [{"role": "user", "content": question},
@@ -69,10 +120,16 @@ class Teacher(BaseHTTPRequestHandler):
             time.sleep(10)
         if model == "slow":
             time.sleep(0.3)
-        content = {"garbage": "{not json at all", "short": json.dumps({"question": "What is it?", "answer": "ok"}),
-                   "same": json.dumps({"question": "What is the tram?", "answer": "The tram is a tram, always."})
-                   }.get(model) or reply_for(body)
-        self._send(200, {"choices": [{"message": {"role": "assistant", "content": content}}],
+        verdict = judged(body)
+        if verdict is None and body.get("tools"):
+            message = tool_reply(body)
+        else:
+            content = verdict or {"garbage": "{not json at all",
+                                  "short": json.dumps({"question": "What is it?", "answer": "ok"}),
+                                  "same": json.dumps({"question": "What is the tram?",
+                                                      "answer": "The tram is a tram, always."})}.get(model)
+            message = {"role": "assistant", "content": content or reply_for(body)}
+        self._send(200, {"choices": [{"message": message}],
                          "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
 
     def _send(self, status: int, data: dict, headers: dict[str, str] | None = None) -> None:

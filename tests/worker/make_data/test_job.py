@@ -17,7 +17,7 @@ from tests.helpers.server import loopback_v1
 from tests.helpers.teacher import CALLS, Teacher
 from tests.helpers.wait import wait_until
 from tunestudio.events import Completed, Failed, Progress, Stop, parse_event
-from tunestudio.make_data_config import MakeDataConfig, recipe_file, report_file
+from tunestudio.make_data_config import MakeDataConfig, recipe_file, rejected_file, report_file
 from tunestudio.worker.make_data import preview, run
 from tunestudio.worker.tiny_docs import write_docs
 
@@ -118,6 +118,8 @@ def test_a_refused_key_and_a_hanging_teacher_fail_the_run_naming_why(teacher: st
                                concurrency=8))
     failed = next(e for e in events if isinstance(e, Failed)).message
     assert code == 1 and "failed 8 requests in a row" in failed and "did not answer within its deadline" in failed
+    calls = rows_of(rejected_file(tmp_path / "h.jsonl"))  # each failed call recorded with its own error
+    assert len(calls) >= 8 and all("did not answer within its deadline" in c["error"] and c["key"] for c in calls)
 
 
 def test_a_second_run_appends_without_repeating_a_row_and_a_torn_row_is_made_again(
@@ -167,3 +169,89 @@ def test_a_stop_ends_the_run_keeping_its_rows(teacher: str, docs: dict[str, Path
 def test_preview_writes_nothing(teacher: str, docs: dict[str, Path], tmp_path: Path) -> None:
     rows = preview(recipe(teacher, docs, tmp_path / "p.jsonl"), 2)
     assert len(rows) == 2 and all("messages" in r for r in rows) and not list(tmp_path.iterdir())
+
+
+def removed(out: Path) -> list[dict[str, Any]]:
+    return [r for r in rows_of(rejected_file(out)) if "gate" in r]
+
+
+def test_the_judge_s_score_and_grounding_gates_keep_only_what_passes_and_say_why(
+        teacher: str, docs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "judged.jsonl"
+    code, _ = make(recipe(teacher, docs, out, rows=4, max_requests=9, gates={"judge": {"min_score": 7}}))
+    report = json.loads(report_file(out).read_text(encoding="utf-8"))
+    kept, gone = rows_of(out), removed(out)
+    assert code == 0 and kept and report["rows_made"] == len(kept) and report["judge"]["model"] == "good"
+    assert all(len(r["messages"][1]["content"]) >= 40 and r["provenance"]["judge_score"] == 9 for r in kept)
+    assert report["removed"].get("judge_score", 0) == len(gone) and report["judge_calls"] == len(kept) + len(gone)
+    assert all(g["gate"] == "judge_score" and g["why"] == "scored 3 (min_score 7)" for g in gone)
+    assert all(len(g["text"].splitlines()[-1]) < 40 for g in gone)  # the short answers, and only they
+    # an answer its chunk does not state: removed by grounding; a judge that names no score: removed, its reply shown
+    out = tmp_path / "invented.jsonl"
+    make(recipe(teacher, docs, out, model="inventive", rows=2, max_requests=3, gates={"judge": {"grounding": True}}))
+    assert json.loads(report_file(out).read_text())["removed"] == {"grounding": 3} and rows_of(out) == []
+    assert make(recipe(teacher, docs, tmp_path / "g.jsonl", rows=2, gates={"judge": {"grounding": True}}))[0] == 0
+    assert len(rows_of(tmp_path / "g.jsonl")) == 2  # the good teacher's answers are its chunks' sentences
+    out = tmp_path / "vague.jsonl"
+    make(recipe(teacher, docs, out, rows=1, max_requests=2, gates={"judge": {"model": "vague", "min_score": 5}}))
+    why = "the judge's reply names no score from 1 to 10: 'It is quite good.'"
+    assert [g["why"] for g in removed(out)] == [why, why]
+
+
+def test_preference_pairs_from_a_weaker_model_or_ranked_by_the_judge_in_both_orders(
+        teacher: str, docs: dict[str, Path], tmp_path: Path) -> None:
+    base = {"task": "preference", "rows": 4, "sources": [str(docs["prompts"])]}
+    out = tmp_path / "weak.jsonl"
+    code, _ = make(recipe(teacher, docs, out, rejected_by={"base_url": teacher, "model": "weak"}, **base))
+    rows = rows_of(out)
+    assert code == 0 and len(rows) == 4
+    for row in rows:
+        (user,) = row["prompt"]
+        assert row["chosen"] == [{"role": "assistant", "content": f"Answer: {user['content']}"}]
+        assert row["rejected"] == [{"role": "assistant", "content": "I do not know."}]
+    out = tmp_path / "ranked.jsonl"
+    code, _ = make(recipe(teacher, docs, out, gates={"judge": {}}, **base))
+    rows = rows_of(out)
+    assert code == 0 and len(rows) == 4 and json.loads(report_file(out).read_text())["judge_calls"] == 8
+    assert all(r["chosen"][0]["content"].endswith("That is all there is to it.")
+               and r["rejected"][0]["content"] == f"Answer: {r['prompt'][0]['content']}" for r in rows)
+    out = tmp_path / "sided.jsonl"  # a judge that always says "1" prefers a side, not an answer
+    make(recipe(teacher, docs, out, gates={"judge": {"model": "sided"}}, **base))
+    assert rows_of(out) == [] and {g["gate"] for g in removed(out)} == {"judge_undecided"}
+
+
+def test_tool_calling_rows_from_a_tools_schema_and_calls_it_refuses(teacher: str, docs: dict[str, Path],
+                                                                     tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {
+        "name": "get_weather", "description": "The weather now in a city.", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+            "additionalProperties": False}}}]), encoding="utf-8")
+    prompts = tmp_path / "asks.txt"
+    prompts.write_text("What is the weather in Paris today?\nTell me a joke about trams.\nAnd the weather in Oslo?\n",
+                       encoding="utf-8")
+    base = {"task": "tools", "rows": 3, "sources": [str(prompts)], "tools": str(tools),
+            "gates": {"min_answer_chars": 5}}
+    for model in ("good", "textcall"):  # calls as OpenAI's tool_calls, or as <tool_call> text
+        out = tmp_path / f"{model}.jsonl"
+        assert make(recipe(teacher, docs, out, model=model, **base))[0] == 0
+        rows = rows_of(out)
+        assert [r["tools"][0]["function"]["name"] for r in rows] == ["get_weather"] * 3
+        calls = {r["messages"][0]["content"]: r["messages"][1].get("tool_calls") for r in rows}
+        (call,) = calls["What is the weather in Paris today?"]
+        assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+        assert calls["Tell me a joke about trams."] is None  # answered, not called
+    out = tmp_path / "bad.jsonl"
+    make(recipe(teacher, docs, out, model="badcall", **base))
+    assert len(rows_of(out)) == 1 and sorted(g["gate"] for g in removed(out)) == ["schema", "schema"]
+    assert removed(out)[0]["why"] == "'get_weather' called with the arguments: 'city' is a required property"
+
+
+def test_rows_a_gate_removed_are_not_asked_again_on_resume(teacher: str, docs: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    out = tmp_path / "g.jsonl"
+    make(recipe(teacher, docs, out, model="garbage", rows=3, max_requests=2, concurrency=1))
+    first = [g["key"] for g in removed(out)]
+    make(recipe(teacher, docs, out, model="garbage", rows=3, max_requests=3, concurrency=1))
+    keys = [g["key"] for g in removed(out)]
+    assert len(first) == 2 and len(keys) == 5 and len(set(keys)) == 5 and keys[:2] == first

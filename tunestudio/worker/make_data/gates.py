@@ -23,7 +23,11 @@ _SEPARATORS = re.compile(r"[\W_]+")
 
 
 def text_of(messages: list[dict[str, Any]]) -> str:
-    return "\n".join(str(m.get("content", "")) for m in messages if m.get("role") in ("user", "assistant"))
+    """The words a row's user and assistant turns say, its tool calls (name and arguments) included."""
+    return "\n".join(
+        "\n".join([str(m.get("content") or ""),
+                   *(f"{c['function']['name']} {c['function']['arguments']}" for c in m.get("tool_calls", ()))])
+        for m in messages if m.get("role") in ("user", "assistant"))
 
 
 def _words(text: str) -> list[str]:
@@ -66,26 +70,30 @@ class _Index:
 class Gatekeeper:
     """The recipe's gates over the set made so far; `verdict` names the gate a row fails, or None (then `keep`)."""
 
-    def __init__(self, gates: Gates) -> None:
+    def __init__(self, gates: Gates, read_against: bool = True) -> None:
         self.gates = gates
         self.near = gates.near_threshold if gates.dedupe == "near" else None
         self.kept, self.against = _Index(), _Index()
-        for path in gates.against:
+        for path in gates.against if read_against else ():
             for row in _rows(Path(path)):
-                self.against.add(text_of(row["messages"]) if "messages" in row else _flat(row))
+                self.against.add(text_of(row["messages"]) if isinstance(row.get("messages"), list) else _flat(row))
 
-    def verdict(self, messages: list[dict[str, Any]]) -> tuple[str, str] | None:
-        """(gate, why) for a row that fails one, else None."""
+    def verdict(self, messages: list[dict[str, Any]], lengths: bool = True,
+                duplicates: bool = True) -> tuple[str, str] | None:
+        """(gate, why) for a row that fails one, else None. The lengths read the row alone (any thread may ask);
+        the duplicates read the set kept so far (the thread that keeps rows asks)."""
         g = self.gates
-        for turn in messages:
-            size = len(turn["content"])
+        for turn in messages if lengths else ():
+            size = len(turn.get("content") or "")
             if turn["role"] == "user" and size < g.min_question_chars:
                 return "question_length", (f"a user turn of {size} characters (min_question_chars "
                                            f"{g.min_question_chars})")
+            if turn.get("tool_calls") and size <= g.max_answer_chars:
+                continue  # a turn that calls may say nothing
             if turn["role"] == "assistant" and not g.min_answer_chars <= size <= g.max_answer_chars:
                 return "answer_length", (f"an answer of {size} characters (min_answer_chars {g.min_answer_chars}, "
                                          f"max_answer_chars {g.max_answer_chars})")
-        if g.dedupe == "off":
+        if g.dedupe == "off" or not duplicates:
             return None
         text = text_of(messages)
         if self.kept.matches(text, self.near):

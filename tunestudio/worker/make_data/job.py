@@ -1,9 +1,12 @@
 """One data-making run inside the worker process (kind "make_data"), top to bottom.
 
-validate → read the sources (documents into chunks, or seed prompts) → open the output (its rows' keys: what a
-resume skips) → ask the teacher, `concurrency` requests in flight, one row each, until `rows` rows are kept, the
-budget (`max_requests`) is spent, the sources are used up, or a stop → each reply parsed and gated in this thread,
-a kept row appended at once → the report beside the output.
+validate → read the sources (documents into chunks, or seed prompts) → open the output (its rows' keys, and those
+of the rows a gate removed, are what a resume skips) → `concurrency` items in flight, each in a pool thread: the
+teacher asked (preference: a second answer, from rejected_by or the teacher again), the reply parsed, the gates of
+one row checked (lengths, tool calls against their schema, then the judge's: score, grounding, the better of two),
+until `rows` rows are kept, the budget (`max_requests`: items asked) is spent, the sources are used up, or a stop →
+in this thread, duplicates against the set so far; a kept row appended at once, a removed row or a failed call
+appended to `<output>.rejected.jsonl` with its reason → the report beside the output.
 
 The teacher is called through tunestudio/openai_client.py (a deadline per call, retries on 429 with its
 Retry-After and on 5xx, a refused key named). A refused key fails the run at once; other failed calls are counted
@@ -27,10 +30,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from tunestudio.config import format_validation_error
-from tunestudio.make_data_config import MakeDataConfig
+from tunestudio.make_data_config import PROMPT_TASKS, Endpoint, MakeDataConfig, read_tools_file
 from tunestudio.openai_client import Cancelled, ClientError, KeyRefused, OpenAIClient
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.errors import UserError
+from tunestudio.worker.make_data import judging
 from tunestudio.worker.make_data.documents import (
     DOCUMENT_SUFFIXES,
     PROMPT_SUFFIXES,
@@ -41,15 +45,17 @@ from tunestudio.worker.make_data.documents import (
     read_document,
     read_prompts,
 )
-from tunestudio.worker.make_data.gates import Gatekeeper
+from tunestudio.worker.make_data.gates import Gatekeeper, text_of
 from tunestudio.worker.make_data.output import Output
-from tunestudio.worker.make_data.teacher import Unparsed, messages_of, request_for
+from tunestudio.worker.make_data.teacher import Unparsed, Unschemed, check_calls, messages_of, request_for
 
 __all__ = ["FAILURES_IN_A_ROW", "preview", "run"]
 
 FAILURES_IN_A_ROW = 8  # failed calls one after another that end the run: the teacher is down
 MAX_VARIANTS = 50  # questions asked of one chunk at most (rows beyond chunks x this are not made)
 EXAMPLES = 3  # rejected rows kept per gate for the report
+ERRORS = 5  # failed calls kept per distinct error for the report
+SECOND_SEED = 1_000_003  # preference without rejected_by: the second sample's seed offset
 PROGRESS_S = 0.5  # progress events at most this often
 WAIT_S = 0.2  # how often the loop looks at a stop
 
@@ -65,15 +71,31 @@ class Item:
 
 
 @dataclass
+class Made:
+    """What one item came to in its pool thread: a row (`gate` None: duplicates are checked next), or the gate
+    that removed it and why; the text is the row's (or the reply's) for the report."""
+
+    row: dict[str, Any] | None
+    text: str
+    gate: str | None = None
+    why: str = ""
+    tokens: int | None = None
+    judge_calls: int = 0
+    score: int | None = None  # the judge's, kept in the row's provenance
+
+
+@dataclass
 class Tally:
     existing: int = 0
     kept: int = 0
     requests: int = 0
+    judge_calls: int = 0
     failed: int = 0
     in_a_row: int = 0
     tokens: int | None = None
     removed: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)  # a failed call's error -> the keys (ERRORS kept)
     started: float = field(default_factory=time.monotonic)
 
     def reject(self, gate: str, item: Item, why: str, text: str) -> None:
@@ -81,6 +103,16 @@ class Tally:
         shown = self.examples.setdefault(gate, [])
         if len(shown) < EXAMPLES:
             shown.append({"key": item.key, "why": why, "text": text[:500]})
+
+    def fail(self, item: Item, error: str) -> None:
+        self.failed += 1
+        self.in_a_row += 1
+        keys = self.errors.setdefault(error[:300], [])
+        keys.append(item.key) if len(keys) < ERRORS else None
+
+    def count(self, tokens: int | None) -> None:
+        if tokens is not None:
+            self.tokens = (self.tokens or 0) + tokens
 
 
 def run(config: MakeDataConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None,
@@ -104,20 +136,23 @@ def run(config: MakeDataConfig | dict[str, Any], channel: Channel, secrets: dict
 def _make(cfg: MakeDataConfig, channel: Channel) -> int:
     channel.phase("loading_dataset", "reading the sources")
     items = _items(cfg, channel)
+    work = _Work(cfg)
     output = Output(cfg)
     if output.torn:
         channel.warn(f"{output.path}: a last row cut short ({output.torn} bytes, a run killed while writing it) was "
                      "removed; it is made again")
     gates = Gatekeeper(cfg.gates)
     for row in output.rows:
-        gates.keep(row.get("messages", []))
+        gates.keep(_turns(row))
     tally = Tally(existing=len(output.keys - {None}))
-    channel.log(f"{cfg.task}: {tally.existing} rows in {output.path} already; making up to {cfg.rows}; teacher "
-                f"{cfg.teacher.model} at {cfg.teacher.base_url}; budget {cfg.budget} requests")
+    skip = output.keys | output.rejected_keys
+    channel.log(f"{cfg.task}: {tally.existing} rows in {output.path} already ({len(output.rejected_keys)} removed by "
+                f"a gate before, not asked again); making up to {cfg.rows}; teacher {cfg.teacher.model} at "
+                f"{cfg.teacher.base_url}; budget {cfg.budget} requests")
     channel.phase("training", "asking the teacher")
     cancel = threading.Event()
     try:
-        last = _loop(cfg, items, gates, tally, output.keys, cancel, channel, output.append)
+        last = _loop(cfg, work, items, gates, tally, skip, cancel, channel, output.append, output.reject)
     finally:
         output.close()
     stopped = channel.stop_request is not None
@@ -134,7 +169,7 @@ def _make(cfg: MakeDataConfig, channel: Channel) -> int:
 
 def _items(cfg: MakeDataConfig, channel: Channel) -> Iterator[Item]:
     """What to ask, in order: every chunk (seeded order) once, then again for other questions; or each prompt."""
-    if cfg.task == "answer":
+    if cfg.task in PROMPT_TASKS:
         prompts = [p for path in files_of(cfg.sources, PROMPT_SUFFIXES) for p in read_prompts(path)]
         channel.log(f"{len(prompts)} prompts")
         return (Item(p, 0) for p in prompts)
@@ -148,35 +183,176 @@ def _items(cfg: MakeDataConfig, channel: Channel) -> Iterator[Item]:
     return (Item(c, v) for v in range(MAX_VARIANTS) for c in chunks)
 
 
-def _client(cfg: MakeDataConfig) -> OpenAIClient:
-    key = cfg.api_key.get_secret_value() if cfg.api_key is not None else None
-    if key is None and cfg.teacher.api_key_env:
-        key = os.environ.get(cfg.teacher.api_key_env)
-    return OpenAIClient(cfg.teacher.base_url, key, deadline_s=cfg.timeout, retries=cfg.retries, name="the teacher")
+def _turns(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row's conversation as the gates read it: its messages, or a preference row's prompt and chosen answer."""
+    return row.get("messages") or [*row.get("prompt", []), *row.get("chosen", [])]
 
 
-def _ask(client: OpenAIClient, cfg: MakeDataConfig, item: Item, cancel: threading.Event) -> tuple[str, int | None]:
-    body = {"model": cfg.teacher.model, "messages": request_for(cfg.task, item.source, item.variant, cfg.turns),
-            "temperature": cfg.teacher.temperature, "max_tokens": cfg.teacher.max_tokens,
-            "seed": cfg.seed + item.variant}
-    reply = client.post("chat/completions", body, cancel)
+@dataclass(frozen=True)
+class _Client:
+    """An endpoint's client and where its key comes from (what a refused key's error names)."""
+
+    http: OpenAIClient
+    key_field: str
+
+
+def _client(endpoint: Endpoint, key: Any, cfg: MakeDataConfig, name: str, field: str) -> _Client:
+    secret = key.get_secret_value() if key is not None else None
+    if secret is None and endpoint.api_key_env:
+        secret = os.environ.get(endpoint.api_key_env)
+    where = endpoint.api_key_env or f"the variable {field}.api_key_env names"
+    http = OpenAIClient(endpoint.base_url, secret, deadline_s=cfg.timeout, retries=cfg.retries, name=name)
+    return _Client(http, where)
+
+
+class _Work:
+    """One item, start to end, in a pool thread: the calls it needs and the gates of one row (no shared state but
+    the clients, which are thread-safe)."""
+
+    def __init__(self, cfg: MakeDataConfig) -> None:
+        self.cfg = cfg
+        endpoints = cfg.endpoints()
+        self.teacher = _client(cfg.teacher, cfg.api_key, cfg, "the teacher", "teacher")
+        self.judge = self.judge_endpoint = self.weaker = None
+        if "judge_api_key" in endpoints:
+            self.judge_endpoint = endpoints["judge_api_key"]
+            self.judge = _client(self.judge_endpoint, cfg.judge_api_key or cfg.api_key, cfg, "the judge", "gates.judge")
+        if cfg.rejected_by is not None:
+            self.weaker = _client(cfg.rejected_by, cfg.rejected_api_key, cfg, "rejected_by", "rejected_by")
+        try:
+            self.tools = read_tools_file(cfg.tools) if cfg.tools else None
+        except (OSError, ValueError) as exc:
+            raise UserError(f"tools: {exc}") from None
+        self.gates = Gatekeeper(cfg.gates, read_against=False)
+
+    def __call__(self, item: Item, cancel: threading.Event) -> Made:
+        cfg = self.cfg
+        body = {"model": cfg.teacher.model, "messages": request_for(cfg.task, item.source, item.variant, cfg.turns),
+                "temperature": cfg.teacher.temperature, "max_tokens": cfg.teacher.max_tokens,
+                "seed": cfg.seed + item.variant}
+        if self.tools is not None:
+            body |= {"tools": self.tools, "tool_choice": "auto"}
+        message, tokens = _chat(self.teacher, body, cancel)
+        try:
+            messages = messages_of(cfg.task, item.source, message if cfg.task == "tools" else message["content"])
+            if self.tools is not None:
+                check_calls(messages, self.tools)
+        except Unparsed as exc:
+            return Made(None, message["content"], "parse", str(exc), tokens)
+        except Unschemed as exc:
+            return Made(None, judging.shown(messages[-1:]), "schema", str(exc), tokens)
+        made = Made({"messages": messages} if self.tools is None else {"messages": messages, "tools": self.tools},
+                    text_of(messages), tokens=tokens)
+        if cfg.task == "preference":
+            self._second(made, body, messages, cancel)
+            if made.gate is not None:
+                return made
+        if (verdict := self.gates.verdict(_turns(made.row), duplicates=False)) is not None:
+            made.gate, made.why = verdict
+            return made
+        self._judged(made, item, cancel)
+        return made
+
+    def _second(self, made: Made, body: dict[str, Any], messages: list[dict[str, Any]],
+                cancel: threading.Event) -> None:
+        """preference: the rejected answer (rejected_by's), or the better of two samples by the judge, both orders."""
+        prompt, first = messages[:-1], messages[-1]["content"]
+        if self.weaker is not None:
+            reply, tokens = _chat(self.weaker, {**body, "model": self.cfg.rejected_by.model}, cancel)
+            second = (reply["content"] or "").strip()
+            made.tokens = _sum(made.tokens, tokens)
+            chosen, rejected = first, second
+        else:
+            reply, tokens = _chat(self.teacher, {**body, "seed": body["seed"] + SECOND_SEED}, cancel)
+            second = (reply["content"] or "").strip()
+            made.tokens = _sum(made.tokens, tokens)
+            if second and " ".join(second.split()) != " ".join(first.split()):
+                verdicts = [judging.parse_rank(self._ask_judge(judging.rank_request(prompt, a, b), made, cancel))
+                            for a, b in ((first, second), (second, first))]
+                if verdicts == ["1", "2"]:
+                    chosen, rejected = first, second
+                elif verdicts == ["2", "1"]:
+                    chosen, rejected = second, first
+                else:
+                    made.row, made.gate = None, "judge_undecided"
+                    made.why = (f"the judge's verdicts in the two orders were {verdicts[0]!r} and {verdicts[1]!r} "
+                                "(a better answer must win in both)")
+                    return
+            else:
+                chosen, rejected = first, second
+        if not rejected:
+            made.row, made.gate, made.why = None, "parse", "the second answer is empty"
+        elif " ".join(chosen.split()) == " ".join(rejected.split()):
+            made.row, made.gate, made.why = None, "same_answers", "the two answers are the same"
+        else:
+            made.row = {"prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}],
+                        "rejected": [{"role": "assistant", "content": rejected}]}
+            made.text = text_of([*prompt, {"role": "assistant", "content": chosen}])
+
+    def _judged(self, made: Made, item: Item, cancel: threading.Event) -> None:
+        """The judge's gates: the score against the rubric, then grounding in the chunk."""
+        judge = self.cfg.gates.judge
+        if judge is None or made.row is None:
+            return
+        turns = _turns(made.row)
+        if judge.min_score is not None:
+            reply = self._ask_judge(judging.score_request(judge.rubric, turns), made, cancel)
+            score = judging.parse_score(reply)
+            if score is None or score < judge.min_score:
+                made.gate = "judge_score"
+                made.why = (f"scored {score} (min_score {judge.min_score})" if score is not None
+                            else f"the judge's reply names no score from 1 to 10: {reply[:200]!r}")
+                return
+            made.score = score
+        if judge.grounding and isinstance(item.source, Chunk):
+            reply = self._ask_judge(judging.grounding_request(item.source.text, turns), made, cancel)
+            supported = judging.parse_yes_no(reply)
+            if supported is not True:
+                made.gate = "grounding"
+                made.why = ("the judge found a fact the chunk does not state" if supported is False
+                            else f"the judge's reply is neither yes nor no: {reply[:200]!r}")
+
+    def _ask_judge(self, messages: list[dict[str, str]], made: Made, cancel: threading.Event) -> str:
+        assert self.judge is not None and self.judge_endpoint is not None and self.cfg.gates.judge is not None
+        body = {"model": self.judge_endpoint.model, "messages": messages, "temperature": 0,
+                "max_tokens": self.cfg.gates.judge.max_tokens}
+        reply, tokens = _chat(self.judge, body, cancel)
+        made.judge_calls += 1
+        made.tokens = _sum(made.tokens, tokens)
+        return str(reply["content"] or "")
+
+
+def _sum(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b
+
+
+def _chat(client: _Client, body: dict[str, Any], cancel: threading.Event) -> tuple[dict[str, Any], int | None]:
+    """The reply's message (content text, tool_calls if any) and the tokens its usage counts; a refused key ends
+    the run (UserError, naming the variable)."""
     try:
-        content = reply["choices"][0]["message"]["content"]
+        reply = client.http.post("chat/completions", body, cancel)
+    except KeyRefused as exc:
+        raise UserError(f"{exc}; set the key in {client.key_field}") from None
+    try:
+        message = reply["choices"][0]["message"]
+        if not isinstance(message, dict):
+            raise TypeError
     except (KeyError, IndexError, TypeError):
         raise Unparsed("the reply is not an OpenAI chat completion") from None
-    usage = reply.get("usage") if isinstance(reply, dict) else None
+    usage = reply.get("usage")
     tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
-    return str(content or ""), tokens if isinstance(tokens, int) else None
+    return {**message, "content": str(message.get("content") or "")}, tokens if isinstance(tokens, int) else None
 
 
 Sink = Callable[[dict[str, Any]], None]
 
 
-def _loop(cfg: MakeDataConfig, items: Iterator[Item], gates: Gatekeeper, tally: Tally, skip: set[Any],
-          cancel: threading.Event, channel: Channel | None, sink: Sink, target: int | None = None) -> float:
+def _loop(cfg: MakeDataConfig, work: _Work, items: Iterator[Item], gates: Gatekeeper, tally: Tally, skip: set[Any],
+          cancel: threading.Event, channel: Channel | None, sink: Sink, rejected: Sink,
+          target: int | None = None) -> float:
     """Ask, gate and keep until the target, the budget, the items or a stop; the time of the last progress."""
-    client, want = _client(cfg), cfg.rows if target is None else target
-    pending: dict[Future[tuple[str, int | None]], Item] = {}
+    want = cfg.rows if target is None else target
+    pending: dict[Future[Made], Item] = {}
     last = 0.0
     with ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="teacher") as pool:
         try:
@@ -192,12 +368,12 @@ def _loop(cfg: MakeDataConfig, items: Iterator[Item], gates: Gatekeeper, tally: 
                         exhausted = True
                     elif item.key not in skip:
                         tally.requests += 1
-                        pending[pool.submit(_ask, client, cfg, item, cancel)] = item
+                        pending[pool.submit(work, item, cancel)] = item
                 if not pending:
                     break
                 done, _ = wait(pending, timeout=WAIT_S, return_when=FIRST_COMPLETED)
                 for future in done:
-                    _take(cfg, pending.pop(future), future, gates, tally, sink)
+                    _take(cfg, pending.pop(future), future, gates, tally, sink, rejected)
                 if channel is not None:
                     last = _progress(channel, cfg, tally, last=last)
         finally:
@@ -205,41 +381,39 @@ def _loop(cfg: MakeDataConfig, items: Iterator[Item], gates: Gatekeeper, tally: 
     return last
 
 
-def _take(cfg: MakeDataConfig, item: Item, future: Future[tuple[str, int | None]], gates: Gatekeeper, tally: Tally,
-          sink: Sink) -> None:
-    """One finished call: a failure counted (KeyRefused, or too many in a row: UserError), or its row gated and
-    either kept (handed to the sink) or counted against its gate."""
+def _take(cfg: MakeDataConfig, item: Item, future: Future[Made], gates: Gatekeeper, tally: Tally, sink: Sink,
+          rejected: Sink) -> None:
+    """One finished item: a failed call counted and recorded (KeyRefused, or too many in a row: UserError), or its
+    row checked for duplicates and either kept (handed to the sink) or recorded against its gate."""
     try:
-        reply, tokens = future.result()
+        made = future.result()
     except Cancelled:
         return
-    except KeyRefused as exc:
-        raise UserError(f"{exc}; set the key in {cfg.teacher.api_key_env or 'teacher.api_key_env'}") from None
     except Unparsed as exc:  # not a chat completion at all
-        tally.reject("parse", item, str(exc), "")
-        return
+        made = Made(None, "", "parse", str(exc))
     except ClientError as exc:
-        tally.failed += 1
-        tally.in_a_row += 1
+        tally.fail(item, str(exc))
+        rejected({"key": item.key, "error": str(exc)})
         if tally.in_a_row >= FAILURES_IN_A_ROW:
             raise UserError(f"the teacher failed {tally.in_a_row} requests in a row; the last: {exc}") from None
         return
     tally.in_a_row = 0
-    if tokens is not None:
-        tally.tokens = (tally.tokens or 0) + tokens
-    try:
-        messages = messages_of(cfg.task, item.source, reply)
-    except Unparsed as exc:
-        tally.reject("parse", item, str(exc), reply)
+    tally.count(made.tokens)
+    tally.judge_calls += made.judge_calls
+    if made.gate is None and made.row is not None:
+        verdict = gates.verdict(_turns(made.row), lengths=False)
+        if verdict is not None:
+            made.gate, made.why = verdict
+    if made.gate is not None or made.row is None:
+        gate = made.gate or "parse"
+        tally.reject(gate, item, made.why, made.text)
+        rejected({"key": item.key, "gate": gate, "why": made.why, "text": made.text[:2000]})
         return
-    verdict = gates.verdict(messages)
-    if verdict is not None:
-        tally.reject(verdict[0], item, verdict[1], "\n".join(m["content"] for m in messages))
-        return
-    gates.keep(messages)
+    gates.keep(_turns(made.row))
     tally.kept += 1
-    provenance = {**_where(item.source), "key": item.key, "variant": item.variant, "task": cfg.task}
-    sink({"messages": messages, "provenance": provenance})
+    provenance = {**_where(item.source), "key": item.key, "variant": item.variant, "task": cfg.task,
+                  **({"judge_score": made.score} if made.score is not None else {})}
+    sink({**made.row, "provenance": provenance})
 
 
 def _where(source: Chunk | Prompt) -> dict[str, Any]:
@@ -265,14 +439,18 @@ def _metrics(tally: Tally) -> dict[str, float]:
     return {"rows_made": float(tally.kept), "rows_existing": float(tally.existing),
             "rows_rejected": float(sum(tally.removed.values())), "requests": float(tally.requests),
             "requests_failed": float(tally.failed), "requests_per_minute": tally.requests / minutes,
+            "judge_calls": float(tally.judge_calls),
             **{f"removed/{gate}": float(n) for gate, n in sorted(tally.removed.items())}}
 
 
 def _report(cfg: MakeDataConfig, tally: Tally, stopped: bool) -> dict[str, Any]:
     return {"output": cfg.output, "task": cfg.task, "rows_asked": cfg.rows, "rows_existing": tally.existing,
             "rows_made": tally.kept, "stopped": stopped, "requests": tally.requests, "requests_failed": tally.failed,
-            "budget": cfg.budget, "tokens": tally.tokens, "removed": tally.removed, "examples": tally.examples,
-            "teacher": {"base_url": cfg.teacher.base_url, "model": cfg.teacher.model},
+            "budget": cfg.budget, "judge_calls": tally.judge_calls, "tokens": tally.tokens, "removed": tally.removed,
+            "examples": tally.examples, "errors": [{"error": e, "keys": k} for e, k in tally.errors.items()],
+            "teacher": cfg.teacher.identity(),
+            **({"judge": cfg.endpoints()["judge_api_key"].identity()} if cfg.gates.judge else {}),
+            **({"rejected_by": cfg.rejected_by.identity()} if cfg.rejected_by else {}),
             "seconds": round(time.monotonic() - tally.started, 3)}
 
 
@@ -282,12 +460,13 @@ def preview(cfg: MakeDataConfig, rows: int | None = None) -> list[dict[str, Any]
     wanted = rows or cfg.preview_rows
     silent = _Silent()
     items = _items(cfg, silent)
-    tally, made = Tally(), []
+    tally, made, failed = Tally(), [], []
     gates = Gatekeeper(cfg.gates)
-    _loop(cfg.model_copy(update={"max_requests": wanted}), items, gates, tally, set(), threading.Event(), None,
-          made.append, target=wanted)
+    _loop(cfg.model_copy(update={"max_requests": wanted}), _Work(cfg), items, gates, tally, set(), threading.Event(),
+          None, made.append, lambda row: failed.append(row) if "error" in row else None, target=wanted)
     removed = [{"removed_by": gate, **example} for gate, shown in tally.examples.items() for example in shown]
-    return made + removed
+    calls = [{"removed_by": "failed_call", "key": row["key"], "why": row["error"], "text": ""} for row in failed]
+    return made + removed + calls
 
 
 class _Silent(Channel):

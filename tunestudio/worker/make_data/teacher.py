@@ -2,8 +2,11 @@
 
 qa: one question a reader of the chunk could ask and its answer, grounded in the chunk, as JSON
 {"question", "answer"}. conversation: a short exchange about the chunk, as JSON {"messages": [...]} alternating
-user and assistant. answer: the user's own prompt, answered in plain text (sequence-level distillation).
-A reply that is not what was asked for raises `Unparsed` (the "parse" gate).
+user and assistant. answer and preference: the user's own prompt, answered in plain text (sequence-level
+distillation; preference asks twice, see job.py). tools: the prompt sent with the recipe's `tools`, as OpenAI's API
+takes them; the reply's `tool_calls` (or `<tool_call>` text, read by tunestudio.chat_rows) or its answer.
+A reply that is not what was asked for raises `Unparsed` (the "parse" gate); a call to a function the tools do not
+have, or whose arguments break its JSON Schema, raises `Unschemed` (the "schema" gate).
 """
 
 from __future__ import annotations
@@ -12,9 +15,13 @@ import json
 import re
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from tunestudio.chat_rows import BadTurn, read_turns
 from tunestudio.worker.make_data.documents import Chunk, Prompt
 
-__all__ = ["Unparsed", "messages_of", "request_for"]
+__all__ = ["Unparsed", "Unschemed", "check_calls", "messages_of", "request_for"]
 
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 SYSTEM = "You write training data for a language model. Follow the format asked for exactly."
@@ -22,6 +29,10 @@ SYSTEM = "You write training data for a language model. Follow the format asked 
 
 class Unparsed(ValueError):
     """The teacher's reply is not what the task asked for."""
+
+
+class Unschemed(ValueError):
+    """A tool call the recipe's tools do not allow: an unknown function, or arguments its schema refuses."""
 
 
 def request_for(task: str, source: Chunk | Prompt, variant: int, turns: int) -> list[dict[str, str]]:
@@ -42,8 +53,12 @@ def request_for(task: str, source: Chunk | Prompt, variant: int, turns: int) -> 
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text + ask}]
 
 
-def messages_of(task: str, source: Chunk | Prompt, reply: str) -> list[dict[str, str]]:
-    """The training row's messages from the teacher's reply; Unparsed when the reply is not what was asked."""
+def messages_of(task: str, source: Chunk | Prompt, reply: str | dict[str, Any]) -> list[dict[str, Any]]:
+    """The training row's messages from the teacher's reply (its text, or for `tools` its whole message); Unparsed
+    when the reply is not what was asked."""
+    if task == "tools":
+        return _tool_turns(source, reply if isinstance(reply, dict) else {"content": reply})
+    reply = reply if isinstance(reply, str) else str(reply.get("content") or "")
     if isinstance(source, Prompt):
         if not reply.strip():
             raise Unparsed("the reply is empty")
@@ -65,6 +80,44 @@ def messages_of(task: str, source: Chunk | Prompt, reply: str) -> list[dict[str,
     if messages[-1]["role"] != "assistant":
         raise Unparsed("the conversation does not end with an assistant turn")
     return [{"role": t["role"], "content": t["content"].strip()} for t in messages]
+
+
+def _tool_turns(source: Chunk | Prompt, message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The prompt and the teacher's turn in the form tunestudio trains on (calls with ids, arguments JSON text)."""
+    assert isinstance(source, Prompt), "the tools task asks prompts"
+    turn = {"role": "assistant", "content": message.get("content") or ""}
+    for field in ("tool_calls", "function_call"):
+        if message.get(field):
+            turn[field] = message[field]
+    try:
+        (assistant,) = read_turns([turn], "the reply")
+    except BadTurn as exc:
+        raise Unparsed(str(exc).replace("turn 1 of 'the reply'", "the reply")) from None
+    if not assistant.get("tool_calls") and not assistant["content"].strip():
+        raise Unparsed("the reply has neither a tool call nor an answer")
+    system = [{"role": "system", "content": source.system}] if source.system else []
+    return [*system, {"role": "user", "content": source.text}, assistant]
+
+
+def check_calls(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+    """Unschemed unless every call names one of `tools` and its arguments fit that function's JSON Schema."""
+    functions = {t["function"]["name"]: t["function"].get("parameters") for t in tools}
+    for turn in messages:
+        for call in turn.get("tool_calls", ()):
+            name = call["function"]["name"]
+            if name not in functions:
+                raise Unschemed(f"calls {name!r}, which is not among the tools ({', '.join(sorted(functions))})")
+            schema = functions[name]
+            if schema is None:
+                continue
+            arguments = json.loads(call["function"]["arguments"])
+            try:
+                problem = next(iter(Draft202012Validator(schema).iter_errors(arguments)), None)
+            except SchemaError as exc:
+                raise Unschemed(f"{name!r}'s parameters are not a valid JSON Schema ({exc.message})") from None
+            if problem is not None:
+                where = "/".join(map(str, problem.absolute_path)) or "the arguments"
+                raise Unschemed(f"{name!r} called with {where}: {problem.message}")
 
 
 def _json(reply: str) -> dict[str, Any]:

@@ -17,9 +17,18 @@ function starter(defaults) {
     output: `${root}/made/qa.jsonl`};
 }
 
+function turnView(m, label) {
+  const calls = (m.tool_calls || []).map((c) => el("code", {class: "tool-call"},
+    `${c.function.name}(${c.function.arguments})`));
+  return el("p", {}, el("strong", {}, `${label || m.role}: `), m.content || "", ...calls);
+}
+
+// A made row: its messages (tool calls shown as name(arguments)), or a preference pair's prompt, chosen and rejected.
 function rowView(row) {
-  return el("div", {class: "made-row"}, el("div", {class: "muted"}, row.provenance ? row.provenance.key : ""),
-    ...row.messages.map((m) => el("p", {}, el("strong", {}, `${m.role}: `), m.content)));
+  const turns = row.messages ? row.messages.map((m) => turnView(m))
+    : [...(row.prompt || []).map((m) => turnView(m)), ...(row.chosen || []).map((m) => turnView(m, "chosen")),
+      ...(row.rejected || []).map((m) => turnView(m, "rejected"))];
+  return el("div", {class: "made-row"}, el("div", {class: "muted"}, row.provenance ? row.provenance.key : ""), ...turns);
 }
 
 function removedView(row) {
