@@ -2,10 +2,12 @@
 
 A finished tunestudio job (the tests' 40-step LoRA chat job of the tiny model) is served by our own /v1 and is the
 teacher. Through the real server's /api/data/make: (1) task qa on the bundled handbook (tunestudio/worker/
-tiny_docs.py: .md .html .pdf .docx); (2) task answer on 24 seed prompts (the alpaca data's instructions). Then a
-student LoRA job trains on the rows made, and `tunestudio judge STUDENT --against base` compares it with its base
-model, the teacher job as the judge. Prints one JSON object: rows made and what each gate removed, per task, the
-student's job and the judgement. Usage: /work/runtest .venv/bin/python bench/make_data_e2e.py
+tiny_docs.py: .md .html .pdf .docx); (2) task answer on 24 seed prompts (the alpaca data's instructions); (3) task
+preference on the same prompts, the teacher's answer chosen over its base model's (`ID:base`, also through our
+/v1); (4) task answer again with the judge's score gate (the teacher judging, min_score 6). Then a student LoRA
+job trains on the rows made, a DPO job on the preference pairs, and `tunestudio judge STUDENT --against base`
+compares the student with its base model, the teacher job as the judge. Prints one JSON object: rows made and
+what each gate removed, per task, the students' jobs and the judgement. Usage: /work/runtest .venv/bin/python bench/make_data_e2e.py
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def make(client: httpx.Client, url: str, teacher: str, recipe: dict[str, Any]) -
     report = json.loads(Path(f"{recipe['output']}.report.json").read_text())
     return {"status": job["status"], "error": job["error"], "rows_made": report["rows_made"],
             "requests": report["requests"], "removed": report["removed"], "seconds": report["seconds"],
+            "judge_calls": report["judge_calls"], "errors": report["errors"][:3],
             "examples": {g: [e["why"] for e in ex[:1]] for g, ex in report["examples"].items()}}
 
 
@@ -73,6 +76,13 @@ def main() -> None:
                                                        "output": str(answers),
                                                        # the tiny teacher's right answers are words ("nedrag")
                                                        "gates": {"min_answer_chars": 1}})
+        out["preference"] = make(client, url, teacher.id, {
+            "sources": [str(prompts)], "task": "preference", "rows": 24, "gates": {"min_answer_chars": 1},
+            "rejected_by": {"base_url": f"{url}/v1", "model": f"{teacher.id}:base"},
+            "output": str(tmp / "data" / "made" / "pairs.jsonl")})
+        out["answer_judged"] = make(client, url, teacher.id, {
+            "sources": [str(prompts)], "task": "answer", "rows": 24, "output": str(tmp / "data" / "made" / "j.jsonl"),
+            "gates": {"min_answer_chars": 1, "judge": {"min_score": 6}}})
         rows = [p for p in (tmp / "data" / "made" / "qa.jsonl", answers) if p.exists() and p.stat().st_size]
         cfg = job_config(TINY, home / "student", local_datasets=[str(p) for p in rows], max_steps=20,
                          eval_steps=0.5, eval_generate_rows=4)
@@ -86,6 +96,20 @@ def main() -> None:
         job = wait_until(lambda: (j := client.get(f"/api/jobs/{sid}").json())["is_terminal"] and j, 900, "student")
         out["student"] = {"id": sid, "status": job["status"], "error": job["error"], "rows": sum(
             len(p.read_text().splitlines()) for p in rows), "seconds": round(time.monotonic() - started, 1)}
+        pairs = tmp / "data" / "made" / "pairs.jsonl"
+        if pairs.exists() and pairs.stat().st_size:  # the preference rows train a DPO job as they are
+            dpo = job_config(TINY, home / "dpo-student", local_datasets=[str(pairs)], max_steps=10, method="dpo",
+                             batch_size=4, learning_rate=5e-4)
+            queued = client.post("/api/jobs", json=dpo.public_dict())
+            if queued.status_code != 201:
+                out["dpo_student"] = {"refused": queued.json()}
+            else:
+                did = queued.json()["id"]
+                job = wait_until(lambda: (j := client.get(f"/api/jobs/{did}").json())["is_terminal"] and j, 900,
+                                 "the DPO student")
+                out["dpo_student"] = {"id": did, "status": job["status"], "error": job["error"],
+                                      "metrics": {k: v for k, v in (job.get("final_metrics") or {}).items()
+                                                  if k.startswith(("rewards/", "eval_rewards/"))}}
         judged = subprocess.run(
             [sys.executable, "-m", "tunestudio.cli", "judge", sid, "--against", "base", "--judge-url", f"{url}/v1",
              "--judge-model", teacher.id, "--limit", "4", "--json",

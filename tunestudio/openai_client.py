@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import json
 import random
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Mapping
@@ -79,6 +81,13 @@ class Unreachable(ClientError):
 
 class NotAChatCompletion(ClientError):
     pass
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """httpx's default verification (certifi's roots, SSL_CERT_FILE/DIR honoured), made once: a client per call
+    (the watch needs its own connection) would otherwise load the CA bundle each time, about 20 ms a call."""
+    return httpx.create_ssl_context()
 
 
 class _Watch:
@@ -195,7 +204,8 @@ class OpenAIClient:
             headers["Authorization"] = f"Bearer {self.key}"
         watch = _Watch(until, cancel)
         try:
-            with watch, httpx.Client(timeout=httpx.Timeout(remaining, connect=min(CONNECT_S, remaining))) as client, \
+            with watch, httpx.Client(timeout=httpx.Timeout(remaining, connect=min(CONNECT_S, remaining)),
+                                     verify=_tls()) as client, \
                     client.stream("POST", url, json=dict(body), headers=headers,
                                   extensions={"trace": watch.trace}) as response:
                 if response.status_code == 200:
