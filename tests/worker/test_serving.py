@@ -128,10 +128,35 @@ def test_chat_answers_from_the_int8_copy_and_log_probabilities_from_the_exact_on
     models = Models(queue.Queue())
     spec = ModelSpec(job_id="j1", base=False, base_model=str(tiny_model), weights=str(tmp_path / "job"),
                      kind="adapter", tokenizer=str(tiny_model))
-    chat, _, _ = models.for_spec(spec, chat=True)
+    first, _, _ = models.for_spec(spec, chat=True)  # the int8 copy is made in a thread; till then, the exact one
     exact, _, _ = models.for_spec(spec)
-    assert chat is not exact
+    served = next(iter(models._models.values())).served
+    assert served.int8_ready.wait(60)
+    chat, _, _ = models.for_spec(spec, chat=True)
+    assert chat is not exact and first in (chat, exact)
     assert any(isinstance(m, DynamicLinear) for m in chat.modules())
     assert not any(isinstance(m, DynamicLinear | Int8Head) for m in exact.modules())
     with torch.inference_mode():
         assert torch.allclose(exact(_ids()).logits, peft_model(_ids()).logits, atol=1e-4)
+
+
+def test_an_int8_copy_made_in_the_background_takes_the_adapter_merged_meanwhile(
+        peft_model: torch.nn.Module, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    go = threading.Event()
+    quantized = serving._quantized
+    monkeypatch.setattr(serving, "_quantized", lambda *a: go.wait(30) and quantized(*a))
+    served = Served(_plain(tiny_model), torch.float32, int8=True, background=True)
+    assert served.int8 is None and not served.int8_ready.is_set()  # the copy waits: chat answers exactly
+    served.merge(peft_model, "job")  # a first request, before the copy is whole
+    go.set()
+    assert served.int8_ready.wait(60) and served.int8 is not None
+    ids = _ids()
+    with torch.inference_mode():
+        with peft_model.disable_adapter():
+            base_logits = peft_model(ids).logits
+        job_logits = peft_model(ids).logits
+        int8_job = served.int8(ids).logits
+    assert (int8_job - job_logits).abs().mean() < 0.25 * (int8_job - base_logits).abs().mean()
+    assert all(served.int8.get_submodule(p) is m for p, m in served._int8_adapters["job"].items())

@@ -133,7 +133,7 @@ class Models:
                 model.to(self.device)
             model.eval()
             entry = _Entry(model, served=None if load_in_4bit else Served(
-                model, serving_dtype(model, self.device), int8=int8_chat(model, self.device)))
+                model, serving_dtype(model, self.device), int8=int8_chat(model, self.device), background=True))
             self.replies.put(Loaded(name, self.device, time.monotonic() - started))
         self._models[key] = entry  # most recently used last
         return entry

@@ -15,7 +15,10 @@ output channel, activations per token, fbgemm's kernels), made for models of `IN
 layer's int8 products measure faster than fp32's at load; its output layer's best `TOP_K` candidates are
 rescored exactly in fp32 (`Int8Head`). Its answers may differ from fp32's where two tokens' scores lie closer
 than int8 resolves (measured in bench/RESULTS.md, issue 29). Log-probabilities (`/v1/completions`) always read
-the fp32 copy, exactly. `TUNESTUDIO_CHAT_PRECISION=fp32` serves fp32 answers (the path before issue 29), `int8`
+the fp32 copy, exactly. The chat worker makes the int8 copy in a thread after the load (`background`): until it is
+whole, chat answers from the exact copy, so a model's first request waits for the load and not for the copy
+(issue 40: on a 256M model with a 262k vocabulary, seconds, most of them fbgemm packing the output layer).
+`TUNESTUDIO_CHAT_PRECISION=fp32` serves fp32 answers (the path before issue 29), `int8`
 forces the int8 copy at any size, `bf16` serves a bf16 copy, and `measure` times a layer's bf16 products and
 takes bf16 only when it wins twice by 15 %. On a GPU the model is already loaded in bf16/fp16: the copy is too.
 Without the int8 copy, on this machine small bf16 matrix-vector products measured far slower than fp32
@@ -32,6 +35,7 @@ import contextlib
 import copy
 import logging
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -136,16 +140,21 @@ def _int8_matvec_seconds(model: Any) -> tuple[float, float]:
 
 
 def _quantized(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Module:
-    """A dynamically quantized linear layer (int8 weights per output channel) with these fp32 weights."""
+    """A dynamically quantized linear layer (int8 weights per output channel) with these fp32 weights: what
+    `DynamicLinear.from_float` makes of a Linear with the per-channel dynamic qconfig, without its two wasted
+    passes over a weight's size (an fp32 Linear's random initialisation, and a placeholder int8 weight of the
+    full shape packed and thrown away): on the 262,144 x 640 output layer 3.8 s became about 1.5 s."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.nn.quantized.modules.utils import _quantize_weight
     from torch.ao.quantization import per_channel_dynamic_qconfig
 
-    plain = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-    plain.weight = torch.nn.Parameter(weight.detach().float(), requires_grad=False)
-    if bias is not None:
-        plain.bias = torch.nn.Parameter(bias.detach().float(), requires_grad=False)
-    plain.qconfig = per_channel_dynamic_qconfig
-    return DynamicLinear.from_float(plain)
+    fp32 = weight.detach().float()
+    observer = per_channel_dynamic_qconfig.weight()
+    observer(fp32)
+    layer = DynamicLinear(1, 1, dtype=torch.qint8)  # its placeholder weight is 1 x 1
+    layer.set_weight_bias(_quantize_weight(fp32, observer), None if bias is None else bias.detach().float())
+    layer.in_features, layer.out_features = fp32.shape[1], fp32.shape[0]
+    return layer
 
 
 def _lora_layers(peft_model: Any, adapter: str) -> dict[str, Any] | None:
@@ -240,7 +249,7 @@ def _greedy_head_pays(weight: torch.Tensor) -> tuple[bool, float, float]:
 class Served:
     """A module tree like the loaded model's, in `dtype`, that generation runs on (see the module's notes)."""
 
-    def __init__(self, model: Any, dtype: torch.dtype, int8: bool = False) -> None:
+    def __init__(self, model: Any, dtype: torch.dtype, int8: bool = False, background: bool = False) -> None:
         self.dtype = dtype
         # A second module tree whose tensors are the loaded model's (the memo makes deepcopy share them), then
         # each parameter replaced by its copy in `dtype` (tied ones stay tied; the same dtype: shared).
@@ -280,22 +289,45 @@ class Served:
         self.int8: Any = None
         self._int8_base: dict[str, torch.nn.Module] = {}
         self._int8_adapters: OrderedDict[str, dict[str, torch.nn.Module]] = OrderedDict()
+        self._lock = threading.Lock()  # the served weights and the int8 copy change together
+        self.int8_ready = threading.Event()  # set once the int8 copy is made, or when there is none to make
         if int8 and dtype == torch.float32:
-            self._make_int8(served)
+            self._make_int8(served, background)
+        else:
+            self.int8_ready.set()
 
-    def _make_int8(self, served: Any) -> None:
+    def _make_int8(self, served: Any, background: bool) -> None:
+        """The int8 copy of the base weights: its module tree now, its layers quantized here or, `background`, in a
+        thread while the exact copy answers (on a 256M model with a 262k vocabulary the copy takes seconds, most
+        of it packing the output layer): chat switches to it between requests, once it is whole."""
         started = time.monotonic()
         memo: dict[int, Any] = {id(t): t for t in [*served.parameters(), *served.buffers()]}
         fast = copy.deepcopy(served, memo)
         head = fast.get_output_embeddings()
-        for path, module in list(fast.named_modules()):
-            if type(module) is torch.nn.Linear:
-                self._int8_base[path] = (Int8Head(module.weight) if module is head and module.bias is None
-                                         else _quantized(module.weight, module.bias))
-                _replace(fast, path, self._int8_base[path])
-        fast.eval()
-        self.int8 = fast
-        log.info("chat's int8 copy made in %.2f s", time.monotonic() - started)
+        linears = [(path, module, module is head and module.bias is None)
+                   for path, module in fast.named_modules() if type(module) is torch.nn.Linear]
+
+        def make() -> None:
+            try:
+                layers = {path: Int8Head(m.weight) if is_head else _quantized(m.weight, m.bias)
+                          for path, m, is_head in linears}
+                with self._lock:
+                    for path, layer in layers.items():
+                        _replace(fast, path, layer)
+                    fast.eval()
+                    self._int8_base = layers
+                    self.int8 = fast
+                    if self.adapter is not None and not self.adapter.startswith("\0"):  # merged meanwhile
+                        self._merge_int8(self.adapter, self._merged, {})
+                log.info("chat's int8 copy made in %.2f s%s", time.monotonic() - started,
+                         " (in the background)" if background else "")
+            finally:
+                self.int8_ready.set()
+
+        if background:
+            threading.Thread(target=make, name="int8-copy", daemon=True).start()
+        else:
+            make()
 
     def _merge_int8(self, adapter: str | None, layers: dict[str, Any], previous: dict[str, Any]) -> None:
         """The int8 copy follows the served weights: the base's layers where the adapter merged nothing, the
@@ -323,9 +355,10 @@ class Served:
 
     def forget(self, adapter: str) -> None:
         """The adapter's weights changed (reloaded): merge it again when it is next asked for."""
-        if self.adapter == adapter:
-            self.adapter = "\0stale"
-        self._int8_adapters.pop(adapter, None)
+        with self._lock:
+            if self.adapter == adapter:
+                self.adapter = "\0stale"
+            self._int8_adapters.pop(adapter, None)
 
     def merge(self, peft_model: Any, adapter: str | None) -> bool:
         """Set the weights to the base's plus `adapter`'s (None: the base's alone); False when they already were."""
@@ -334,7 +367,7 @@ class Served:
         layers = {} if adapter is None else _lora_layers(peft_model, adapter)
         if layers is None:
             raise ValueError(f"adapter {adapter} cannot be merged")
-        with torch.no_grad():
+        with self._lock, torch.no_grad():
             for path, layer in self._merged.items():
                 if path not in layers:
                     self._set_weight(path, layer.base_layer.weight)
@@ -342,10 +375,10 @@ class Served:
                 base = layer.base_layer.weight
                 delta = layer.get_delta_weight(adapter)
                 self._set_weight(path, (base.float() + delta.float()).to(base.dtype))
-        if self.int8 is not None:
-            self._merge_int8(adapter, layers, self._merged)
-        self._merged = layers
-        self.adapter = adapter
+            if self.int8 is not None:
+                self._merge_int8(adapter, layers, self._merged)
+            self._merged = layers
+            self.adapter = adapter
         return True
 
     def _set_weight(self, path: str, weight: torch.Tensor) -> None:
