@@ -16,6 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 # OpenMP threads that wait spin, so a job with a thread per core beside other busy processes runs many times
 # slower (tunestudio.process.torch_threads). Jobs, chat workers and in-process torch all read these.
 os.environ.setdefault("TUNESTUDIO_TORCH_THREADS", "1")
+# A completed job's model is not loaded for chat in tests unless a test asks (tests/api/test_chat_warmup.py): it
+# would start chat workers beside every other test's jobs.
+os.environ.setdefault("TUNESTUDIO_CHAT_WARMUP", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 DATA = REPO / "examples" / "data"
 

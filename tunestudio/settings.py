@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     inference_idle_seconds: float = Field(
         default=300.0, gt=0, description="How long the chat worker keeps a model loaded without a request."
     )
+    chat_warmup: bool = Field(
+        default=True, description="Load a training job's chat model as it completes, when no other job runs or "
+        "waits, so its first chat answers at once (TUNESTUDIO_CHAT_WARMUP=0: off).",
+    )
 
     # --- where jobs run (issue 14) --------------------------------------------------
     executor: Literal["local", "ray"] = Field(

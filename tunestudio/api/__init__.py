@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from tunestudio.api import errors
+from tunestudio.api.chat_warmup import ChatWarmup
 from tunestudio.api.deps import require_token
 from tunestudio.api.judging import pool_answerer
 from tunestudio.api.routes import (
@@ -90,9 +91,12 @@ def _lifespan(settings: Settings, manager: JobManager | None) -> Callable[[FastA
                                 lambda model_id, p: pool_answerer(pool, jobs_manager, model_id, p.max_tokens,
                                                                   temperature=p.temperature, top_p=p.top_p),
                                 lambda model_id: _unanswerable(jobs_manager, model_id))
+        warmup = ChatWarmup(pool, jobs_manager, settings.request_poll_seconds).start() if settings.chat_warmup else None
         try:
             yield
         finally:
+            if warmup is not None:
+                warmup.close()
             app.state.arena.close()
             app.state.judgements.close()
             app.state.sweeps.close()
