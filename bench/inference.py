@@ -250,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch's and llama.cpp's threads on this side (the API's worker takes every core)")
     parser.add_argument("--llama", action="store_true", help="also llama.cpp on the job's GGUF export (issue 29)")
     parser.add_argument("--quantization", default="q8_0", help="the GGUF export llama.cpp decodes")
+    parser.add_argument("--first-after", type=float, default=0.0,
+                        help="seconds between the job's end and its first chat request (the server's warm-up, "
+                             "TUNESTUDIO_CHAT_WARMUP, loads the model meanwhile)")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-inference-", dir=ROOT / "outputs" if (ROOT / "outputs").is_dir()
@@ -275,8 +278,9 @@ def main(argv: list[str] | None = None) -> int:
             # One client for the run, as OpenAI's does: a client per request would pay ~40 ms for its own set-up
             # (httpx builds an SSL context) on every request, which is no part of answering it.
             client = httpx.Client()
+            time.sleep(args.first_after)
             started = time.perf_counter()
-            api_round(client, url, job["id"], 4)  # starts the worker and loads the model
+            api_round(client, url, job["id"], 4)  # starts the worker and loads the model (unless warmed)
             cold_s = time.perf_counter() - started
             import torch
 
@@ -327,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'met' if ttft_ratio <= TARGET_TTFT_RATIO else 'MISSED'})")
     print(f"  answers        API text == plain's in {same} of {args.rounds} rounds")
     result: dict[str, Any] = {"model": args.model, "tokens": args.tokens, "threads": args.threads, "rounds": rounds,
-                              "median": med, "cold_first_request_s": cold_s, "tokens_per_s_ratio": tps_ratio,
-                              "ttft_ratio": ttft_ratio, "same_text": same}
+                              "median": med, "first_after_s": args.first_after, "cold_first_request_s": cold_s,
+                              "tokens_per_s_ratio": tps_ratio, "ttft_ratio": ttft_ratio, "same_text": same}
     if "llama" in med:
         llama_tps = med["api"]["tokens_per_s"] / med["llama"]["tokens_per_s"]
         llama_ttft = med["api"]["ttft_ms"] / med["llama"]["ttft_ms"]
