@@ -7,7 +7,8 @@ preference on the same prompts, the teacher's answer chosen over its base model'
 /v1); (4) task answer again with the judge's score gate (the teacher judging, min_score 6). Then a student LoRA
 job trains on the rows made, a DPO job on the preference pairs, and `tunestudio judge STUDENT --against base`
 compares the student with its base model, the teacher job as the judge. Prints one JSON object: rows made and
-what each gate removed, per task, the students' jobs and the judgement. Usage: /work/runtest .venv/bin/python bench/make_data_e2e.py
+what each gate removed, per task, the students' jobs and the judgement.
+Usage: /work/runtest .venv/bin/python bench/make_data_e2e.py
 """
 
 from __future__ import annotations

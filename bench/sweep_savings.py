@@ -14,6 +14,10 @@ stopped early, the best eval_loss; the ratio of wall times (savings / baseline).
 
     .venv/bin/python bench/sweep_savings.py                 # 12 trials of 40 steps
     .venv/bin/python bench/sweep_savings.py --trials 4 --steps 30   # a quick look
+    .venv/bin/python bench/sweep_savings.py --seeds 0 1 2           # issue 40: over three seeds
+
+Per seed it prints the wall-time ratio and whether pruning kept the full grid's winner (the same trial, or an
+objective within 1 %), and the pruned trials with the value and step they were stopped at.
 
 The last line of output is one JSON object with all figures.
 """
@@ -37,7 +41,7 @@ TINY = ROOT / "models" / "tiny-llama"
 DATA = ROOT / "examples" / "data" / "alpaca.jsonl"
 
 
-def sweep_body(trials: int, steps: int, savings: bool) -> dict[str, Any]:
+def sweep_body(trials: int, steps: int, savings: bool, seed: int = 0) -> dict[str, Any]:
     base: dict[str, Any] = {
         "model_name": str(TINY), "local_datasets": [str(DATA)], "training_type": "lora", "max_steps": steps,
         "eval_steps": max(1, steps // 8), "eval_generate_rows": 0, "batch_size": 8, "max_seq_length": 128,
@@ -48,7 +52,7 @@ def sweep_body(trials: int, steps: int, savings: bool) -> dict[str, Any]:
         base["early_stopping"] = {"metric": "eval_loss", "patience": 2}
     return {"base": base,
             "space": {"learning_rate": {"low": 1e-5, "high": 3e-2, "log": True}, "lora_r": {"values": [4, 8, 16]}},
-            "sampler": "random", "seed": 0, "n_trials": trials, "objective": {"metric": "eval_loss", "mode": "min"},
+            "sampler": "random", "seed": seed, "n_trials": trials, "objective": {"metric": "eval_loss", "mode": "min"},
             "pruner": "median" if savings else "none", "parallel": 1}
 
 
@@ -72,33 +76,56 @@ def run_sweep(name: str, body: dict[str, Any], home: Path) -> dict[str, Any]:
                "pruned": sum(t.status == "pruned" for t in view.trials),
                "failed": sum(t.status == "failed" for t in view.trials), "stopped_early": early,
                "steps_trained": steps, "best_eval_loss": view.best.value if view.best else None,
-               "best_params": view.best.params if view.best else None}
+               "best_params": view.best.params if view.best else None,
+               "pruned_trials": [{"params": t.params, "value": t.value, "steps": t.steps}
+                                 for t in view.trials if t.status == "pruned"]}
     print(f"{name}: {json.dumps(figures)}", flush=True)
     return figures
+
+
+def same_best(baseline: dict[str, Any], savings: dict[str, Any]) -> dict[str, Any]:
+    """Whether pruning kept the full grid's winner: the same trial (its params), or an objective within 1 %."""
+    full, kept = baseline["best_eval_loss"], savings["best_eval_loss"]
+    gap = None if full is None or kept is None else (kept - full) / abs(full)
+    return {"same_trial": baseline["best_params"] == savings["best_params"],
+            "relative_gap": None if gap is None else round(gap, 4),
+            "kept": baseline["best_params"] == savings["best_params"] or (gap is not None and gap <= 0.01)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="the sampler's seeds: each draws another 12 trials, run both ways (issue 40: 0 1 2)")
     args = parser.parse_args()
     if not (TINY / "config.json").is_file():
         sys.exit(f"{TINY} is missing: make setup builds it")
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
-        baseline = run_sweep("baseline (no pruner, no early stopping)", sweep_body(args.trials, args.steps, False),
-                             Path(tmp) / "baseline")
-        savings = run_sweep("pruner median + early stopping", sweep_body(args.trials, args.steps, True),
-                            Path(tmp) / "savings")
+    runs = []
+    for seed in args.seeds:
+        with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
+            baseline = run_sweep(f"seed {seed}: baseline (no pruner, no early stopping)",
+                                 sweep_body(args.trials, args.steps, False, seed), Path(tmp) / "baseline")
+            savings = run_sweep(f"seed {seed}: pruner median + early stopping",
+                                sweep_body(args.trials, args.steps, True, seed), Path(tmp) / "savings")
+        run = {"seed": seed, "baseline": baseline, "savings": savings,
+               "wall_ratio": round(savings["wall_s"] / baseline["wall_s"], 3),
+               "steps_ratio": round(savings["steps_trained"] / max(1, baseline["steps_trained"]), 3),
+               "best": same_best(baseline, savings)}
+        print(f"seed {seed}: wall time {savings['wall_s']} s with pruning and early stopping vs {baseline['wall_s']} "
+              f"s without (ratio {run['wall_ratio']}); best eval_loss {savings['best_eval_loss']} vs "
+              f"{baseline['best_eval_loss']} ({'kept' if run['best']['kept'] else 'LOST'}: same trial "
+              f"{run['best']['same_trial']}, gap {run['best']['relative_gap']})", flush=True)
+        runs.append(run)
     load_after = os.getloadavg()
-    result = {"trials": args.trials, "max_steps": args.steps, "baseline": baseline, "savings": savings,
-              "wall_ratio": round(savings["wall_s"] / baseline["wall_s"], 3),
-              "steps_ratio": round(savings["steps_trained"] / max(1, baseline["steps_trained"]), 3),
+    result = {"trials": args.trials, "max_steps": args.steps, "runs": runs,
+              "wall_ratio_max": max(r["wall_ratio"] for r in runs),
+              "best_kept": sum(r["best"]["kept"] for r in runs), "seeds": len(runs),
               "load_before": round(load[0], 2), "load_after": round(load_after[0], 2)}
-    print(f"wall time: {savings['wall_s']} s with pruning and early stopping vs {baseline['wall_s']} s without "
-          f"(ratio {result['wall_ratio']}); best eval_loss {savings['best_eval_loss']} vs "
-          f"{baseline['best_eval_loss']}", flush=True)
+    print(f"over {len(runs)} seeds: wall ratio at most {result['wall_ratio_max']}; the full grid's best kept in "
+          f"{result['best_kept']} of {len(runs)}", flush=True)
     print(json.dumps(result))
 
 
