@@ -74,3 +74,9 @@ def test_an_output_folder_name_too_long_for_the_filesystem_is_refused(api: tuple
     too_long = str(home / ("x" * 300))  # NAME_MAX is 255 bytes on the usual filesystems
     _refused(client.post("/api/jobs", json={**JOB, "output_dir": too_long}), "output_dir")
     assert client.get("/api/jobs").json()["total"] == 0
+
+
+def test_deleting_an_upload_named_longer_than_the_filesystem_allows_is_a_404(api: tuple[TestClient, Path]) -> None:
+    client, _ = api
+    answer = client.request("DELETE", f"/api/uploads/{'ṱ' * 200}.jsonl", json={})  # 600 bytes: was a 500
+    assert answer.status_code == 404 and answer.json()["detail"]["code"] == "not_found"
