@@ -80,3 +80,6 @@ def test_deleting_an_upload_named_longer_than_the_filesystem_allows_is_a_404(api
     client, _ = api
     answer = client.request("DELETE", f"/api/uploads/{'ṱ' * 200}.jsonl", json={})  # 600 bytes: was a 500
     assert answer.status_code == 404 and answer.json()["detail"]["code"] == "not_found"
+    long = f"file-{'ṱ' * 200}.jsonl"  # the same name through OpenAI's files API
+    assert client.get(f"/v1/files/{long}").status_code == 404
+    assert client.request("DELETE", f"/v1/files/{long}", json={}).status_code == 404

@@ -35,7 +35,7 @@ from tunestudio.api.fine_tuning_schemas import (
     OpenAIStatus,
 )
 from tunestudio.api.openai_route import OpenAIRoute, error_response
-from tunestudio.api.upload_store import CONVERTED
+from tunestudio.api.upload_store import CONVERTED, stored
 from tunestudio.config import (
     OPENAI_TYPES,
     JobConfig,
@@ -105,7 +105,7 @@ def upload_path(settings: Settings, file_id: str, param: str = "file_id") -> Pat
     name = file_id.removeprefix(FILE_PREFIX)
     folder = settings.uploads_dir()
     if (not file_id.startswith(FILE_PREFIX) or file_id.startswith(RESULTS_PREFIX) or Path(name).name != name
-            or name.startswith(".") or not (folder / name).is_file()):
+            or name.startswith(".") or stored(folder, name) is None):
         raise not_found("file", file_id, param)
     return folder / name
 

@@ -24,8 +24,8 @@ from typing import BinaryIO
 from tunestudio.api.errors import ApiError
 from tunestudio.jobs import Job, JobManager, JobStatus
 
-__all__ = ["CONVERTED", "KINDS", "TEMPORARY", "copy_from", "free_name", "readers", "reserved", "safe_name",
-           "size_of", "stored_bytes", "write_file"]
+__all__ = ["CONVERTED", "KINDS", "TEMPORARY", "copy_from", "free_name", "readers", "reserved", "safe_name", "size_of",
+           "stored", "stored_bytes", "write_file"]
 
 KINDS = (".jsonl", ".json", ".csv", ".parquet")
 CONVERTED = "converted"  # copies derived from uploads, one folder per target format
@@ -50,6 +50,16 @@ def safe_name(raw: str, kinds: tuple[str, ...] = KINDS) -> str:
         stem = stem[:-1]
     stem = stem or "dataset"
     return f"{stem}{suffix}"
+
+
+def stored(folder: Path, name: str) -> Path | None:
+    """The upload named `name` in `folder`, or None: a name that is not a plain file name there (a path, a file
+    that is not there, a name no filesystem takes: over 255 bytes, a NUL byte)."""
+    path = folder / name
+    try:
+        return path if Path(name).name == name and path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def free_name(folder: Path, name: str) -> Path:

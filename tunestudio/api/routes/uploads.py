@@ -80,19 +80,10 @@ def upload_dataset(settings: SettingsDep, file: Annotated[UploadFile, File(descr
 @router.delete("/{name}", status_code=204)
 def delete_upload(name: str, settings: SettingsDep, manager: ManagerDep) -> Response:
     """Delete an uploaded dataset; refused (409) while a queued or running job reads it."""
-    folder = settings.uploads_dir()
-    path = folder / name
-    if Path(name).name != name or not _is_file(path):
+    path = upload_store.stored(settings.uploads_dir(), name)
+    if path is None:
         raise ApiError(404, "not_found", f"no uploaded dataset {name!r}")
     if (job := upload_store.readers(manager, [path])) is not None:
         raise ApiError(409, "conflict", f"job {job.id} ({job.status.value}) reads {name}; wait for it to end")
     path.unlink()
     return Response(status_code=204)
-
-
-def _is_file(path: Path) -> bool:
-    """path.is_file(), False for a name no filesystem takes (over 255 bytes, a NUL byte): no upload has it."""
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False
