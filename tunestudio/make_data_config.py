@@ -212,7 +212,9 @@ class Recipe(BaseModel):
     @classmethod
     def _judge_for_task(cls, value: Gates, info: ValidationInfo) -> Gates:
         task, judge = info.data.get("task"), value.judge
-        ranks = task == "preference" and info.data.get("rejected_by") is None and "rejected_by" not in _failed(info)
+        # the judge ranks preference's two answers when rejected_by is none (absent from info.data: it failed, and
+        # its own error is said)
+        ranks = task == "preference" and "rejected_by" in info.data and info.data["rejected_by"] is None
         if task == "preference" and judge is None and ranks:
             raise ValueError("preference needs rejected_by (a weaker model, whose answer is the rejected one) or "
                              "gates.judge (to rank two of the teacher's answers)")
@@ -256,11 +258,6 @@ class MakeDataConfig(Recipe):
     @classmethod
     def from_parts(cls, public: dict[str, Any], secrets: dict[str, str] | None = None) -> MakeDataConfig:
         return cls.model_validate({**public, **(secrets or {})})
-
-
-def _failed(info: ValidationInfo) -> set[str]:
-    """Fields before this one that failed (absent from info.data): their own error is already said."""
-    return {"rejected_by"} if "rejected_by" not in info.data else set()
 
 
 def with_key(cfg: MakeDataConfig, environ: Mapping[str, str] | None = None) -> MakeDataConfig:

@@ -5,7 +5,8 @@ as the answer; a conversation with two such turns; an `answer` request with "Ans
 name picks a script: "good"; "flaky" (each request's first try is a 429 with Retry-After 0, every third a 500
 first); "garbage" (not JSON); "short" (a two-character answer); "same" (every reply alike); "hang" (no reply for
 10 s); "slow" (0.3 s a reply); "inventive" (qa answers the excerpt does not state); "401". CALLS counts the tries
-per model; KEYS holds the bearer keys it was sent.
+per model; KEYS holds the bearer keys it was sent, KEY_OF each model's last. The path under the port is not read:
+`.../judge/v1` is the same server under another base_url.
 
 Tools: a request with `tools` whose prompt asks about the weather in a Capitalised place gets a `get_weather` call
 with {"city": place} ("badcall": {"town": place}, which the schema refuses; "textcall": the call as Hermes
@@ -28,6 +29,7 @@ from http.server import BaseHTTPRequestHandler
 
 CALLS: Counter[str] = Counter()
 KEYS: set[str] = set()
+KEY_OF: dict[str, str] = {}  # the model -> the bearer key its last request came with ("" without one)
 _LOCK = threading.Lock()
 _SEEN: set[str] = set()  # (model, request body) pairs already failed once by "flaky"
 
@@ -110,6 +112,7 @@ class Teacher(BaseHTTPRequestHandler):
             _SEEN.add((model, raw.decode()))
             number = CALLS[model]
             KEYS.add(self.headers.get("Authorization", "").removeprefix("Bearer "))
+            KEY_OF[model] = self.headers.get("Authorization", "").removeprefix("Bearer ")
         if model == "401":
             return self._send(401, {"error": {"message": "Incorrect API key provided"}})
         if model == "flaky" and first:

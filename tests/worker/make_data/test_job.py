@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.channel import ListChannel
 from tests.helpers.server import loopback_v1
-from tests.helpers.teacher import CALLS, Teacher
+from tests.helpers.teacher import CALLS, KEY_OF, Teacher
 from tests.helpers.wait import wait_until
 from tunestudio.events import Completed, Failed, Progress, Stop, parse_event
 from tunestudio.make_data_config import MakeDataConfig, recipe_file, rejected_file, report_file
@@ -78,6 +78,17 @@ def test_the_key_is_sent_and_never_written(teacher: str, docs: dict[str, Path], 
     code, _ = make(MakeDataConfig.from_parts(cfg.public_dict(), {"api_key": "sk-secret-123"}))
     assert code == 0
     assert not any("sk-secret-123" in p.read_text(encoding="utf-8") for p in tmp_path.iterdir())
+
+
+def test_the_teacher_s_key_goes_to_a_judge_on_its_endpoint_and_to_none_elsewhere(
+        teacher: str, docs: dict[str, Path], tmp_path: Path) -> None:
+    elsewhere = teacher.replace("/v1", "/judge/v1")  # the same scripted server under another base_url
+    for base_url, model in ((teacher, "judge-here"), (elsewhere, "judge-elsewhere")):
+        cfg = recipe(teacher, docs, tmp_path / f"{model}.jsonl", rows=1,
+                     teacher={"base_url": teacher, "model": "good", "api_key_env": "TEACHER_KEY"},
+                     gates={"judge": {"base_url": base_url, "model": model, "min_score": 1}})
+        assert make(MakeDataConfig.from_parts(cfg.public_dict(), {"api_key": "sk-teacher-7"}))[0] == 0
+    assert KEY_OF["good"] == KEY_OF["judge-here"] == "sk-teacher-7" and KEY_OF["judge-elsewhere"] == ""
 
 
 def test_429_and_500_are_retried(teacher: str, docs: dict[str, Path], tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from tunestudio.make_data_config import Gates
 
-__all__ = ["Gatekeeper", "text_of"]
+__all__ = ["Gatekeeper", "length_verdict", "text_of"]
 
 _SEPARATORS = re.compile(r"[\W_]+")
 
@@ -67,33 +67,37 @@ class _Index:
         return any(len(grams & self.grams[i]) / len(grams | self.grams[i]) >= near for i in candidates)
 
 
-class Gatekeeper:
-    """The recipe's gates over the set made so far; `verdict` names the gate a row fails, or None (then `keep`)."""
+def length_verdict(gates: Gates, messages: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(gate, why) when a turn is too short or too long, else None: the row alone (any thread may ask)."""
+    for turn in messages:
+        size = len(turn.get("content") or "")
+        if turn["role"] == "user" and size < gates.min_question_chars:
+            return "question_length", (f"a user turn of {size} characters (min_question_chars "
+                                       f"{gates.min_question_chars})")
+        if turn.get("tool_calls") and size <= gates.max_answer_chars:
+            continue  # a turn that calls may say nothing
+        if turn["role"] == "assistant" and not gates.min_answer_chars <= size <= gates.max_answer_chars:
+            return "answer_length", (f"an answer of {size} characters (min_answer_chars {gates.min_answer_chars}, "
+                                     f"max_answer_chars {gates.max_answer_chars})")
+    return None
 
-    def __init__(self, gates: Gates, read_against: bool = True) -> None:
+
+class Gatekeeper:
+    """The duplicate gates over the set made so far (the thread that keeps rows asks): `duplicate` names the gate
+    a row fails, or None (then `keep`)."""
+
+    def __init__(self, gates: Gates) -> None:
         self.gates = gates
         self.near = gates.near_threshold if gates.dedupe == "near" else None
         self.kept, self.against = _Index(), _Index()
-        for path in gates.against if read_against else ():
+        for path in gates.against:
             for row in _rows(Path(path)):
                 self.against.add(text_of(row["messages"]) if isinstance(row.get("messages"), list) else _flat(row))
 
-    def verdict(self, messages: list[dict[str, Any]], lengths: bool = True,
-                duplicates: bool = True) -> tuple[str, str] | None:
-        """(gate, why) for a row that fails one, else None. The lengths read the row alone (any thread may ask);
-        the duplicates read the set kept so far (the thread that keeps rows asks)."""
+    def duplicate(self, messages: list[dict[str, Any]]) -> tuple[str, str] | None:
+        """(gate, why) for a row that repeats a kept row or an `against` row, else None."""
         g = self.gates
-        for turn in messages if lengths else ():
-            size = len(turn.get("content") or "")
-            if turn["role"] == "user" and size < g.min_question_chars:
-                return "question_length", (f"a user turn of {size} characters (min_question_chars "
-                                           f"{g.min_question_chars})")
-            if turn.get("tool_calls") and size <= g.max_answer_chars:
-                continue  # a turn that calls may say nothing
-            if turn["role"] == "assistant" and not g.min_answer_chars <= size <= g.max_answer_chars:
-                return "answer_length", (f"an answer of {size} characters (min_answer_chars {g.min_answer_chars}, "
-                                         f"max_answer_chars {g.max_answer_chars})")
-        if g.dedupe == "off" or not duplicates:
+        if g.dedupe == "off":
             return None
         text = text_of(messages)
         if self.kept.matches(text, self.near):

@@ -45,7 +45,7 @@ from tunestudio.worker.make_data.documents import (
     read_document,
     read_prompts,
 )
-from tunestudio.worker.make_data.gates import Gatekeeper, text_of
+from tunestudio.worker.make_data.gates import Gatekeeper, length_verdict, text_of
 from tunestudio.worker.make_data.output import Output
 from tunestudio.worker.make_data.teacher import Unparsed, Unschemed, check_calls, messages_of, request_for
 
@@ -108,11 +108,8 @@ class Tally:
         self.failed += 1
         self.in_a_row += 1
         keys = self.errors.setdefault(error[:300], [])
-        keys.append(item.key) if len(keys) < ERRORS else None
-
-    def count(self, tokens: int | None) -> None:
-        if tokens is not None:
-            self.tokens = (self.tokens or 0) + tokens
+        if len(keys) < ERRORS:
+            keys.append(item.key)
 
 
 def run(config: MakeDataConfig | dict[str, Any], channel: Channel, secrets: dict[str, str] | None = None,
@@ -216,14 +213,16 @@ class _Work:
         self.judge = self.judge_endpoint = self.weaker = None
         if "judge_api_key" in endpoints:
             self.judge_endpoint = endpoints["judge_api_key"]
-            self.judge = _client(self.judge_endpoint, cfg.judge_api_key or cfg.api_key, cfg, "the judge", "gates.judge")
+            # the teacher's key goes to the teacher's endpoint only, never to a judge elsewhere
+            same = self.judge_endpoint.base_url == cfg.teacher.base_url
+            key = cfg.judge_api_key or (cfg.api_key if same else None)
+            self.judge = _client(self.judge_endpoint, key, cfg, "the judge", "gates.judge")
         if cfg.rejected_by is not None:
             self.weaker = _client(cfg.rejected_by, cfg.rejected_api_key, cfg, "rejected_by", "rejected_by")
         try:
             self.tools = read_tools_file(cfg.tools) if cfg.tools else None
         except (OSError, ValueError) as exc:
             raise UserError(f"tools: {exc}") from None
-        self.gates = Gatekeeper(cfg.gates, read_against=False)
 
     def __call__(self, item: Item, cancel: threading.Event) -> Made:
         cfg = self.cfg
@@ -234,7 +233,7 @@ class _Work:
             body |= {"tools": self.tools, "tool_choice": "auto"}
         message, tokens = _chat(self.teacher, body, cancel)
         try:
-            messages = messages_of(cfg.task, item.source, message if cfg.task == "tools" else message["content"])
+            messages = messages_of(cfg.task, item.source, message)
             if self.tools is not None:
                 check_calls(messages, self.tools)
         except Unparsed as exc:
@@ -247,7 +246,7 @@ class _Work:
             self._second(made, body, messages, cancel)
             if made.gate is not None:
                 return made
-        if (verdict := self.gates.verdict(_turns(made.row), duplicates=False)) is not None:
+        if (verdict := length_verdict(cfg.gates, _turns(made.row))) is not None:
             made.gate, made.why = verdict
             return made
         self._judged(made, item, cancel)
@@ -398,10 +397,10 @@ def _take(cfg: MakeDataConfig, item: Item, future: Future[Made], gates: Gatekeep
             raise UserError(f"the teacher failed {tally.in_a_row} requests in a row; the last: {exc}") from None
         return
     tally.in_a_row = 0
-    tally.count(made.tokens)
+    tally.tokens = _sum(tally.tokens, made.tokens)
     tally.judge_calls += made.judge_calls
     if made.gate is None and made.row is not None:
-        verdict = gates.verdict(_turns(made.row), lengths=False)
+        verdict = gates.duplicate(_turns(made.row))
         if verdict is not None:
             made.gate, made.why = verdict
     if made.gate is not None or made.row is None:

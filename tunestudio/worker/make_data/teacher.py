@@ -18,7 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from tunestudio.chat_rows import BadTurn, read_turns
+from tunestudio.chat_rows import BadTurn, read_turns, unknown_calls
 from tunestudio.worker.make_data.documents import Chunk, Prompt
 
 __all__ = ["Unparsed", "Unschemed", "check_calls", "messages_of", "request_for"]
@@ -53,12 +53,12 @@ def request_for(task: str, source: Chunk | Prompt, variant: int, turns: int) -> 
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text + ask}]
 
 
-def messages_of(task: str, source: Chunk | Prompt, reply: str | dict[str, Any]) -> list[dict[str, Any]]:
-    """The training row's messages from the teacher's reply (its text, or for `tools` its whole message); Unparsed
-    when the reply is not what was asked."""
+def messages_of(task: str, source: Chunk | Prompt, message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training row's messages from the teacher's reply message (its text; for `tools`, its calls too);
+    Unparsed when the reply is not what was asked."""
     if task == "tools":
-        return _tool_turns(source, reply if isinstance(reply, dict) else {"content": reply})
-    reply = reply if isinstance(reply, str) else str(reply.get("content") or "")
+        return _tool_turns(source, message)
+    reply = str(message.get("content") or "")
     if isinstance(source, Prompt):
         if not reply.strip():
             raise Unparsed("the reply is empty")
@@ -102,11 +102,11 @@ def _tool_turns(source: Chunk | Prompt, message: dict[str, Any]) -> list[dict[st
 def check_calls(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
     """Unschemed unless every call names one of `tools` and its arguments fit that function's JSON Schema."""
     functions = {t["function"]["name"]: t["function"].get("parameters") for t in tools}
+    if unknown := unknown_calls(messages, tools):
+        raise Unschemed(f"calls {unknown[0]!r}, which is not among the tools ({', '.join(sorted(functions))})")
     for turn in messages:
         for call in turn.get("tool_calls", ()):
             name = call["function"]["name"]
-            if name not in functions:
-                raise Unschemed(f"calls {name!r}, which is not among the tools ({', '.join(sorted(functions))})")
             schema = functions[name]
             if schema is None:
                 continue
