@@ -26,7 +26,7 @@ from tunestudio.sweeps import tracking
 from tunestudio.sweeps.config import SweepConfig
 from tunestudio.sweeps.errors import LIVE, SecretsNeeded
 from tunestudio.sweeps.space import IntRange, Param, Values
-from tunestudio.sweeps.study import MEDIAN_WARMUP_EVALUATIONS, Study
+from tunestudio.sweeps.study import Study, judged
 from tunestudio.sweeps.views import BeforeAfter, BestTrial, ObjectiveView, SweepView, TrialRow
 
 log = logging.getLogger(__name__)
@@ -234,13 +234,14 @@ class SweepRunner(threading.Thread):
         seen = frozen.intermediate_values
         since = max(seen) if seen else None
         trial = self._handle(frozen.number)
-        steps = dict(seen)
+        steps, total = dict(seen), None
         for record in self.manager.metrics(job.id, since_step=since):
             value = record_value(record, self.config.objective.record_key)
+            total = record.get("total_steps") or total
             if value is not None and record["step"] not in steps:
                 trial.report(value, record["step"])
                 steps[record["step"]] = value
-        warm = self.config.pruner != "median" or len(steps) >= MEDIAN_WARMUP_EVALUATIONS
+        warm = bool(steps) and judged(self.config.pruner, len(steps), max(steps), total)
         if len(steps) > len(seen) and warm and job.status.value != "stopping" and trial.should_prune():
             log.info("sweep %s: trial %d pruned at step %d", self.study.id, frozen.number, max(steps))
             trial.set_user_attr(PRUNED_AT, max(steps))

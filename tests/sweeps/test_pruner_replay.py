@@ -1,0 +1,45 @@
+"""The sweep's pruner against the full grid's ranking: recorded full grids (tests/sweeps/data/full_grids.json: the
+sweep bench's space, 12 trials of 40 steps, random sampler seeds 0-5, every trial trained to its end) replayed
+through the pruner as the runner judges it (study.replay). No job runs: Optuna's own pruners on recorded curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tunestudio.sweeps import SweepConfig
+from tunestudio.sweeps.study import replay
+
+from ..helpers.jobs import DATA
+
+GRIDS = json.loads((Path(__file__).parent / "data" / "full_grids.json").read_text())
+
+
+def config(pruner: str) -> SweepConfig:
+    return SweepConfig.model_validate({
+        "base": {"model_name": "tiny", "local_datasets": [str(DATA / "alpaca.jsonl")], "max_steps": 40,
+                 "eval_steps": 5},
+        "sampler": "random",
+        "space": {"learning_rate": {"low": 1e-5, "high": 3e-2, "log": True}, "lora_r": {"values": [4, 8, 16]}},
+        "objective": {"metric": "eval_loss", "mode": "min"}, "pruner": pruner, "parallel": 1})
+
+
+@pytest.mark.parametrize("seed", sorted(GRIDS["seeds"]))
+def test_the_median_pruner_keeps_the_full_grid_s_winner_and_stops_the_clearly_worse(seed: str) -> None:
+    trials = GRIDS["seeds"][seed]
+    curves = [[(step, value) for step, value in t["curve"]] for t in trials]
+    stops = replay(config("median"), curves, GRIDS["total_steps"])
+    winner = min(range(len(curves)), key=lambda i: curves[i][-1][1])
+    assert stops[winner] is None, (seed, trials[winner]["params"], stops)
+    pruned = [i for i, stop in enumerate(stops) if stop is not None]
+    assert len(pruned) >= 3, stops
+    # never before a third of the steps; and every trial it stopped ended worse than the winner
+    assert all(stops[i] >= GRIDS["total_steps"] / 3 for i in pruned), stops
+    assert all(curves[i][-1][1] > curves[winner][-1][1] for i in pruned)
+
+
+def test_no_pruner_stops_nothing() -> None:
+    curves = [[(step, value) for step, value in t["curve"]] for t in GRIDS["seeds"]["0"]]
+    assert replay(config("none"), curves, GRIDS["total_steps"]) == [None] * len(curves)
