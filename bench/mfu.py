@@ -142,6 +142,9 @@ def profile(fields: dict[str, Any], steps: int, cache: Path) -> None:
         def _send(self, line: str) -> None:
             self.lines.append(line)
 
+        def close(self) -> None:
+            pass
+
     channel, calls = Collect(), [0]
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
     original = transformers.Trainer.training_step
@@ -167,16 +170,14 @@ def profile(fields: dict[str, Any], steps: int, cache: Path) -> None:
     print(f"profile of {steps} steps: {total / 1e6 / steps:.2f} s of CPU time a step (all threads' ops)")
     for e in sorted(table, key=lambda e: -e.self_cpu_time_total)[:25]:
         print(f"  {e.self_cpu_time_total / total:6.1%}  {e.count // steps:6d} calls/step  {e.key}")
-    print("matrix products by shape:")
-    shapes = [e for e in prof.key_averages(group_by_input_shape=True) if e.key in ("aten::mm", "aten::addmm",
-                                                                                    "aten::bmm", "aten::linear")]
-    for e in sorted(shapes, key=lambda e: -e.self_cpu_time_total)[:12]:
-        print(f"  {e.self_cpu_time_total / total:6.1%}  {e.count // steps:4d}/step  {e.key} {e.input_shapes}")
-
+    by_shape = prof.key_averages(group_by_input_shape=True)
+    for title, keys in (("matrix products", ("aten::mm", "aten::addmm", "aten::bmm")), ("copies", ("aten::copy_",))):
+        print(f"{title} by shape:")
+        for e in sorted((e for e in by_shape if e.key in keys), key=lambda e: -e.self_cpu_time_total)[:10]:
+            print(f"  {e.self_cpu_time_total / total:6.1%}  {e.count / steps:6.1f}/step  {e.key} {e.input_shapes}")
 
 def main() -> None:
     import torch
-
     from precision import matmul_peak, write_long_texts
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

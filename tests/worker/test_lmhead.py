@@ -102,6 +102,30 @@ def test_bf16_autocast_is_as_close_to_fp32_as_trls() -> None:
         _close(exact_grads[1], grads[1], 2e-2)
 
 
+def test_a_frozen_head_cast_once_is_cast_again_when_it_changes() -> None:
+    """A frozen head's bf16 copy is kept between calls (a LoRA job's head), and made again once the weight is
+    changed in place (a loaded checkpoint) or another weight comes: never a stale copy."""
+    import torch
+
+    h, w, b, targets = _inputs(n=16, vocab=500, hidden=32)
+    w = w.clone()
+
+    def log_probs() -> torch.Tensor:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return _ours(h, w, b, targets, 1.0, 32768, None, 1.0, ("log_probs",))[0]
+
+    def fresh() -> torch.Tensor:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return _ours(h, w.clone(), b, targets, 1.0, 32768, None, 1.0, ("log_probs",))[0]
+
+    first = log_probs()
+    assert torch.equal(first, log_probs())
+    w.mul_(1.5)
+    changed = log_probs()  # the same weight, changed in place: cast again
+    assert not torch.equal(changed, first) and torch.equal(changed, fresh())
+    assert torch.equal(log_probs(), changed)  # and after another weight came in between
+
+
 def test_without_grad_and_without_rows() -> None:
     import torch
 
