@@ -182,3 +182,19 @@ def test_installed_the_fused_forward_keeps_loss_and_gradients(monkeypatch) -> No
         assert ref_grads.keys() == grads.keys() and grads
         for name in grads:
             _close(ref_grads[name], grads[name], 1e-4)
+
+
+def test_is_top1_counts_the_first_maximum_only() -> None:
+    """A target tied with an earlier entry at the row's maximum is not its top-1 (TRL's rule, argmax's first index);
+    tied with a later one, it is."""
+    import torch
+
+    from tunestudio.worker.train.lmhead import _first_maximum
+
+    z = torch.tensor([[1.0, 5.0, 5.0, 0.0], [1.0, 5.0, 5.0, 0.0], [9.0, 1.0, 2.0, 3.0], [0.0, 1.0, 7.0, 2.0],
+                      [4.0, 4.0, 4.0, 4.0]])
+    index = torch.tensor([2, 1, 0, 3, 0])
+    top, target = z.amax(1), z.gather(1, index.unsqueeze(1)).squeeze(1)
+    expected = z.argmax(1) == index
+    assert expected.tolist() == [False, True, True, False, True]
+    assert torch.equal(_first_maximum(z, top, target, index), expected)
