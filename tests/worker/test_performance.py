@@ -51,3 +51,35 @@ def test_freed_step_memory_is_kept_unless_the_user_chose_the_thresholds() -> Non
     assert configured["set"] is True and configured["faults"] < 50
     users_own = _run("configure", MALLOC_TRIM_THRESHOLD_="999999")
     assert users_own["set"] is False and users_own["faults"] > 1000  # their setting stands
+
+
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # peft's own call
+def test_lora_on_an_fp32_model_skips_peft_s_input_casts_and_trains_bitwise_the_same(tiny_model: Path) -> None:
+    """prepare_model turns off peft's cast of each adapted layer's input to the adapters' dtype on an all-fp32 model
+    (under bf16 autocast it was cast to fp32 and straight back): the loss and every adapter gradient of a bf16
+    autocast step stay bitwise those of peft's default."""
+    import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from transformers import AutoModelForCausalLM
+
+    from tunestudio.config import JobConfig
+    from tunestudio.worker.train.model import prepare_model
+
+    cfg = JobConfig.model_validate({"model_name": str(tiny_model), "local_datasets": ["x.jsonl"],
+                                    "training_type": "lora", "lora_r": 8})
+    ids = torch.randint(0, 500, (2, 48), generator=torch.Generator().manual_seed(0))
+
+    def step(cast: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = prepare_model(AutoModelForCausalLM.from_pretrained(tiny_model), cfg, gradient_checkpointing=False)
+        layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+        assert layers and not any(m.cast_input_dtype_enabled for m in layers)
+        for m in layers:
+            m.cast_input_dtype_enabled = cast
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return [loss.detach()] + [p.grad for p in model.parameters() if p.requires_grad]
+
+    skipped, cast = step(False), step(True)
+    assert len(skipped) > 1 and all(torch.equal(a, b) for a, b in zip(skipped, cast, strict=True))

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 from peft import LoftQConfig, LoraConfig, get_peft_model, prepare_model_for_kbit_training
+from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -130,10 +131,25 @@ def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing
         loftq_config=LoftQConfig(loftq_bits=4) if cfg.use_loftq else {},
     )
     try:
-        return get_peft_model(model, lora)
+        wrapped = get_peft_model(model, lora)
     except ValueError as exc:
         # peft names the modules it could not find; that is a config problem.
         raise UserError(f"target_modules: {exc}") from exc
+    _without_input_casts(wrapped)
+    return wrapped
+
+
+def _without_input_casts(model: torch.nn.Module) -> None:
+    """peft casts each LoRA layer's input to its adapters' dtype (fp32) before their products. In a model whose
+    every weight is fp32 the input is fp32 already, except under autocast, which casts it straight back to bf16
+    for the product: two copies of each adapted layer's input, forward and backward, for nothing. They go, in such
+    a model only (a bf16 or quantized base without autocast needs them). Measured with bench/mfu.py's profile and a
+    6-layer body: the loss and gradients bitwise the same, 0.90x the step time."""
+    if any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()):
+        return
+    for module in model.modules():
+        if isinstance(module, BaseTunerLayer):
+            module.cast_input_dtype_enabled = False
 
 
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
