@@ -135,7 +135,8 @@ def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing
     except ValueError as exc:
         # peft names the modules it could not find; that is a config problem.
         raise UserError(f"target_modules: {exc}") from exc
-    _without_input_casts(wrapped)
+    if cfg.training_type is TrainingType.lora:  # a quantized base computes in its own dtype: peft's casts stay
+        _without_input_casts(wrapped)
     return wrapped
 
 
@@ -143,7 +144,7 @@ def _without_input_casts(model: torch.nn.Module) -> None:
     """peft casts each LoRA layer's input to its adapters' dtype (fp32) before their products. In a model whose
     every weight is fp32 the input is fp32 already, except under autocast, which casts it straight back to bf16
     for the product: two copies of each adapted layer's input, forward and backward, for nothing. They go, in such
-    a model only (a bf16 or quantized base without autocast needs them). Measured with bench/mfu.py's profile and a
+    a model only (a bf16 or quantized base needs them). Measured with bench/mfu.py's profile and a
     6-layer body: the loss and gradients bitwise the same, 0.90x the step time."""
     if any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()):
         return
