@@ -198,3 +198,16 @@ def test_is_top1_counts_the_first_maximum_only() -> None:
     expected = z.argmax(1) == index
     assert expected.tolist() == [False, True, True, False, True]
     assert torch.equal(_first_maximum(z, top, target, index), expected)
+
+
+@pytest.mark.parametrize("vocab", [100, 5000])
+def test_row_dot_products_on_either_side_of_the_vocabulary_threshold(vocab: int) -> None:
+    import torch
+
+    from tunestudio.worker.train.lmhead import _ROWDOT_VOCAB, _rowdot
+
+    assert (vocab >= _ROWDOT_VOCAB) == (vocab == 5000)
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.rand(7, vocab, generator=g), torch.randn(7, vocab, generator=g)
+    exact = (a.double() * b.double()).sum(1)
+    assert torch.allclose(_rowdot(a, b).double(), exact, rtol=1e-4, atol=1e-3)
