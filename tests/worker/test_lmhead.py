@@ -198,6 +198,9 @@ def test_is_top1_counts_the_first_maximum_only() -> None:
     expected = z.argmax(1) == index
     assert expected.tolist() == [False, True, True, False, True]
     assert torch.equal(_first_maximum(z, top, target, index), expected)
+    many = z.repeat(100, 1), index.repeat(100)  # past the rows checked one by one: argmax over the hits
+    top, target = many[0].amax(1), many[0].gather(1, many[1].unsqueeze(1)).squeeze(1)
+    assert torch.equal(_first_maximum(many[0], top, target, many[1]), expected.repeat(100))
 
 
 @pytest.mark.parametrize("vocab", [100, 5000])
