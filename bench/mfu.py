@@ -176,6 +176,7 @@ def profile(fields: dict[str, Any], steps: int, cache: Path) -> None:
         for e in sorted((e for e in by_shape if e.key in keys), key=lambda e: -e.self_cpu_time_total)[:10]:
             print(f"  {e.self_cpu_time_total / total:6.1%}  {e.count / steps:6.1f}/step  {e.key} {e.input_shapes}")
 
+
 def main() -> None:
     import torch
     from precision import matmul_peak, write_long_texts

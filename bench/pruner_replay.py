@@ -69,27 +69,29 @@ def main() -> None:
              "median, from half": ("median", 0.5), "successive halving (Optuna's defaults)": ("halving", None)}
     default = study.MEDIAN_WARMUP_FRACTION
     results = {}
-    for name, (pruner, fraction) in rules.items():
-        study.MEDIAN_WARMUP_FRACTION = default if fraction is None else fraction
-        config = SweepConfig.model_validate({
-            "base": {"model_name": "tiny", "local_datasets": ["x.jsonl"], "max_steps": total, "eval_steps": 5},
-            "space": {"learning_rate": {"low": 1e-5, "high": 3e-2, "log": True}, "lora_r": {"values": [4, 8, 16]}},
-            "objective": {"metric": "eval_loss", "mode": "min"}, "pruner": pruner, "parallel": 1})
-        rows = []
-        for seed, trials in grids["seeds"].items():
-            curves = [[(s, v) for s, v in t["curve"]] for t in trials]
-            stops = study.replay(config, curves, total)
-            steps = sum(total if stop is None else stop for stop in stops)
-            winner = min(range(len(curves)), key=lambda i: curves[i][-1][1])
-            full_wall = FIRST_S + len(curves) * (TRIAL_S + STEP_S * total)
-            rows.append({"seed": int(seed), "steps": round(steps / (total * len(curves)), 3),
-                         "wall": round((FIRST_S + len(curves) * TRIAL_S + STEP_S * steps) / full_wall, 3),
-                         "kept": stops[winner] is None, "pruned": sum(stop is not None for stop in stops)})
-        results[name] = rows
-        print(f"{name}: kept the winner in {sum(r['kept'] for r in rows)} of {len(rows)}; " + " | ".join(
-            f"seed {r['seed']}: steps {r['steps']:.2f}, wall ~{r['wall']:.2f}{'' if r['kept'] else ' LOST'}"
-            for r in rows), flush=True)
-    study.MEDIAN_WARMUP_FRACTION = default
+    try:
+        for name, (pruner, fraction) in rules.items():
+            study.MEDIAN_WARMUP_FRACTION = default if fraction is None else fraction
+            config = SweepConfig.model_validate({
+                "base": {"model_name": "tiny", "local_datasets": ["x.jsonl"], "max_steps": total, "eval_steps": 5},
+                "space": {"learning_rate": {"low": 1e-5, "high": 3e-2, "log": True}, "lora_r": {"values": [4, 8, 16]}},
+                "objective": {"metric": "eval_loss", "mode": "min"}, "pruner": pruner, "parallel": 1})
+            rows = []
+            for seed, trials in grids["seeds"].items():
+                curves = [[(s, v) for s, v in t["curve"]] for t in trials]
+                stops = study.replay(config, curves, total)
+                steps = sum(total if stop is None else stop for stop in stops)
+                winner = min(range(len(curves)), key=lambda i: curves[i][-1][1])
+                full_wall = FIRST_S + len(curves) * (TRIAL_S + STEP_S * total)
+                rows.append({"seed": int(seed), "steps": round(steps / (total * len(curves)), 3),
+                             "wall": round((FIRST_S + len(curves) * TRIAL_S + STEP_S * steps) / full_wall, 3),
+                             "kept": stops[winner] is None, "pruned": sum(stop is not None for stop in stops)})
+            results[name] = rows
+            print(f"{name}: kept the winner in {sum(r['kept'] for r in rows)} of {len(rows)}; " + " | ".join(
+                f"seed {r['seed']}: steps {r['steps']:.2f}, wall ~{r['wall']:.2f}{'' if r['kept'] else ' LOST'}"
+                for r in rows), flush=True)
+    finally:
+        study.MEDIAN_WARMUP_FRACTION = default
     print(json.dumps({"bench": "pruner_replay", "grids": str(GRIDS.relative_to(ROOT)), "rules": results}))
 
 

@@ -13,6 +13,7 @@ from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
 from tunestudio.sweeps import SweepConfig, Sweeps
+from tunestudio.sweeps.study import Study
 
 from ..helpers.jobs import DATA
 
@@ -76,8 +77,12 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
         for trial in pruned:  # stopped early, with a save, before its last evaluation
             job = manager.get(trial.job_id)
             assert job.status is JobStatus.stopped and job.checkpoint is not None
-            steps = evaluated(manager, job.id)  # judged from a third of its steps on (step 6)
-            assert steps == list(range(0, max(steps) + 1, 3)) and MAX_STEPS / 3 <= max(steps) < MAX_STEPS, steps
+            steps = evaluated(manager, job.id)
+            assert steps == list(range(0, max(steps) + 1, 3)) and max(steps) < MAX_STEPS, steps
+        study = Study(settings.home / "sweeps" / f"{sweep_id}.db")
+        judged_at = [study.study.trials[t.number].user_attrs.get("pruned_at") for t in pruned]
+        study.close()
+        assert all(step >= MAX_STEPS / 3 for step in judged_at), judged_at  # from a third of its steps on (step 6)
         for trial in completed:
             assert manager.get(trial.job_id).status is JobStatus.completed
             assert trial.steps == MAX_STEPS and set(trial.evaluation["eval_loss"].model_dump()) == {"before", "after"}

@@ -90,6 +90,34 @@ def test_matches_trl_outputs_and_gradients(monkeypatch, head, grad_w, loss_of) -
         _close(a, b, 1e-5)
 
 
+@pytest.mark.parametrize("head", [(1.0, None, 1.0), (0.7, 30.0, 0.5)], ids=["plain", "softcap-scale-temperature"])
+@pytest.mark.parametrize("loss_of", [_mean_nll, _weighted], ids=["nll", "weighted-with-entropy"])
+def test_bf16_chunks_reuse_their_buffers_without_changing_a_row(monkeypatch, head, loss_of) -> None:
+    """Under bf16 autocast, chunks of 8 rows (the kept buffers reused 5 times, the last chunk partial) give every
+    row bitwise what one chunk gives, and the head's gradient up to the order of its sums; TRL's kernel under bf16
+    agrees with both."""
+    from tunestudio.worker.train import lmhead
+
+    args = _inputs(bias=True)
+    whole = _run(_ours, *args, grad_w=True, head=head, loss_of=loss_of, bf16=True)
+    monkeypatch.setattr(lmhead, "CHUNK_ELEMENTS", 301 * 8)
+    chunked = _run(_ours, *args, grad_w=True, head=head, loss_of=loss_of, bf16=True)
+    for a, b in zip(whole[0], chunked[0], strict=True):
+        assert (a is None and b is None) or torch_equal(a, b)
+    assert torch_equal(whole[1][0], chunked[1][0])  # the hidden states' gradient, row by row
+    for a, b in zip(whole[1][1:], chunked[1][1:], strict=True):
+        _close(a, b, 1e-2)
+    trl = _run(_trl, *args, grad_w=True, head=head, loss_of=loss_of, bf16=True)  # and TRL's kernel agrees
+    for a, b in zip(trl[0][:2] + trl[1], chunked[0][:2] + chunked[1], strict=True):
+        _close(a, b, 2e-2)
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)
+
+
 def test_bf16_autocast_is_as_close_to_fp32_as_trls() -> None:
     """Under bf16 autocast the projections run in bf16 (as F.linear's would): the error against the fp32 result
     stays within what TRL's own kernel makes."""
@@ -118,8 +146,10 @@ def test_a_frozen_head_cast_once_is_cast_again_when_it_changes() -> None:
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
             return _ours(h, w.clone(), b, targets, 1.0, 32768, None, 1.0, ("log_probs",))[0]
 
+    from tunestudio.worker.train.lmhead import _cast
+
     first = log_probs()
-    assert torch.equal(first, log_probs())
+    assert torch.equal(first, log_probs()) and _cast(w, torch.bfloat16) is _cast(w, torch.bfloat16)  # kept
     w.mul_(1.5)
     changed = log_probs()  # the same weight, changed in place: cast again
     assert not torch.equal(changed, first) and torch.equal(changed, fresh())

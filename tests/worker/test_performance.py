@@ -69,16 +69,28 @@ def test_lora_on_an_fp32_model_skips_peft_s_input_casts_and_trains_bitwise_the_s
                                     "training_type": "lora", "lora_r": 8})
     ids = torch.randint(0, 500, (2, 48), generator=torch.Generator().manual_seed(0))
 
+    def counted(cast_input, calls: list[bool]):  # type: ignore[no-untyped-def]
+        def wrapper(x, dtype):  # type: ignore[no-untyped-def]
+            out = cast_input(x, dtype)
+            calls.append(out is not None and out.dtype != x.dtype)
+            return out
+        return wrapper
+
     def step(cast: bool) -> list[torch.Tensor]:
         torch.manual_seed(0)
         model = prepare_model(AutoModelForCausalLM.from_pretrained(tiny_model), cfg, gradient_checkpointing=False)
         layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
         assert layers and not any(m.cast_input_dtype_enabled for m in layers)
+        calls = []
         for m in layers:
             m.cast_input_dtype_enabled = cast
+            m.lora_B.default.weight.data.normal_(0, 0.02)  # B starts at zero: the adapters' path would add nothing
+            m._cast_input_dtype = counted(m._cast_input_dtype, calls)
+        model.train()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
+        assert any(calls) == cast  # with the casts on, peft did cast the bf16 input to fp32
         return [loss.detach()] + [p.grad for p in model.parameters() if p.requires_grad]
 
     skipped, cast = step(False), step(True)

@@ -53,7 +53,8 @@ def judged(pruner: str, evaluations: int, step: int, total_steps: int | None) ->
     `total_steps`, None or 0 when its job does not know it yet)."""
     if pruner != "median":
         return True
-    trained_enough = not total_steps or step >= MEDIAN_WARMUP_FRACTION * total_steps
+    # (a job's records always carry its total; without one, the evaluations alone decide)
+    trained_enough = not total_steps or step >= MEDIAN_WARMUP_FRACTION * total_steps - 1e-9
     return evaluations >= MEDIAN_WARMUP_EVALUATIONS and trained_enough
 
 
@@ -66,9 +67,11 @@ def _pruner(config: SweepConfig) -> optuna.pruners.BasePruner:
 
 
 def replay(config: SweepConfig, curves: list[list[tuple[int, float]]], total_steps: int | None) -> list[int | None]:
-    """What the sweep's pruner does to recorded trials run one after another (parallel 1), judged as the runner
-    judges: per trial, the step it is stopped at, or None when it completes. Each curve is a trial's evaluations of
-    the objective, (step, value) in order; a completed trial's value is its last (its job's final evaluation)."""
+    """What the sweep's pruner does to recorded trials run one after another (parallel 1), with the runner's warm-up
+    (`judged`): per trial, the step it is stopped at, or None when it completes. Each curve is a trial's evaluations
+    of the objective, (step, value) in order; a completed trial's value is its last (its job's final evaluation).
+    The runner asks at its polls, so a trial may be judged a little later there, and a trial early stopping ended
+    is told its best."""
     study = optuna.create_study(direction=config.objective.direction, pruner=_pruner(config))
     stops: list[int | None] = []
     for curve in curves:

@@ -32,17 +32,18 @@ def _chunk_rows(vocab: int) -> int:
 
 
 # The forward's chunk buffers (a chunk's projection, its fp32 logits, their exponentials), kept between chunks and
-# calls: at most CHUNK_ELEMENTS each, 320 MiB in all at a 262k vocabulary. Made anew in every chunk, each was above
-# the allocator's mmap threshold (performance.configure_allocator: 32 MiB), so each was mapped, faulted in and
-# zeroed by the kernel, then unmapped: a bf16 -> fp32 copy of a chunk took 26-72 ms instead of ~10 (bench/mfu.py's
-# profile of a 262k-vocabulary LoRA step).
+# calls: at most CHUNK_ELEMENTS each, 320 MiB in all at a 262k vocabulary (448 MiB once precision auto has run a
+# step in each precision: the projection's buffer is kept per dtype). One thread calls the head. Made anew in every
+# chunk, each was above the allocator's mmap threshold (performance.configure_allocator: 32 MiB), so each was
+# mapped, faulted in and zeroed by the kernel, then unmapped: a bf16 -> fp32 copy of a chunk took 26-72 ms instead
+# of ~10 (bench/mfu.py's profile of a 262k-vocabulary LoRA step).
 _workspace: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
 
 
-def _scratch(name: str, rows: int, cols: int, dtype: torch.dtype, device: str = "cpu") -> torch.Tensor:
+def _scratch(name: str, rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A [rows, cols] buffer of uninitialised memory, the same one each time for a name, dtype and device (grown
     when too small): valid until the next call for that name."""
-    key = (name, dtype, torch.device(device))
+    key = (name, dtype, device)
     held = _workspace.get(key)
     if held is None or held.numel() < rows * cols:
         _workspace.pop(key, None)  # the old buffer goes before the new one is made
@@ -69,13 +70,14 @@ class _Head:
         scratch: y and z in the kept chunk buffers (`_scratch`: valid until the next chunk), not new tensors."""
         h = hidden.to(self.dtype)
         rows, vocab = h.shape[0], self.weight.shape[0]
-        y = torch.mm(h, self.weight.t(), out=_scratch("y", rows, vocab, self.dtype)) if scratch else h @ self.weight.t()
+        y = torch.mm(h, self.weight.t(), out=_scratch("y", rows, vocab, self.dtype, h.device)) if scratch \
+            else h @ self.weight.t()
         if self.bias is not None:
             y += self.bias
         if self.acc == self.dtype:
             z = y  # y itself in fp32, no longer needed
         else:  # a copy under bf16
-            z = _scratch("z", rows, vocab, self.acc).copy_(y) if scratch else y.to(self.acc)
+            z = _scratch("z", rows, vocab, self.acc, h.device).copy_(y) if scratch else y.to(self.acc)
         if self.softcap:
             t = z.mul_(self.pre).tanh_()
             return t * self.post, t
@@ -99,6 +101,9 @@ def _add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
         acc += a @ b
 
 
+_ROWDOT_VOCAB = 4096  # measured: 512 rows of 8,192 take 3.5 ms a dot a row, 5.4 ms as a product and a sum
+
+
 def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Σ_v a[n, v]·b[n, v] for each row. Over a large vocabulary, one dot product a row, which reads each row once
     and makes no [n, vocab] temporary (1 thread, 128 rows of 262,144: 19 ms against 103 ms for a batched
@@ -109,13 +114,12 @@ def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a * b).sum(1)
 
 
-_ROWDOT_VOCAB = 4096  # measured: 512 rows of 8,192 take 3.5 ms a dot a row, 5.4 ms as a product and a sum
-
-
-# The last frozen head weight cast to the compute dtype, kept while that weight is unchanged: (the weight, its
-# version counter, dtype) -> the cast. A LoRA job's head is frozen, and casting 262,144 x 640 weights again in every
-# forward was 5 % of its step (bench/mfu.py); a trained head changes every step and is cast anew.
-_cast_cache: dict[str, Any] = {}
+# The last frozen head weight cast to the compute dtype, kept while that weight is unchanged: one entry, (the weight,
+# its version counter, storage, dtype and device, the target dtype) -> the cast, dropped when the weight goes. A LoRA
+# job's head is frozen, and casting 262,144 x 640 weights again in every forward was 5 % of its step (bench/mfu.py);
+# a trained head changes every step and is cast anew. An in-place change moves the version counter; a write through
+# `.data` does not, and the worker makes none to a frozen head. The worker calls the head from one thread.
+_cast_cache: list[tuple[Any, tuple[Any, ...], torch.Tensor]] = []
 
 
 def _cast(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -123,26 +127,25 @@ def _cast(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return weight
     if weight.requires_grad:
         return weight.to(dtype)
-    held = _cast_cache.get("key")
-    if held is not None and held[0]() is weight and held[1:] == (weight._version, dtype):
-        return _cast_cache["cast"]
+    key = (weight._version, weight.data_ptr(), weight.dtype, weight.device, dtype)
+    if _cast_cache and _cast_cache[0][0]() is weight and _cast_cache[0][1] == key:
+        return _cast_cache[0][2]
     _cast_cache.clear()  # the old cast's memory goes before the new one is made
     cast = weight.to(dtype)
-    _cast_cache.update(key=(weakref.ref(weight), weight._version, dtype), cast=cast)
+    _cast_cache.append((weakref.ref(weight, lambda _: _cast_cache.clear()), key, cast))
     return cast
 
 
 def _first_maximum(z: torch.Tensor, top: torch.Tensor, target: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Whether each row's target is its first maximum (TRL's "ties with an earlier token do not count"): the
-    target's logit equals the row's maximum, and no earlier entry does. The same as argmax == target, without
-    max's indices over the whole chunk (4x amax's time at a 262k vocabulary: 8 % of the head's). The rows whose
-    target is at the maximum are checked for an earlier tie one by one when they are few (a large vocabulary's
-    chunk has at most 256 rows), else by argmax over those rows alone."""
+    target's logit equals the row's maximum, and no earlier entry does. The same as argmax == target (but for a row
+    whose target's logit is NaN: never its top-1 here), without max's indices over the whole chunk (4x amax's time
+    at a 262k vocabulary: 8 % of the head's). The rows at their maximum are checked for an earlier tie one by one
+    when they are few (a large vocabulary's chunk has at most 256 rows), else argmax decides for the whole chunk."""
     hit = target == top
     rows = hit.nonzero().squeeze(1)
     if rows.numel() > 256:
-        hit[rows] = z[rows].argmax(1) == index[rows]
-        return hit
+        return z.argmax(1) == index
     for row in rows.tolist():
         col = int(index[row])
         if col and bool((z[row, :col] == top[row]).any()):
@@ -201,8 +204,10 @@ class CpuLogProb(torch.autograd.Function):
                 if "mean_logits" in extra:
                     extra["mean_logits"][part] = z.sum(1) / vocab
                 shifted = z.sub_(top.unsqueeze(1))
-                e = torch.exp(shifted, out=_scratch("e", *shifted.shape, shifted.dtype)) if "entropy" in extra \
-                    else shifted.exp_()
+                if "entropy" in extra:  # shifted is read again: the exponentials go to their own buffer
+                    e = torch.exp(shifted, out=_scratch("e", *shifted.shape, shifted.dtype, shifted.device))
+                else:
+                    e = shifted.exp_()
                 total = e.sum(1)
                 log_total = total.log()
                 lse[part] = top + log_total
@@ -218,7 +223,7 @@ class CpuLogProb(torch.autograd.Function):
                     if need[2]:
                         grad_b += grad.sum(0)
                     if grad.dtype != dtype:  # into the projection's buffer: y is spent
-                        grad = _scratch("y", *grad.shape, dtype).copy_(grad)
+                        grad = _scratch("y", *grad.shape, dtype, grad.device).copy_(grad)
                     if need[0]:
                         grad_h[part] = grad @ head.weight
                     if need[1]:

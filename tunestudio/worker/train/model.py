@@ -135,7 +135,7 @@ def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing
     except ValueError as exc:
         # peft names the modules it could not find; that is a config problem.
         raise UserError(f"target_modules: {exc}") from exc
-    if cfg.training_type is TrainingType.lora:  # a quantized base computes in its own dtype: peft's casts stay
+    if cfg.training_type is TrainingType.lora and not cfg.lora_dropout:
         _without_input_casts(wrapped)
     return wrapped
 
@@ -144,9 +144,10 @@ def _without_input_casts(model: torch.nn.Module) -> None:
     """peft casts each LoRA layer's input to its adapters' dtype (fp32) before their products. In a model whose
     every weight is fp32 the input is fp32 already, except under autocast, which casts it straight back to bf16
     for the product: two copies of each adapted layer's input, forward and backward, for nothing. They go, in such
-    a model only (a bf16 or quantized base needs them). Measured with bench/mfu.py's profile and a
-    6-layer body: the loss and gradients bitwise the same, 0.90x the step time."""
-    if any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()):
+    a model only (a bf16 or quantized base computes in its own dtype and needs them), and without LoRA dropout
+    (dropout on the bf16 input would scale it in bf16). Measured with bench/mfu.py's profile and a 6-layer body: the
+    loss and gradients bitwise the same, 0.90x the step time."""
+    if any(not p.is_floating_point() or p.dtype != torch.float32 for p in model.parameters()):
         return
     for module in model.modules():
         if isinstance(module, BaseTunerLayer):
