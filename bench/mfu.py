@@ -89,21 +89,11 @@ def job_fields(model_dir: Path, data: Path, out: Path, args: argparse.Namespace)
 
 def run_job(fields: dict[str, Any], steps: int, cache: Path) -> dict[str, Any]:
     """The job in its own worker process, stopped after `steps` logged steps: its progress and log lines."""
-    import time
+    from precision import stopped_job
 
-    from tunestudio.config import JobConfig
     from tunestudio.events import Log, Progress
-    from tunestudio.jobs.supervisor import Supervisor
 
-    events: list[Any] = []
-    sup = Supervisor(JobConfig.model_validate(fields), events.extend, cache_dir=str(cache))
-    sup.start()
-    deadline = time.monotonic() + 3600
-    while time.monotonic() < deadline and sup.wait(0.5) is None:
-        if sum(isinstance(e, Progress) and e.loss is not None for e in list(events)) >= steps:
-            sup.stop(save=False)
-            break
-    sup.wait(600)
+    _, events = stopped_job(fields, steps, cache)
     progress = [e for e in events if isinstance(e, Progress) and e.loss is not None][:steps]
     if len(progress) < steps:
         sys.exit(f"the job ended after {len(progress)} steps: " + "; ".join(
@@ -119,10 +109,9 @@ def steady_rate(progress: list[tuple[int, float, float]], skip: int) -> float:
 
 def chosen_precision(log: list[str], asked: str) -> str:
     """The precision the job ran in: `asked`, or auto's decision from its log line."""
-    if asked != "auto":
-        return asked
-    line = next((m for m in log if m.startswith("precision auto")), "")
-    return line.split("→ ")[1].split()[0] if "→ " in line else "fp32"
+    from precision import decided_precision
+
+    return asked if asked != "auto" else decided_precision(next((m for m in log if m.startswith("precision auto")), ""))
 
 
 def profile(fields: dict[str, Any], steps: int, cache: Path) -> None:
@@ -130,22 +119,11 @@ def profile(fields: dict[str, Any], steps: int, cache: Path) -> None:
     import torch
     import transformers
 
+    from tests.helpers.channel import ListChannel
     from tunestudio.events import Stop
-    from tunestudio.worker.channel import Channel
     from tunestudio.worker.main import run
 
-    class Collect(Channel):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lines: list[str] = []
-
-        def _send(self, line: str) -> None:
-            self.lines.append(line)
-
-        def close(self) -> None:
-            pass
-
-    channel, calls = Collect(), [0]
+    channel, calls = ListChannel(), [0]
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
     original = transformers.Trainer.training_step
 

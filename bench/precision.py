@@ -113,11 +113,32 @@ def matmul_peak(dtype: Any) -> float:
     return 2 * 2048**3 * 10 / (time.perf_counter() - start)
 
 
+def stopped_job(fields: dict[str, Any], steps: int, cache: Path, save: bool = False) -> tuple[Any, list[Any]]:
+    """A job (JobConfig fields) in its own worker process, stopped after `steps` logged steps: its outcome and its
+    events."""
+    from tunestudio.config import JobConfig
+    from tunestudio.events import Progress
+    from tunestudio.jobs.supervisor import Supervisor
+
+    events: list[Any] = []
+    sup = Supervisor(JobConfig.model_validate(fields), events.extend, cache_dir=str(cache))
+    sup.start()
+    deadline = time.monotonic() + 3600
+    while time.monotonic() < deadline and sup.wait(0.2) is None:
+        if sum(isinstance(e, Progress) and e.loss is not None for e in list(events)) >= steps:
+            sup.stop(save=save)
+            break
+    return sup.wait(600), events
+
+
+def decided_precision(decision: str) -> str:
+    """The precision auto chose, from the worker's "precision auto → ..." log line (fp32 when none is given)."""
+    return decision.split("→ ")[1].split()[0] if "→ " in decision else "fp32"
+
+
 def tunestudio_job(model_dir: Path, data: Path, shape: Shape, steps: int, precision: str, out: Path,
                    cache: Path, save: bool = False) -> dict:
-    from tunestudio.config import JobConfig
     from tunestudio.events import Log, Progress
-    from tunestudio.jobs.supervisor import Supervisor
 
     fields: dict[str, Any] = {
         "model_name": str(model_dir), "local_datasets": [str(data)], "output_dir": str(out),
@@ -127,15 +148,7 @@ def tunestudio_job(model_dir: Path, data: Path, shape: Shape, steps: int, precis
     }
     if shape.training_type == "lora":
         fields |= {"lora_r": 16, "lora_alpha": 32}
-    events: list[Any] = []
-    sup = Supervisor(JobConfig.model_validate(fields), events.extend, cache_dir=str(cache))
-    sup.start()
-    deadline = time.monotonic() + 3600
-    while time.monotonic() < deadline and sup.wait(0.2) is None:
-        if sum(isinstance(e, Progress) and e.loss is not None for e in list(events)) >= steps:
-            sup.stop(save=save)
-            break
-    outcome = sup.wait(600)
+    outcome, events = stopped_job(fields, steps, cache, save)
     assert outcome is not None and outcome.completed is not None, outcome  # stopped without saving: "cancelled"
     assert not save or outcome.completed.saved, outcome
     progress = [e for e in events if isinstance(e, Progress) and e.loss is not None][:steps]
@@ -244,7 +257,7 @@ def run_shape(shape: Shape, model_dir: Path, data: Path, work: Path, steps: int,
     best = {k: max(r["tokens_per_s"] for r in v) for k, v in runs.items()}
     faster_fixed = max((k for k in ("fp32", "bf16") if k in best), key=best.__getitem__)
     decision = runs["auto"][0]["decision"]
-    auto_precision = decision.split("→ ")[1].split()[0] if "→ " in decision else "fp32"
+    auto_precision = decided_precision(decision)
     plain = max((best[k] for k in ("plain_fp32", "plain_bf16") if k in best), default=None)
     # the same ratio round by round (each round's jobs ran back to back): how much of it is noise
     by_round = [round(a["tokens_per_s"] / f["tokens_per_s"], 3)
