@@ -199,7 +199,14 @@ def main(model: str, workdir: str) -> None:
         fh.truncate(STORE // 2 + (4 << 20))
     bucket = Path(tempfile.mkdtemp(prefix="tunestudio-bucket-", dir="/var/tmp"))
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    seen: dict[str, Any] = {}
+    seen: dict[str, Any] = {"seconds": {}}
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:  # how long each part took, printed with the result (the suite's slowest test)
+        nonlocal clock
+        seen["seconds"][name] = round(time.monotonic() - clock, 1)
+        clock = time.monotonic()
+
     try:
         subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={PORT}", "--num-cpus=0",
                         f"--object-store-memory={STORE}", "--include-dashboard=false", "--disable-usage-stats",
@@ -209,21 +216,28 @@ def main(model: str, workdir: str) -> None:
                        check=True, capture_output=True, timeout=180)
         hidden = f"/proc/{_hidden_pid()}/root"
         seen["hidden_sees_studio"] = Path(hidden + str(work)).exists()
+        lap("cluster")
 
         # A cancel's grace period of 0.1s: a rank that does not stop by then has its driver killed (SIGTERM).
         with JobManager(_settings(home, ray_worker_resources={"remote": 1}, stop_grace_seconds=0.1)) as manager:
             seen["cancelled"] = _cancelled_job(manager, studio_model, dataset, home, hidden)
+            lap("cancelled")
             seen["failing"] = _failing_job(manager, studio_model, bad, home)
+            lap("failing")
             seen["stopped"] = _stopped_job(manager, studio_model, dataset, home)
+            lap("stopped")
             seen["stages_after_stopped"] = _stages(hidden)  # its ranks swept the cancelled job's copy
             big = manager.submit(job_config(studio_model, home / "huge", local_datasets=[str(huge)]))
             seen["too_large"] = _end(manager, big.id).model_dump(include={"status", "error"}, mode="json")
+            lap("too_large")
         with JobManager(_settings(home, ray_worker_resources={"trainer": 1}, ray_storage=f"file://{bucket}")) \
                 as manager:
             seen["resumed"] = _resumed_job(manager, seen["stopped"]["id"], bucket)
+            lap("resumed")
         with contextlib.suppress(AssertionError):  # what is left is reported, not raised
             wait_until(lambda: not _job_processes(), 60, "the jobs' Ray actors gone", every=0.2)
         seen["left"] = _job_processes()
+        lap("actors_gone")
         # What the hidden node holds of the studio's paths (nothing, if no rank wrote there) and of its stages.
         seen["hidden_has_studio"] = Path(hidden + str(work)).exists()
         seen["hidden_stages_left"] = _stages(hidden)
