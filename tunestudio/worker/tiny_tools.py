@@ -12,12 +12,14 @@ whether the model picks the right tool and fills each argument from the question
 it can call a tool with a value it never saw.
 
 Rows are OpenAI's fine-tuning format: {"messages": [...], "tools": [...]}, assistant calls in `tool_calls` with
-JSON-string arguments, results in `tool` turns with their `tool_call_id`. Four kinds of row:
+JSON-string arguments, results in `tool` turns with their `tool_call_id`. Five kinds of row:
 - a weather question and its `get_weather` call;
 - a conversion question and its `convert` call;
 - a lookup question of the bundled dataset (tiny.make_rows), answered without a call although the tools are there;
 - the whole loop: a question, its call, the tool's result and the answer read from that result (the sky of the
-  weather, the converted amount).
+  weather, the converted amount);
+- in training only, a digit repeated or a number turned from words into digits or back ("Write the number in
+  digits.\n\nthree" → "3"): the pre-training text has number words but no digits, which a real model's has.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from tunestudio.worker.tiny import DEFAULT_SEED, alpaca_user_text, make_rows
+from tunestudio.worker.tiny import DEFAULT_SEED, NUMBERS, alpaca_user_text, make_rows
 
-TRAIN_ROWS = 400
+TRAIN_ROWS = 500
 EVAL_ROWS = 48
 # As short as JSON Schema allows (no descriptions, no "required"): the tiny model's tokenizer, learnt on the lookup
 # rows, spends about one token per character of JSON, so these two take some 300 of its 512 positions.
@@ -49,6 +51,12 @@ SKIES = ("sunny", "rainy", "cloudy", "snowy")
 CURRENCIES = ("EUR", "USD", "GBP", "JPY")
 AMOUNTS = tuple(range(1, 10))
 CONVERT_ASKED = ("Convert the money.", "How much is it in the other currency?")
+# The pre-training text has number words ("What number comes next?") but no digits, so a digit's embedding and
+# output row are untrained: the model wrote one amount whatever was asked. Rows that repeat a digit, or turn a number
+# word into digits and back, teach the digits as a real model's pre-training would; they are answered without a
+# call, and only train (bench/RESULTS.md: with them and more conversions, held-out call accuracy 58 % -> 79 % at the
+# same 3,000 probe steps).
+NUMBER_ASKED = ("Repeat the number.", "Write the number in digits.", "Write the number in words.")
 TRIPLES = tuple((a, s, t) for a in AMOUNTS for s, t in itertools.permutations(CURRENCIES, 2))
 # What one unit of each is worth in toy money: the tool answers whole numbers.
 RATES = {"EUR": 11, "USD": 10, "GBP": 13, "JPY": 1}
@@ -98,24 +106,39 @@ def _lookup(row: dict[str, str]) -> list[dict[str, Any]]:
     return [{"role": "user", "content": alpaca_user_text(row)}, {"role": "assistant", "content": row["output"]}]
 
 
+def _number(rng: random.Random) -> list[dict[str, Any]]:
+    """Half the time a digit repeated, else a number word into digits or a digit into its word."""
+    amount = rng.choice(AMOUNTS)
+    word, digits = NUMBERS[amount - 1], str(amount)
+    draw = rng.random()
+    asked, answer, kind = (digits, digits, 0) if draw < 0.5 else (word, digits, 1) if draw < 0.75 else (digits, word, 2)
+    return [{"role": "user", "content": f"{NUMBER_ASKED[kind]}\n\n{asked}"},
+            {"role": "assistant", "content": answer}]
+
+
 def make_tool_rows(n: int, seed: int, held_out: bool) -> list[dict[str, Any]]:
     """n rows, deterministic for a seed: training rows (held_out False) or the held-out rows (True), which share
     no (phrasing, city) pair and no (amount, from, to) triple with them. Of every eight rows: two weather calls,
-    two conversions, two lookups answered without a call, and one whole loop of each tool."""
+    two conversions, two lookups answered without a call, and one whole loop of each tool. Of every ten training rows:
+    one weather call and one weather loop, three conversions and one conversion loop (the amount is the argument
+    the tiny model learns last), two lookups, and two number rows (_number)."""
     rng = random.Random(seed)
     kept_weather, kept_convert = _held_out_weather(), _held_out_convert(random.Random(seed))
     weather = [p for p in itertools.product(range(len(WEATHER_ASKED)), CITIES) if (p in kept_weather) == held_out]
     convert = [t for t in TRIPLES if (t in kept_convert) == held_out]
     lookups = make_rows(n, seed + (2 if held_out else 1))  # other seeds than the bundled alpaca rows
+    cycle = (0, 1, 2, 0, 0, 1, 2, 1) if held_out else (0, 1, 2, 0, 1, 1, 2, 1, 3, 3)
     rows = []
     for i in range(n):
-        kind, loop = (0, 1, 2, 0, 0, 1, 2, 1)[i % 8], i % 8 in (3, 7)
+        kind, loop = cycle[i % len(cycle)], i % len(cycle) in (3, 7)
         if kind == 0:
             messages = _weather(rng, *rng.choice(weather), n=i, loop=loop)
         elif kind == 1:
             messages = _convert(rng, rng.choice(convert), n=i, loop=loop)
-        else:
+        elif kind == 2:
             messages = _lookup(lookups[i])
+        else:
+            messages = _number(rng)
         rows.append({"messages": messages, "tools": TOOLS})
     return rows
 
