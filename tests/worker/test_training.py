@@ -173,9 +173,16 @@ def test_worker_module_writes_json_line_events(tiny_model: Path, tmp_path: Path)
                      sample_prompts=["Repeat the word three times.\n\ncat"])
     config_file = tmp_path / "job.json"
     config_file.write_text(json.dumps(cfg.public_dict()))
-    proc = subprocess.run([sys.executable, "-m", "tunestudio.worker", str(config_file)],
+    # -X importtime: stderr names every module the job's process imported, to its end.
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tunestudio.worker", str(config_file)],
                           capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    # A LoRA job on a local model, reporting to no wandb, trained without bitsandbytes (and the torch compiler its
+    # decorators load) or wandb (worker/optional.py); peft, which imports bitsandbytes when it can, did the LoRA.
+    assert {"peft", "trl", "torch._dynamo"} <= imported
+    # (a refused `import bitsandbytes` is listed too: modules that only a loaded package imports tell)
+    assert not imported & {"bitsandbytes.functional", "wandb.sdk", "torch._inductor.compile_fx"}
     events = [parse_event(line) for line in proc.stdout.splitlines()]  # every stdout line is an event
     assert isinstance(events[-1], Completed)
     evals = [e.step for e in events if isinstance(e, Progress) and e.eval_loss is not None]

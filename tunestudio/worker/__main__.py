@@ -16,7 +16,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tunestudio.worker CONFIG.json", file=sys.stderr)
         return 2
     from tunestudio.worker.channel import StdioChannel
-    from tunestudio.worker.main import run
+    from tunestudio.worker.optional import hide_unused
 
     channel = StdioChannel()
     try:
@@ -25,6 +25,9 @@ def main(argv: list[str]) -> int:
     except (OSError, json.JSONDecodeError) as exc:
         channel.failed(f"cannot read config {argv[0]}: {exc}")
         return 1
+    hide_unused(config)  # before the modelling libraries load (worker/optional.py)
+    from tunestudio.worker.main import run
+
     secrets = {k: v for k, v in (("hf_token", os.environ.get("HF_TOKEN")),
                                  ("wandb_token", os.environ.get("WANDB_API_KEY"))) if v}
     try:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from tunestudio.kinds import spec_of
 from tunestudio.process import pid_alive
+from tunestudio.worker.optional import hide_unused
 
 # A job kind of tunestudio.kinds (its recipe), or "inference": the chat worker, which is no job.
 WorkerKind = str
@@ -147,12 +148,15 @@ def run(args: WorkerArgs) -> int:
     from tunestudio.worker.channel import QueueChannel
     from tunestudio.worker.resources import Sampler
 
-    module, _, function = spec_of(args.kind).recipe.partition(":")
+    spec = spec_of(args.kind)
+    given = args.config if args.config is not None else args.public_config
+    if spec.trains:  # a spawned worker: what the job never imports stays unloaded (worker/optional.py)
+        hide_unused(given)
+    module, _, function = spec.recipe.partition(":")
     recipe = getattr(importlib.import_module(module), function)
     channel = QueueChannel(args.events, args.commands)
     sampler = Sampler(channel).start()  # CPU, memory (and GPU) of this worker and its children, over time
     try:
-        given = args.config if args.config is not None else args.public_config
         return recipe(given, channel, args.secrets, cache_dir=args.cache_dir)
     finally:
         sampler.stop()

@@ -25,6 +25,7 @@ from typing import Any
 from tunestudio.events import Stop
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.child import die_with_parent
+from tunestudio.worker.optional import hide_unused
 
 # Environment the executor sets for the launcher (and so for every rank).
 LINK_ENV = "TUNESTUDIO_LINK"
@@ -131,6 +132,7 @@ def main() -> int:
     dist.broadcast_object_list(box, src=0, group=group)
     start = box[0]
     assert start is not None
+    hide_unused(start["config"])  # before the modelling libraries load (worker/optional.py)
 
     from tunestudio.worker.main import run
     from tunestudio.worker.resources import Sampler

@@ -270,6 +270,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     """One rank, inside a Ray Train worker (torch.distributed is set up by Ray Train)."""
     import ray.train
 
+    from tunestudio.worker.optional import hide_unused
+
+    hide_unused(loop_config["start"]["config"])  # before the modelling libraries load (worker/optional.py)
     from tunestudio.worker.main import run
 
     context = ray.train.get_context()

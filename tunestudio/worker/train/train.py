@@ -20,11 +20,10 @@ from tunestudio.paths import expand
 from tunestudio.worker.channel import Channel
 from tunestudio.worker.data import PreparedData
 from tunestudio.worker.errors import UserError
+from tunestudio.worker.optional import BNB_OPTIMIZERS
 from tunestudio.worker.train import batching, memory, methods, performance, reward_signal
 from tunestudio.worker.train.best import EarlyStopper
 from tunestudio.worker.train.checkpointing import save_checkpoints_atomically
-
-_BNB_OPTIMIZERS = {"adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "lion_8bit", "lion_32bit"}
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def precision_named(choice: str) -> Precision:
 
 
 def resolve_optimizer(cfg: JobConfig, channel: Channel) -> str:
-    if cfg.optim in _BNB_OPTIMIZERS and not torch.cuda.is_available():
+    if cfg.optim in BNB_OPTIMIZERS and not torch.cuda.is_available():
         channel.warn(f"optim {cfg.optim!r} needs bitsandbytes GPU kernels; using torch's fused AdamW "
                      "('adamw_torch_fused') on CPU")
         return "adamw_torch_fused"
