@@ -80,6 +80,11 @@ def run_job(
             if on_event is not None:
                 on_event(holder["sup"], event)
 
+    # A real worker forks from this test process's prewarmed forkserver, as a server's jobs do: it imported torch,
+    # transformers, peft and trl once (a spawned worker pays ~10 s of CPU for them, every job). It has the
+    # environment of its start: a test that sets a variable for its worker passes prewarm=False.
+    real = "target" not in supervisor_kwargs and "executor" not in supervisor_kwargs
+    supervisor_kwargs.setdefault("prewarm", real)
     sup = Supervisor(cfg, handle, **supervisor_kwargs)
     holder["sup"] = sup
     sup.start()

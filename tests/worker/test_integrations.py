@@ -27,7 +27,7 @@ def test_saved_dataset_with_eval_split_tensorboard_and_offline_wandb(
     cfg = job_config(tiny_model, out, local_datasets=[], hf_dataset=str(tmp_path / "saved"), eval_split="test",
                      eval_steps=2, max_steps=6, enable_tensorboard=True, tensorboard_dir=str(tb),
                      enable_wandb=True, **SECRETS)
-    run = run_job(cfg, log_path=tmp_path / "worker.log")
+    run = run_job(cfg, log_path=tmp_path / "worker.log", prewarm=False)  # WANDB_MODE reaches a spawned worker
     assert run.outcome.kind == "completed", run.failure
     assert any("eval: 40 rows from eval_split 'test'" in m for m in run.messages())
     assert any("wandb" in m and "offline" in m for m in run.messages()), run.messages()

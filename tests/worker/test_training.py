@@ -163,7 +163,8 @@ def test_missing_local_model_fails_with_its_name(tmp_path: Path) -> None:
 def test_hub_model_without_hub_fails_fast_and_clearly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    run = run_job(job_config("someorg/not-cached-model", tmp_path / "out"), timeout=60)
+    # prewarm=False: a spawned worker, which reads these variables (a fork of the forkserver has its start's)
+    run = run_job(job_config("someorg/not-cached-model", tmp_path / "out"), timeout=60, prewarm=False)
     assert run.outcome.kind == "failed"
     assert "someorg/not-cached-model" in run.failure and "unreachable" in run.failure
 
