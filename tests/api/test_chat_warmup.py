@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(900)
 
 def test_a_job_completed_while_the_watch_runs_has_its_model_loaded_before_the_first_chat(
         chat_home: ChatHome) -> None:
-    settings = Settings(home=chat_home.home, prewarm=False, chat_warmup=True)
+    settings = Settings(home=chat_home.home, chat_warmup=True)
     with JobManager(settings) as manager:
         pool = InferencePool(settings, inference_executor)
         try:
