@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 from tunestudio.kinds import spec_of
 from tunestudio.process import pid_alive
-from tunestudio.worker.optional import hide_unused
 
 # A job kind of tunestudio.kinds (its recipe), or "inference": the chat worker, which is no job.
 WorkerKind = str
@@ -146,6 +145,7 @@ def run(args: WorkerArgs) -> int:
         return serve(args.commands, args.events)
 
     from tunestudio.worker.channel import QueueChannel
+    from tunestudio.worker.optional import hide_unused
     from tunestudio.worker.resources import Sampler
 
     spec = spec_of(args.kind)
