@@ -115,7 +115,7 @@ lint: $(STAMP)
 
 test: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(CHROMIUM) $(TINY)/config.json $(VLM) $(SHAPES) $(WHISPER)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -n 2 --dist loadscope --durations=15
+	$(BIN)/pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=15
 
 # Every benchmark, sized to finish together in under 10 minutes on 2 cores (5.5 min measured);
 # worker_overhead runs at its own size (3 rounds of 80 steps): at 2 x 40 its noise hides a 3 % margin;

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,23 @@ os.environ.setdefault("TUNESTUDIO_TORCH_THREADS", "1")
 os.environ.setdefault("TUNESTUDIO_CHAT_WARMUP", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 DATA = REPO / "examples" / "data"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The order xdist hands modules out in (`make test` runs `--dist loadscope --no-loadscope-reorder`): the modules
+    of `schedule_first` tests first, then the others by their number of tests, most first (xdist's own reordering).
+
+    xdist's reordering alone sent the Ray cluster's module (one test, 170-230 s) out last: one worker then ran it
+    alone for minutes while the other had nothing left. The sort is stable and its key the same for a module's
+    tests, so each module's tests stay together and in their order."""
+    modules = Counter(item.nodeid.split("::", 1)[0] for item in items)
+    first = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("schedule_first")}
+
+    def key(item: pytest.Item) -> tuple[bool, int]:
+        module = item.nodeid.split("::", 1)[0]
+        return module not in first, -modules[module]
+
+    items.sort(key=key)
 
 
 def _build(directory: str) -> None:

@@ -29,6 +29,7 @@ def test_without_cuda_it_says_so_in_one_line_and_succeeds() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.schedule_first
 @pytest.mark.timeout(400)
 def test_cpu_smoke_runs_every_check_through_the_real_worker() -> None:
     """Tiny models, a few steps: the plumbing, not the figures (a CPU's speeds say nothing of a GPU's)."""

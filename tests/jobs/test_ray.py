@@ -68,6 +68,7 @@ torch.distributed.DistBackendError: gloo: connection closed by peer
 
 
 @pytest.mark.slow
+@pytest.mark.schedule_first
 @pytest.mark.timeout(1200)
 def test_a_cluster_without_the_studios_disk_trains_cancels_fails_stops_resumes_and_refuses_too_much(
     tiny_model: Path, tmp_path: Path

@@ -21,7 +21,7 @@ mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'tu
 
 # real workers on 2 shared cores: minutes under load; MLflow 3.17's store uses a SQLAlchemy loader SQLAlchemy 2.1
 # deprecates (read here in-process)
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400),
+pytestmark = [pytest.mark.slow, pytest.mark.schedule_first, pytest.mark.timeout(2400),
               pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")]
 MAX_STEPS = 12
 
