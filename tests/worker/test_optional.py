@@ -32,6 +32,14 @@ def test_what_a_job_asks_for_is_used(tiny_model: Path, tmp_path: Path, overrides
     assert uses(job_config(tiny_model, tmp_path / "out", **overrides).public_dict()) == expected
 
 
+@pytest.mark.parametrize("spelling", ["QLoRA", "q-lora", "LoRA/QLoRA"])
+def test_the_seeds_spellings_of_qlora_keep_bitsandbytes(tiny_model: Path, tmp_path: Path, spelling: str) -> None:
+    """A file for `python -m tunestudio.worker` is read before its validation maps the seed's spellings."""
+    public = job_config(tiny_model, tmp_path / "out").public_dict()
+    assert uses({**public, "training_type": spelling}) == {BITSANDBYTES}
+    assert uses({**public, "training_type": "LoRA"}) == set()
+
+
 def test_a_model_not_known_to_be_unquantized_keeps_bitsandbytes(tiny_model: Path, tmp_path: Path) -> None:
     public = job_config(tiny_model, tmp_path / "out").public_dict()
     assert BITSANDBYTES in uses({**public, "model_name": "someorg/some-model"})  # a hub name: its config unread

@@ -44,10 +44,17 @@ def _unquantized_local(model_name: Any) -> bool:
     return isinstance(config, dict) and "quantization_config" not in config
 
 
+def _names_qlora(training_type: Any) -> bool:
+    """Whether it names QLoRA in any of the seed's spellings ("QLoRA", "q-lora"; "LoRA/QLoRA" too: not known to
+    be plain LoRA)."""
+    return isinstance(training_type, str) and "qlora" in "".join(c for c in training_type.lower() if c.isalnum())
+
+
 def uses(config: Any) -> set[str]:
-    """Which of the optional libraries a training job's config (a JobConfig or its JSON form) may import."""
+    """Which of the optional libraries a training job's config (a JobConfig, its JSON form, or a file
+    `python -m tunestudio.worker` reads, in the seed's spellings too) may import."""
     used = set()
-    if (_field(config, "training_type") == "qlora" or _field(config, "load_in_4bit")
+    if (_names_qlora(_field(config, "training_type")) or _field(config, "load_in_4bit")
             or _field(config, "optim") in BNB_OPTIMIZERS or not _unquantized_local(_field(config, "model_name"))):
         used.add(BITSANDBYTES)
     if _field(config, "enable_wandb") or WANDB in (_field(config, "report_to") or ()):
