@@ -9,7 +9,7 @@ anything imports them: `sys.modules[name] = None` makes `import name` raise Impo
 
 Only a process that has not imported them yet is changed: a worker forked from the prewarmed forkserver (which
 imported everything once, for every kind of job and for the chat worker, whose requests may ask for 4-bit weights)
-keeps what it has. This module imports nothing heavy: the parent reads `uses` too.
+keeps what it has. This module uses the standard library only: the child's door (worker/child.py) reaches it.
 """
 
 from __future__ import annotations
