@@ -10,6 +10,7 @@ forkserver's first worker); bench/sweep_savings.py measures it for real.
 
     .venv/bin/python bench/pruner_replay.py
     .venv/bin/python bench/pruner_replay.py --record 0 1 2 3 4 5   # run the full grids again and write the file
+    .venv/bin/python bench/pruner_replay.py --grids tests/sweeps/data/full_grids_heldout.json --record 6 7 8 9 10 11
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ GRIDS = ROOT / "tests" / "sweeps" / "data" / "full_grids.json"
 TRIAL_S, STEP_S, FIRST_S = 1.0, 0.107, 5.0
 
 
-def record(seeds: list[int]) -> None:
+def record(seeds: list[int], grids: Path) -> None:
     from sweep_savings import run_sweep, sweep_body
 
     out = {"about": "Full grids of bench/sweep_savings.py's space (12 trials of 40 steps, random sampler, learning "
@@ -49,8 +50,8 @@ def record(seeds: list[int]) -> None:
                                "curve": [[step, round(value, 4)] for step, value in curve]})
             db.close()
         out["seeds"][str(seed)] = trials
-    GRIDS.write_text(json.dumps(out) + "\n")
-    print(f"wrote {GRIDS}")
+    grids.write_text(json.dumps(out) + "\n")
+    print(f"wrote {grids}")
 
 
 def main() -> None:
@@ -58,10 +59,12 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--record", type=int, nargs="+", metavar="SEED")
+    parser.add_argument("--grids", type=Path, default=GRIDS,
+                        help="the recorded grids' file (read, or written by --record); default %(default)s")
     args = parser.parse_args()
     if args.record:
-        record(args.record)
-    grids = json.loads(GRIDS.read_text())
+        record(args.record, args.grids)
+    grids = json.loads(args.grids.read_text())
     total = grids["total_steps"]
     rules = {"median, judged from a trial's first training evaluation": ("median", 0.0),
              "median, from a quarter of its steps": ("median", 0.25),
@@ -92,7 +95,7 @@ def main() -> None:
                 for r in rows), flush=True)
     finally:
         study.MEDIAN_WARMUP_FRACTION = default
-    print(json.dumps({"bench": "pruner_replay", "grids": str(GRIDS.relative_to(ROOT)), "rules": results}))
+    print(json.dumps({"bench": "pruner_replay", "grids": str(args.grids), "rules": results}))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tunestudio.worker.bench import CHAT, COMPLETIONS, HarnessRun, compare, custom_task, merge, plan
+from tunestudio.worker.bench import (CHAT, COMPLETIONS, TASK_INDEX_FILE, HarnessRun, compare, custom_task, merge, plan,
+                                    task_manager)
 from tunestudio.worker.errors import UserError
 
 
@@ -37,6 +38,16 @@ def test_a_multiple_choice_file_becomes_a_task_the_harness_finds(tmp_path: Path)
 
     manager = TaskManager(include_path=str(tmp_path / "tasks"))
     assert name in manager.task_index
+    # The benchmark's own: the bundled tasks' index cached on its first run, read back on the next; each the same
+    # as the harness's fresh TaskManager.
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        ours = task_manager(tmp_path / "tasks", cache)
+        assert ours.task_index == manager.task_index
+        assert (ours.all_tasks, ours.all_subtasks, ours.all_groups, ours.all_tags) == \
+            (manager.all_tasks, manager.all_subtasks, manager.all_groups, manager.all_tags)
+        assert (cache / TASK_INDEX_FILE).is_file() and [p.name for p in cache.iterdir()] == [TASK_INDEX_FILE]
+    manager = ours
     loaded = manager.load([name])["tasks"][name]
     docs = list(loaded.test_docs())
     assert loaded.doc_to_text(docs[0]) == rows[0]["question"]

@@ -60,7 +60,7 @@ def run(config: BenchConfig | dict[str, Any], channel: Channel, secrets: dict[st
         cache_dir: str | None = None) -> int:
     """Run one benchmark to its end; the process exit code (0 completed, 1 failed; a stop exits at once).
 
-    cache_dir: unused (every recipe of tunestudio.kinds is called the same way)."""
+    cache_dir: where the harness's index of its bundled tasks is kept between runs (`task_manager`)."""
     cfg: BenchConfig | None = None
     try:
         cfg = config if isinstance(config, BenchConfig) else BenchConfig.from_parts(config, secrets)
@@ -71,7 +71,7 @@ def run(config: BenchConfig | dict[str, Any], channel: Channel, secrets: dict[st
     _end_on_stop(channel)
     try:
         quiet_libraries()
-        return _bench(cfg, channel)
+        return _bench(cfg, channel, Path(cache_dir) if cache_dir else None)
     except UserError as exc:
         channel.failed(str(exc), traceback.format_exc())
     except Exception as exc:
@@ -104,7 +104,7 @@ def _offline() -> None:
     datasets.config.HF_HUB_OFFLINE = True
 
 
-def _bench(cfg: BenchConfig, channel: Channel) -> int:
+def _bench(cfg: BenchConfig, channel: Channel, cache_dir: Path | None = None) -> int:
     output = Path(cfg.output_dir or ".")
     output.mkdir(parents=True, exist_ok=True)
     channel.phase("loading_dataset", "finding the tasks and their data")
@@ -112,7 +112,6 @@ def _bench(cfg: BenchConfig, channel: Channel) -> int:
     os.environ["OPENAI_API_KEY"] = cfg.api_token.get_secret_value() if cfg.api_token is not None else "unused"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import lm_eval
-    from lm_eval.tasks import TaskManager
 
     chat = cfg.chat_template if cfg.chat_template is not None else _has_chat_template(Path(cfg.tokenizer))
     names = list(cfg.tasks)
@@ -120,7 +119,7 @@ def _bench(cfg: BenchConfig, channel: Channel) -> int:
     if cfg.eval_file:
         include = output / "tasks"
         names.append(custom_task(Path(cfg.eval_file), include, chat))
-    tasks = TaskManager(include_path=str(include) if include else None)
+    tasks = task_manager(include, cache_dir)
     kinds = {name: _check_task(tasks, name) for name in names}
     runs = plan(kinds, chat, cfg.base_url, cfg.chat_url)
     channel.log(f"tasks: {', '.join(names)}; lm-eval {metadata.version('lm_eval')}; "
@@ -207,6 +206,68 @@ def _context(cfg: BenchConfig) -> int:
             if isinstance(config.get(key), int) and config[key] > 0:
                 return int(config[key])
     return 2048
+
+
+TASK_INDEX_FILE = "lm_eval-tasks.json"
+
+
+def task_manager(include: Path | None, cache_dir: Path | None) -> Any:
+    """The harness's TaskManager over its bundled tasks and `include`'s.
+
+    Indexing the ~14,700 task files lm_eval bundles parses each as YAML: 8-15 s of CPU at every benchmark's start.
+    That index depends only on the installed lm_eval, so it is kept in `cache_dir/lm_eval-tasks.json` (written
+    once, keyed by lm_eval's version and the place and time of its tasks folder, so a reinstall rebuilds it); each
+    run then indexes only `include` (the user's eval file) and lays it over the bundled tasks, as TaskManager does
+    (a later path's task overrides an earlier one's of the same name). The fields set here are those
+    TaskManager.__init__ sets, for the pinned lm-eval (tests/worker/test_bench.py compares it with a fresh one)."""
+    import lm_eval.tasks
+    from lm_eval.tasks import TaskManager
+
+    bundled = Path(lm_eval.tasks.__file__).parent
+    index = _bundled_index(bundled, cache_dir)
+    if index is None:
+        return TaskManager(include_path=str(include) if include else None)
+    manager = TaskManager(include_path=str(include) if include else None, include_defaults=False)
+    manager._index = {**index, **manager._index}
+    kinds: dict[Any, list[str]] = {}
+    for name, entry in manager._index.items():
+        kinds.setdefault(entry.kind, []).append(name)
+    from lm_eval.tasks._index import Kind
+
+    manager._all_tasks = sorted(manager._index)
+    manager._all_subtasks = sorted(kinds.get(Kind.TASK, []) + kinds.get(Kind.PY_TASK, []))
+    manager._all_groups = sorted(kinds.get(Kind.GROUP, []))
+    manager._all_tags = sorted(kinds.get(Kind.TAG, []))
+    return manager
+
+
+def _bundled_index(bundled: Path, cache_dir: Path | None) -> dict[str, Any] | None:
+    """The index of lm_eval's bundled tasks, from the cache or built (and then cached); None without a cache."""
+    if cache_dir is None:
+        return None
+    from lm_eval.tasks._index import Entry, Kind, TaskIndex
+
+    key = f"lm_eval {metadata.version('lm_eval')} at {bundled} of {bundled.stat().st_mtime_ns}"
+    path = cache_dir / TASK_INDEX_FILE
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        if kept.get("key") == key:
+            return {name: Entry(name, Kind[kind], Path(yaml_path) if yaml_path else None, cfg, set(tags))
+                    for name, kind, yaml_path, cfg, tags in kept["entries"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # none yet, or unreadable: built again below
+    index = TaskIndex.build([bundled])
+    entries = [[e.name, e.kind.name, str(e.yaml_path) if e.yaml_path else None, e.cfg, sorted(e.tags)]
+               for e in index.values()]
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        text = json.dumps({"key": key, "entries": entries})
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except (OSError, TypeError, ValueError):  # a configuration JSON cannot hold, or a read-only cache: indexed again
+        tmp.unlink(missing_ok=True)  # next time (the temporary file is this process's own)
+    return index
 
 
 def _check_task(tasks: Any, name: str) -> set[str]:
