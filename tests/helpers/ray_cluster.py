@@ -76,6 +76,13 @@ def _train_worker_pids() -> dict[int, bool]:
     return found
 
 
+def _loaded(pid: int, library: str) -> bool:
+    """Whether a library's files are mapped into a process (bitsandbytes maps its native library on import)."""
+    with contextlib.suppress(OSError):
+        return f"/{library}/" in Path(f"/proc/{pid}/maps").read_text()
+    return False
+
+
 def _train_workers() -> list[bool]:
     """For each training worker now running: whether it runs on the hidden node."""
     return sorted(_train_worker_pids().values())
@@ -121,11 +128,12 @@ def _stopped_job(manager: JobManager, model: Path, dataset: Path, home: Path) ->
                                     batch_size=4, max_steps=60, save_steps=20))
     _at_step(manager, job.id, 2)
     workers = _train_workers()
+    bitsandbytes = [_loaded(pid, "bitsandbytes") for pid in _train_worker_pids()]
     manager.stop(job.id, save=True)
     done = _end(manager, job.id)
     out = Path(done.output_dir or "")
     return {"id": job.id, "status": done.status.value, "error": done.error, "output_dir": str(out),
-            "checkpoint": done.checkpoint, "workers_hidden": workers,
+            "checkpoint": done.checkpoint, "workers_hidden": workers, "bitsandbytes_loaded": bitsandbytes,
             "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
             "owned": sorted(p.name for p in ownership.files(out, job.id)),
             "model_in_job_config": json.loads((out / "job_config.json").read_text())["model_name"]

@@ -113,6 +113,9 @@ def test_a_cluster_without_the_studios_disk_trains_cancels_fails_stops_resumes_a
     stopped = seen["stopped"]
     assert stopped["status"] == "stopped", stopped
     assert stopped["workers_hidden"] == [True, True]
+    # A LoRA job of an unquantized model: its ranks left bitsandbytes unimported, decided from the node's copy of
+    # the model (worker/optional.py), which the studio's path would not reach there.
+    assert stopped["bitsandbytes_loaded"] == [False, False], stopped
     checkpoint = Path(stopped["checkpoint"])
     assert checkpoint.parent == Path(stopped["output_dir"]) and checkpoint.name in stopped["files"]
     assert {"adapter_model.safetensors", "adapter_config.json", "job_config.json", checkpoint.name} \

@@ -11,8 +11,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tunestudio.worker.bench import (CHAT, COMPLETIONS, TASK_INDEX_FILE, HarnessRun, compare, custom_task, merge, plan,
-                                    task_manager)
+from tunestudio.worker.bench import (
+    CHAT,
+    COMPLETIONS,
+    TASK_INDEX_FILE,
+    HarnessRun,
+    compare,
+    custom_task,
+    merge,
+    plan,
+    task_manager,
+)
 from tunestudio.worker.errors import UserError
 
 

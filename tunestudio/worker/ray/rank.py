@@ -272,9 +272,6 @@ def train_loop(loop_config: dict[str, Any]) -> None:
 
     from tunestudio.worker.optional import hide_unused
 
-    hide_unused(loop_config["start"]["config"])  # before the modelling libraries load (worker/optional.py)
-    from tunestudio.worker.main import run
-
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     events, commands = loop_config["events"], loop_config["commands"]
@@ -284,6 +281,11 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         stage.enter(rank, loop_config["inputs"])
         events.put(_place(rank, stage))
         config = localise(loop_config["start"]["config"], [item for item, _ in loop_config["inputs"]], stage.root)
+        # Decided from the node's own copy of the model (the studio's path may not exist here), before the
+        # modelling libraries load (worker/optional.py).
+        hide_unused(config)
+        from tunestudio.worker.main import run
+
         homeward = None
         if rank == 0:
             storage = context.get_storage() if loop_config["storage"] else None
