@@ -31,9 +31,14 @@ def load_settings() -> Settings:
 
 
 def own_manager() -> JobManager:
-    """The manager of a command that runs its own job in the foreground (train, export, jobs resume)."""
-    # A CLI run owns only its own job: queued jobs of a server stay the server's.
-    return open_manager(adopt_queued=False, start=True)
+    """The manager of a command that runs its own job in the foreground (train, export, jobs resume, make-data).
+
+    A CLI run owns only its own job: queued jobs of a server stay the server's. Its one worker is spawned, not
+    forked from a prewarmed forkserver: a forkserver pays off over many jobs, and for one it costs more (it imports
+    every kind's libraries before the worker can start, where a spawned worker imports only its job's: no torch
+    for a data-making job, no bitsandbytes or wandb for a LoRA job that does not use them, worker/optional.py)."""
+    settings = load_settings()
+    return open_manager(settings.model_copy(update={"prewarm": False}), adopt_queued=False, start=True)
 
 
 def open_manager(settings: Settings | None = None, *, start: bool = False, **options: Any) -> JobManager:
