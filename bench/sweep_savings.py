@@ -8,7 +8,9 @@ on the bundled alpaca rows, objective eval_loss (min), one trial at a time throu
 - savings: the median pruner (a trial worse than the median of the completed ones at the same evaluation stops,
   with a save) and early stopping on eval_loss (patience 2) in every trial.
 
-Figures: each sweep's wall time (create → completed), the steps its trials trained, how many were pruned or
+Figures: each sweep's wall time (create → completed, the clock started once the worker forkserver is up, as a
+running server's is: before 2026-12-06 the process's first sweep, seed 0's baseline, counted its start and no other
+sweep did, since the forkserver outlives a JobManager), the steps its trials trained, how many were pruned or
 stopped early, the best eval_loss; the ratio of wall times (savings / baseline). Run it on a quiet machine
 (`uptime`): every trial is a real worker on 2 cores.
 
@@ -64,11 +66,15 @@ def run_sweep(name: str, body: dict[str, Any], home: Path) -> dict[str, Any]:
 
     settings = Settings(home=home, max_concurrent_jobs=1)
     with JobManager(settings) as manager, Sweeps(manager, poll_seconds=0.2) as sweeps:
-        # The clock starts once the worker forkserver is up, as a running server's is: its start (5-12 s here) is
-        # the server's, paid once, whatever sweeps follow; it is reported beside the sweep's wall time.
+        # The clock starts once the worker forkserver is up, as a running server's is: its start (its imports, 5-12 s
+        # here) is the server's, paid once whatever sweeps follow (the process's first sweep only: it outlives a
+        # JobManager); it is reported beside. A first fork waits for it: the forkserver answers once its imports are
+        # done (ensure_running returns before).
         started = time.monotonic()
         if settings.prewarm:
-            prewarm.warm_up().join()
+            first = prewarm.context(True).Process(target=time.sleep, args=(0,))
+            first.start()
+            first.join()
         warm_up = time.monotonic() - started
         started = time.monotonic()
         sweep_id = sweeps.create(SweepConfig.model_validate(body)).id
@@ -84,7 +90,7 @@ def run_sweep(name: str, body: dict[str, Any], home: Path) -> dict[str, Any]:
                "failed": sum(t.status == "failed" for t in view.trials), "stopped_early": early,
                "steps_trained": steps, "best_eval_loss": view.best.value if view.best else None,
                "best_params": view.best.params if view.best else None,
-               "pruned_trials": [{"params": t.params, "value": t.value, "steps": t.steps}
+               "pruned_trials": [{"params": t.params, "value": t.value, "pruned_at": t.pruned_at, "steps": t.steps}
                                  for t in view.trials if t.status == "pruned"]}
     print(f"{name}: {json.dumps(figures)}", flush=True)
     return figures

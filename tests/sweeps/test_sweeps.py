@@ -230,9 +230,13 @@ def test_a_trial_the_pruner_gives_up_on_stops_early_with_a_save(tmp_path: Path) 
             assert job.status is JobStatus.stopped and job.checkpoint is not None  # stopped with a save
             assert job.progress is None or job.progress.get("step", 0) < 40
             # judged from its second evaluation on (MEDIAN_WARMUP_EVALUATIONS), never at its first
-            assert len(study.study.trials[trial.number].intermediate_values) >= 2
+            values = study.study.trials[trial.number].intermediate_values
+            assert len(values) >= 2
+            # the leaderboard says where the pruner gave up on it, and at what value
+            assert trial.pruned_at == max(values) and trial.value == values[trial.pruned_at], (trial, values)
         study.close()
         assert view.trials[0].status == "completed"  # the pruned rank below the completed
+        assert all(t.pruned_at is None for t in view.trials if t.status != "pruned")
 
 
 def test_a_trial_judged_at_its_last_evaluation_whose_job_completes_anyway_is_completed(tmp_path: Path) -> None:

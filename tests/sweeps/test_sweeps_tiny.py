@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from tunestudio.cli.sweep import leaderboard
 from tunestudio.jobs.manager import JobManager
 from tunestudio.jobs.status import JobStatus
 from tunestudio.settings import Settings
@@ -83,6 +85,13 @@ def test_a_real_sweep_prunes_survives_a_restart_and_lands_in_mlflow(tiny_model: 
         judged_at = [study.study.trials[t.number].user_attrs.get("pruned_at") for t in pruned]
         study.close()
         assert all(step >= MAX_STEPS / 3 for step in judged_at), judged_at  # from a third of its steps on (step 6)
+        # The leaderboard says where each pruned trial was given up on, and at what value: the API's rows and the
+        # CLI's table.
+        assert [t.pruned_at for t in pruned] == judged_at, pruned
+        console = Console(record=True, width=250)
+        console.print(leaderboard(view))
+        table = console.export_text()
+        assert all(f"pruned at step {step}" in table for step in judged_at), table
         for trial in completed:
             assert manager.get(trial.job_id).status is JobStatus.completed
             assert trial.steps == MAX_STEPS and set(trial.evaluation["eval_loss"].model_dump()) == {"before", "after"}

@@ -64,7 +64,8 @@ def leaderboard(sweep: SweepView) -> Table:
     for trial in sweep.trials:
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items())
         style = "bold green" if trial.number == best else None
-        table.add_row(str(trial.number), params, trial.status, _fmt(trial.value), _fmt(trial.best_step),
+        status = trial.status if trial.pruned_at is None else f"pruned at step {trial.pruned_at}"
+        table.add_row(str(trial.number), params, status, _fmt(trial.value), _fmt(trial.best_step),
                       _fmt(trial.steps), _evaluation(trial.evaluation), trial.job_id or "–", style=style)
     return table
 

@@ -292,6 +292,7 @@ def _trial_row(frozen: optuna.trial.FrozenTrial, job: Job | None) -> TrialRow:
     metrics = ((job.result or {}).get("evaluation") or {}).get("metrics") if job is not None else None
     return TrialRow(number=frozen.number, job_id=job.id if job else frozen.user_attrs.get("job_id"),
                     params=frozen.params, status=state, value=value, best_step=frozen.user_attrs.get("best_step"),
+                    pruned_at=frozen.user_attrs.get(PRUNED_AT) if state == "pruned" else None,
                     error=frozen.user_attrs.get("error"),
                     steps=(job.progress or {}).get("step") if job is not None else None,
                     job_status=job.status.value if job is not None else None,

@@ -43,7 +43,11 @@ def _sampler(config: SweepConfig) -> optuna.samplers.BaseSampler:
 # (the job's records say its total; n_warmup_steps would need it before the job starts). Measured on the sweep
 # bench's space (bench/pruner_replay.py over the full grids of 6 seeds, tests/sweeps/data/full_grids.json): judged
 # at a quarter of the steps, the median pruner gave up on the eventual winner in 1 of 6 seeds (its loss rose
-# between its first and second evaluations, as a high learning rate's does); from a third on it kept it in 6 of 6.
+# between its first and second evaluations, as a high learning rate's does); from a third on it kept it in 6 of 6,
+# and in the 6 held-out grids recorded after (seeds 6-11, full_grids_heldout.json). Rules that prune more and keep
+# the winner in all 12 (bench/pruner_replay.py's table) train about half the grid's steps where this one trains two
+# thirds: too little to bring a sweep to half the grid's wall time (a trial's start and save, which no pruning saves,
+# and the first trials, which run whole), and the percentile and halving ones sit beside a setting that loses it.
 MEDIAN_WARMUP_EVALUATIONS = 2
 MEDIAN_WARMUP_FRACTION = 1 / 3
 

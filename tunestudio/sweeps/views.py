@@ -30,8 +30,11 @@ class TrialRow(BaseModel):
     params: dict[str, Param] = Field(description="The values Optuna drew for the swept fields.")
     status: str = Field(description="completed, pruned or failed; while it runs, its job's status; asked: not "
                                     "submitted yet.")
-    value: float | None = Field(description="The objective: told, or (pruned, running) the last evaluation's.")
+    value: float | None = Field(description="The objective: told, or (pruned, running) the last evaluation's; a "
+                                            "pruned trial's is the evaluation the pruner gave up on it at.")
     best_step: int | None = Field(description="The step of the weights the value measures.")
+    pruned_at: int | None = Field(default=None, description="A pruned trial: the step of the evaluation the pruner "
+                                                            "gave up on it at (its job stopped a little after).")
     error: str | None = None
     steps: int | None = Field(default=None, description="The steps its job trained.")
     job_status: str | None = None
