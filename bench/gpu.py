@@ -3,8 +3,8 @@
 A locally built Llama of a real shape (~135M parameters: hidden 576, 12 layers,
 9 heads, 3 KV heads, intermediate 1536, vocabulary 128256, tied embeddings;
 random weights: the shapes, not the values, decide speed and memory), trained
-through the real worker (`Supervisor`, one process per job, forked from the prewarmed
-forkserver as the studio's JobManager starts its jobs: the imports are paid once), on
+through the real worker (`Supervisor`, one process per job: spawned on the GPU, forked from
+the prewarmed forkserver in the CPU smoke, where the imports are then paid once), on
 examples/data/prompt_completion.jsonl. The checks, each bounded in time; one that
 fails is recorded and the next runs:
 
@@ -182,8 +182,9 @@ def run_job(
     if bound < 20:
         raise TimeoutError(f"{bound + 10:.0f} s left in the run: not started")
     log_path = bench.work / f"{name}.log"
-    # Forked from the prewarmed forkserver, as the studio's JobManager starts a job: its imports are paid once.
-    sup = Supervisor(cfg, on_events, cache_dir=str(bench.work / "cache"), log_path=log_path, prewarm=True,
+    # The CPU smoke forks its jobs from the prewarmed forkserver (its imports paid once); on a GPU each job is
+    # spawned, as the studio's are there (jobs/prewarm.py: a fork after CUDA's start cannot use CUDA).
+    sup = Supervisor(cfg, on_events, cache_dir=str(bench.work / "cache"), log_path=log_path, prewarm=not bench.cuda,
                      stop_grace_seconds=10, kill_after_seconds=5)
     started = time.monotonic()
     sup.start()

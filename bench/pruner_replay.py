@@ -15,7 +15,8 @@ of both sets.
 more, before the first trial) is left out, as bench/sweep_savings.py, which measures it for real, now leaves it out.
 
     .venv/bin/python bench/pruner_replay.py            # both sets of grids
-    .venv/bin/python bench/pruner_replay.py --record 0 1 2 3 4 5   # run the full grids again and write the file
+    # run the full grids again and write them:
+    .venv/bin/python bench/pruner_replay.py --grids tests/sweeps/data/full_grids.json --record 0 1 2 3 4 5
     .venv/bin/python bench/pruner_replay.py --grids tests/sweeps/data/full_grids_heldout.json --record 6 7 8 9 10 11
 """
 

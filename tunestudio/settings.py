@@ -195,7 +195,8 @@ class Settings(BaseSettings):
         return self.mlflow_uri or f"sqlite:///{self.data_dir() / 'mlflow' / 'mlflow.db'}"
 
     def cache_dir(self) -> Path:
-        """Where workers keep what they measured between jobs (worker/train/calibrate.py: `precision.json`)."""
+        """Where workers keep what they measured or indexed between jobs (worker/train/calibrate.py:
+        `precision.json`; worker/bench.py: `lm_eval-tasks.json`)."""
         return self.data_dir() / "cache"
 
     def uploads_dir(self) -> Path:

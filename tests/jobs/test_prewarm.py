@@ -68,3 +68,22 @@ def test_the_forkserver_is_gone_within_2_s_of_its_parent(tmp_path: Path, how: st
     for name, pid in pids.items():
         assert pid
         wait_until(lambda pid=pid: not pid_alive(pid), 2.0, f"the {name} (pid {pid}) to be gone")
+
+
+def test_on_a_machine_with_a_gpu_workers_are_spawned_and_no_forkserver_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The forkserver's imports would start CUDA there (bitsandbytes reads the devices), and no fork could use it.
+    from tunestudio.jobs import prewarm
+
+    device = tmp_path / "nvidia0"
+    monkeypatch.setattr(prewarm, "GPU_DEVICE_FILES", (str(tmp_path / "kfd"), str(device)))
+    assert prewarm.context(True).get_start_method() == "forkserver"  # no device file: prewarm as asked
+    device.touch()
+    assert prewarm.gpu_present() and not prewarm.forks(True)
+    assert prewarm.context(True).get_start_method() == "spawn"
+    assert prewarm.context(False).get_start_method() == "spawn"
+    started: list[bool] = []
+    monkeypatch.setattr(prewarm.forkserver, "ensure_running", lambda: started.append(True))
+    prewarm.warm_up().join(5)
+    assert started == []

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -49,13 +51,19 @@ def test_a_multiple_choice_file_becomes_a_task_the_harness_finds(tmp_path: Path)
     assert name in manager.task_index
     # The benchmark's own: the bundled tasks' index cached on its first run, read back on the next; each the same
     # as the harness's fresh TaskManager.
+    # A copy half-written by a benchmark stopped while writing (its process gone) is removed; a running one's stays.
     cache = tmp_path / "cache"
+    cache.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (cache / f"lm_eval-tasks.{gone.pid}.tmp").write_text("{")
+    (cache / f"lm_eval-tasks.{os.getppid()}.tmp").write_text("{")
     for _ in range(2):
         ours = task_manager(tmp_path / "tasks", cache)
         assert ours.task_index == manager.task_index
         assert (ours.all_tasks, ours.all_subtasks, ours.all_groups, ours.all_tags) == \
             (manager.all_tasks, manager.all_subtasks, manager.all_groups, manager.all_tags)
-        assert (cache / TASK_INDEX_FILE).is_file() and [p.name for p in cache.iterdir()] == [TASK_INDEX_FILE]
+        assert {p.name for p in cache.iterdir()} == {TASK_INDEX_FILE, f"lm_eval-tasks.{os.getppid()}.tmp"}
     manager = ours
     loaded = manager.load([name])["tasks"][name]
     docs = list(loaded.test_docs())

@@ -5,8 +5,10 @@ before it does anything. With prewarm on (the default; TUNESTUDIO_PREWARM=0
 turns it off), workers are forked from multiprocessing's forkserver, which
 imported those modules once. Every job still gets a process no earlier job
 touched: each is a new fork of the idle server. The server only imports: it
-never runs torch code, so it has no CUDA context and no thread pools that a
-fork would break. If it dies, `ensure_running` starts a new one at the next job.
+never runs torch code, so it has no thread pools that a fork would break. On a
+machine with a GPU the imports themselves would start CUDA (bitsandbytes reads
+the devices at import), which no fork could then use: there every worker is
+spawned (`forks`). If it dies, `ensure_running` starts a new one at the next job.
 
 It never outlives this process: when this process exits it is killed (atexit),
 and if this process is killed, its guard (forkserver_guard.py) ends it within
@@ -35,9 +37,27 @@ FORKSERVER_PRELOAD = ("tunestudio.jobs.forkserver_guard", *PRELOAD)
 _stop_registered = False
 
 
+# Device files of a GPU torch may start (NVIDIA, AMD ROCm, WSL's). On such a machine the forkserver's preload
+# starts CUDA: bitsandbytes, which peft imports, reads each device's compute capability at import
+# (bitsandbytes/cuda_specs.py, torch.cuda.get_device_capability), and a process forked after that cannot use CUDA
+# ("Cannot re-initialize CUDA in forked subprocess"). So workers there are spawned, each a fresh interpreter.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_present() -> bool:
+    """Whether this machine shows a GPU's device files (read without torch: the parent never imports it)."""
+    return any(os.path.exists(path) for path in GPU_DEVICE_FILES)
+
+
+def forks(prewarm: bool) -> bool:
+    """Whether workers fork from the prewarmed forkserver: `prewarm` asked, and no GPU here (GPU_DEVICE_FILES)."""
+    return prewarm and not gpu_present()
+
+
 def context(prewarm: bool) -> Any:
-    """The context workers start from (see `tunestudio.process.start_context`)."""
+    """The context workers start from (see `tunestudio.process.start_context`): spawn where `forks` says no."""
     global _stop_registered
+    prewarm = forks(prewarm)
     if prewarm:
         # Whoever starts the forkserver (warm_up, or multiprocessing itself at a job's start), it inherits
         # this process's environment: its guard learns here whom to watch.
@@ -66,11 +86,14 @@ def stop() -> None:
 
 
 def warm_up() -> threading.Thread:
-    """Start (or restart) the forkserver in the background, so the first job finds it warm."""
+    """Start (or restart) the forkserver in the background, so the first job finds it warm (none on a machine
+    with a GPU, where workers are spawned: `forks`)."""
 
     context(True)  # the preload list must be set before the server starts
 
     def run() -> None:
+        if not forks(True):
+            return
         try:
             forkserver.ensure_running()
         except Exception:  # a job started later retries, and fails with a reason

@@ -256,6 +256,7 @@ def _bundled_index(bundled: Path, cache_dir: Path | None) -> dict[str, Any] | No
                     for name, kind, yaml_path, cfg, tags in kept["entries"]}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # none yet, or unreadable: built again below
+    _drop_stale_writes(path)
     index = TaskIndex.build([bundled])
     entries = [[e.name, e.kind.name, str(e.yaml_path) if e.yaml_path else None, e.cfg, sorted(e.tags)]
                for e in index.values()]
@@ -268,6 +269,17 @@ def _bundled_index(bundled: Path, cache_dir: Path | None) -> dict[str, Any] | No
     except (OSError, TypeError, ValueError):  # a configuration JSON cannot hold, or a read-only cache: indexed again
         tmp.unlink(missing_ok=True)  # next time (the temporary file is this process's own)
     return index
+
+
+def _drop_stale_writes(path: Path) -> None:
+    """Remove the half-written copies (`<name>.<pid>.tmp`, 19 MB) of benchmarks stopped while writing the index:
+    a stop ends the process at once. Only this module's own names, of processes no longer running."""
+    from tunestudio.process import pid_alive
+
+    for stale in path.parent.glob(f"{path.stem}.*.tmp"):
+        pid = stale.suffixes[-2].lstrip(".") if len(stale.suffixes) >= 2 else ""
+        if pid.isdigit() and not pid_alive(int(pid)):
+            stale.unlink(missing_ok=True)
 
 
 def _check_task(tasks: Any, name: str) -> set[str]:
