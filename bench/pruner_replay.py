@@ -112,22 +112,9 @@ def candidates() -> dict[str, tuple[Callable[[], Any], int]]:
 
 def replay_candidate(make: Callable[[], Any], from_step: int, curves: list[Curve]) -> list[int | None]:
     """study.replay's loop for a pruner that is not the sweep's: judged at every evaluation from `from_step` on."""
-    import optuna
-    from optuna.trial import TrialState
+    from tunestudio.sweeps import study
 
-    study = optuna.create_study(direction="minimize", pruner=make())
-    stops: list[int | None] = []
-    for curve in curves:
-        trial, stopped = study.ask(), None
-        for step, value in curve:
-            trial.report(value, step)
-            if step >= from_step and trial.should_prune():
-                stopped = step
-                break
-        study.tell(trial, curve[-1][1] if stopped is None else None,
-                   state=TrialState.COMPLETE if stopped is None else TrialState.PRUNED)
-        stops.append(stopped)
-    return stops
+    return study.replay_with(make(), "minimize", curves, lambda count, step: step >= from_step)
 
 
 def judge(stops: list[int | None], curves: list[Curve], total: int, seed: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +77,21 @@ def replay(config: SweepConfig, curves: list[list[tuple[int, float]]], total_ste
     of the objective, (step, value) in order; a completed trial's value is its last (its job's final evaluation).
     The runner asks at its polls, so a trial may be judged a little later there, and a trial early stopping ended
     is told its best."""
-    study = optuna.create_study(direction=config.objective.direction, pruner=_pruner(config))
+    return replay_with(_pruner(config), config.objective.direction, curves,
+                       lambda count, step: judged(config.pruner, count, step, total_steps))
+
+
+def replay_with(pruner: optuna.pruners.BasePruner, direction: str, curves: list[list[tuple[int, float]]],
+                judge: Callable[[int, int], bool]) -> list[int | None]:
+    """`replay`'s loop for any pruner: a trial is asked at its evaluation (count, step) when `judge` says so
+    (bench/pruner_replay.py replays rules that are not the sweep's through it)."""
+    study = optuna.create_study(direction=direction, pruner=pruner)
     stops: list[int | None] = []
     for curve in curves:
         trial, stopped = study.ask(), None
         for count, (step, value) in enumerate(curve, 1):
             trial.report(value, step)
-            if judged(config.pruner, count, step, total_steps) and trial.should_prune():
+            if judge(count, step) and trial.should_prune():
                 stopped = step
                 break
         study.tell(trial, curve[-1][1] if stopped is None else None,
