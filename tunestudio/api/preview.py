@@ -3,7 +3,9 @@
 The reading and format detection are the worker's own (`tunestudio.worker.data`),
 so the preview can never disagree with training. That package imports
 `datasets`, which the server must never load (the one rule), so the preview runs
-in a short-lived spawned child and sends its answer back as JSON.
+in a short-lived child and sends its answer back as JSON: a fork of the warm worker
+forkserver (`jobs.warm_context`: milliseconds) where there is one, else a spawned
+interpreter (about 2 s of CPU importing).
 
 Bounded, because any page may ask for it: at most MAX_CHILDREN children at once
 (a caller waits up to SLOT_WAIT_S for one, then gets PreviewBusy), each file
@@ -115,7 +117,9 @@ def clip(value: Any, chars: int = CELL_CHARS, items: int = CELL_ITEMS) -> Any:
 
 
 def _run_child(public_config: dict[str, Any], rows: int) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
+    from tunestudio.jobs import warm_context
+
+    ctx = warm_context() or mp.get_context("spawn")  # a fork of the warm forkserver, else a fresh interpreter
     receive, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, public_config, rows), daemon=True)
     proc.start()

@@ -10,9 +10,10 @@ from tunestudio.jobs.evalrows import ORDER_KEYS, Order
 from tunestudio.jobs.executor import inference_executor
 from tunestudio.jobs.manager import JobManager, Subscription
 from tunestudio.jobs.models import Job, JobConflict, JobEvent, JobKind, JobNotFound, QueueFull
+from tunestudio.jobs.prewarm import ready_context as warm_context
 from tunestudio.jobs.status import RUNNING, JobStatus
 from tunestudio.jobs.store import INT64_MAX, StoreError, StoreUnavailable, open_error
 
 __all__ = ["INT64_MAX", "ORDER_KEYS", "RUNNING", "Job", "JobConflict", "JobEvent", "JobKind", "JobManager",
            "JobNotFound", "JobStatus", "Order", "QueueFull", "StoreError", "StoreUnavailable", "Subscription",
-           "inference_executor", "open_error", "owned_artefacts"]
+           "inference_executor", "open_error", "owned_artefacts", "warm_context"]

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 # The guard first: it watches this process from the forkserver's first moment; then what a worker imports.
 FORKSERVER_PRELOAD = ("tunestudio.jobs.forkserver_guard", *PRELOAD)
 _stop_registered = False
+_ready = threading.Event()  # warm_up's first fork returned: the preload is done, and a fork starts at once
 
 
 # Device files of a GPU torch may start (NVIDIA, AMD ROCm, WSL's). On such a machine the forkserver's preload
@@ -73,6 +74,7 @@ def stop() -> None:
 
     A kill, not multiprocessing's own stop: that waits for the preload imports and an interpreter shutdown.
     """
+    _ready.clear()
     server = forkserver._forkserver  # multiprocessing keeps no public handle on it
     pid = server._forkserver_pid
     if pid is None:
@@ -96,9 +98,35 @@ def warm_up() -> threading.Thread:
             return
         try:
             forkserver.ensure_running()
+            # The server imports its preload before it serves its first fork: this one returns once that is done.
+            probe = context(True).Process(target=_nothing, name="tunestudio-prewarm-probe")
+            probe.start()
+            probe.join()
+            _ready.set()
         except Exception:  # a job started later retries, and fails with a reason
             log.exception("could not start the worker forkserver")
 
     thread = threading.Thread(target=run, name="prewarm", daemon=True)
     thread.start()
     return thread
+
+
+def _nothing() -> None:
+    """warm_up's probe: a fork that does nothing."""
+
+
+def ready_context() -> Any | None:
+    """The forkserver's context when it is warm (its preload done, its process alive), else None.
+
+    For short children of a face (api/preview.py's dataset previews): a fork of the warm server starts in
+    milliseconds, where a spawned child spends about 2 s of CPU importing; one that is not warm yet would make
+    the child wait for the whole preload, so the caller spawns instead."""
+    pid = forkserver._forkserver._forkserver_pid
+    if not _ready.is_set() or pid is None or not forks(True):
+        return None
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        _ready.clear()
+        return None
+    return context(True)
