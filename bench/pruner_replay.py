@@ -140,7 +140,12 @@ def main() -> None:
             parser.error("--record writes one file: name it with --grids PATH")
         record(args.record, args.grids[0])
     sets = {path.name: json.loads(path.read_text()) for path in args.grids}
-    total = {grids["total_steps"] for grids in sets.values()}.pop()
+    totals = {grids["total_steps"] for grids in sets.values()}
+    if len(totals) != 1:
+        parser.error(f"the grids were recorded at different lengths ({sorted(totals)} steps): replay them apart")
+    total = totals.pop()
+    curves_of = {label: {seed: [[(s, v) for s, v in t["curve"]] for t in trials]
+                         for seed, trials in grids["seeds"].items()} for label, grids in sets.items()}
     ours = {"median, judged from a trial's first training evaluation": ("median", 0.0),
             "median, from a quarter of its steps": ("median", 0.25),
             f"median, from a third (the default: {study.MEDIAN_WARMUP_FRACTION:.3f})": ("median", 1 / 3),
@@ -168,10 +173,8 @@ def main() -> None:
         results: dict[str, dict[str, list[dict[str, Any]]]] = {}
         for name, replay in rules.items():
             results[name] = {}
-            for label, grids in sets.items():
-                results[name][label] = [judge(replay([[(s, v) for s, v in t["curve"]] for t in trials]),
-                                              [[(s, v) for s, v in t["curve"]] for t in trials], total, seed)
-                                        for seed, trials in grids["seeds"].items()]
+            for label, seeds in curves_of.items():
+                results[name][label] = [judge(replay(curves), curves, total, seed) for seed, curves in seeds.items()]
             rows = [row for per_set in results[name].values() for row in per_set]
             print(f"{name}: kept the winner in {sum(r['kept'] for r in rows)} of {len(rows)}; " + " | ".join(
                 f"{label}: steps {min(r['steps'] for r in per_set):.2f}-{max(r['steps'] for r in per_set):.2f} "

@@ -68,13 +68,10 @@ def run_sweep(name: str, body: dict[str, Any], home: Path) -> dict[str, Any]:
     with JobManager(settings) as manager, Sweeps(manager, poll_seconds=0.2) as sweeps:
         # The clock starts once the worker forkserver is up, as a running server's is: its start (its imports, 5-12 s
         # here) is the server's, paid once whatever sweeps follow (the process's first sweep only: it outlives a
-        # JobManager); it is reported beside. A first fork waits for it: the forkserver answers once its imports are
-        # done (ensure_running returns before).
+        # JobManager); it is reported beside. warm_up returns once its probe fork does, after the imports.
         started = time.monotonic()
         if settings.prewarm:
-            first = prewarm.context(True).Process(target=time.sleep, args=(0,))
-            first.start()
-            first.join()
+            prewarm.warm_up().join()
         warm_up = time.monotonic() - started
         started = time.monotonic()
         sweep_id = sweeps.create(SweepConfig.model_validate(body)).id

@@ -122,7 +122,7 @@ def ready_context() -> Any | None:
     milliseconds, where a spawned child spends about 2 s of CPU importing; one that is not warm yet would make
     the child wait for the whole preload, so the caller spawns instead."""
     pid = forkserver._forkserver._forkserver_pid
-    if not _ready.is_set() or pid is None or not forks(True):
+    if not _ready.is_set() or pid is None:  # set only where `forks` said yes
         return None
     try:
         os.kill(pid, 0)

@@ -222,6 +222,7 @@ def task_manager(include: Path | None, cache_dir: Path | None) -> Any:
     TaskManager.__init__ sets, for the pinned lm-eval (tests/worker/test_bench.py compares it with a fresh one)."""
     import lm_eval.tasks
     from lm_eval.tasks import TaskManager
+    from lm_eval.tasks._index import Kind
 
     bundled = Path(lm_eval.tasks.__file__).parent
     index = _bundled_index(bundled, cache_dir)
@@ -232,8 +233,6 @@ def task_manager(include: Path | None, cache_dir: Path | None) -> Any:
     kinds: dict[Any, list[str]] = {}
     for name, entry in manager._index.items():
         kinds.setdefault(entry.kind, []).append(name)
-    from lm_eval.tasks._index import Kind
-
     manager._all_tasks = sorted(manager._index)
     manager._all_subtasks = sorted(kinds.get(Kind.TASK, []) + kinds.get(Kind.PY_TASK, []))
     manager._all_groups = sorted(kinds.get(Kind.GROUP, []))
