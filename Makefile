@@ -23,10 +23,17 @@ LLAMA_CPP_STAMP := $(LLAMA_CPP)/.llama-cpp-python-$(LLAMA_CPP_PY)
 # llama.cpp tree of the same pinned sdist, built with cmake for this CPU (about 10 min on 2 cores).
 MTMD_SRC := third_party/llama.cpp-src
 MTMD_CLI := $(MTMD_SRC)/build/bin/llama-mtmd-cli
+# llama.cpp's Python binding (llama-cpp-python, the same pinned sdist, hash-checked), compiled with cmake for this
+# CPU: chat answers through it where it measures faster (tunestudio/worker/serve/llamacpp.py). About 5 min on 2
+# cores, so `make run` does not wait for it; `make test` builds it (its tests use it), `make llamacpp` alone too.
+# --no-deps: its dependencies (numpy, jinja2, typing-extensions) are installed already, diskcache from constraints.
+LLAMA_CPP_BINDING := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_PY)
+LLAMA_CPP_CMAKE := -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF
 # The browser tests drive Debian's chromium; Playwright never downloads a browser of its own.
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup run run-vision run-audio serve test lint bench clean mtmd
+.PHONY: setup run run-vision run-audio serve test lint bench clean mtmd llamacpp
 
 setup: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP)
 
@@ -66,6 +73,15 @@ $(MTMD_CLI): | $(STAMP)
 	cmake --build $(MTMD_SRC)/build --target llama-mtmd-cli -j 2
 
 mtmd: $(MTMD_CLI)
+
+$(LLAMA_CPP_BINDING): | $(STAMP)
+	echo "llama-cpp-python==$(LLAMA_CPP_PY) --hash=sha256:$(LLAMA_CPP_SHA256)" > $(VENV)/llama-cpp-python.txt
+	CMAKE_ARGS="$(LLAMA_CPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet --no-deps \
+		--no-binary :all: --require-hashes -r $(VENV)/llama-cpp-python.txt
+	$(BIN)/pip install --quiet -c constraints.txt diskcache
+	touch $(LLAMA_CPP_BINDING)
+
+llamacpp: $(LLAMA_CPP_BINDING)
 
 $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
 	cd $(WEB) && npm ci --no-audit --no-fund
@@ -113,7 +129,7 @@ serve: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(TINY)/config.json
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(CHROMIUM) $(TINY)/config.json $(VLM) $(SHAPES) $(WHISPER)
+test: $(STAMP) $(WEB_STAMP) $(LLAMA_CPP_STAMP) $(LLAMA_CPP_BINDING) $(CHROMIUM) $(TINY)/config.json $(VLM) $(SHAPES) $(WHISPER)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=15
 

@@ -186,4 +186,4 @@ def executor_for(
 def inference_executor(settings: Settings) -> LocalExecutor:
     """Where a chat worker (kind "inference") runs: a local process, whatever executor the jobs use, started as
     a job's is (from the prewarmed forkserver with `prewarm`)."""
-    return LocalExecutor(child.main, settings.prewarm)
+    return LocalExecutor(child.main, settings.prewarm, cache_dir=str(settings.cache_dir()))

@@ -142,7 +142,7 @@ def run(args: WorkerArgs) -> int:
     if args.kind == "inference":
         from tunestudio.worker.serve import run as serve
 
-        return serve(args.commands, args.events)
+        return serve(args.commands, args.events, args.cache_dir)
 
     from tunestudio.worker.channel import QueueChannel
     from tunestudio.worker.optional import hide_unused

@@ -51,6 +51,7 @@ from tunestudio.inference_protocol import (
 )
 from tunestudio.worker import modalities
 from tunestudio.worker.errors import UserFacing
+from tunestudio.worker.serve import llamacpp
 from tunestudio.worker.serve.prompting import chat_prompt, text_tokenizer
 from tunestudio.worker.serve.serving import GreedyHead, Served, int8_chat, serving_dtype
 
@@ -79,16 +80,28 @@ class _Entry:
     model: Any
     adapters: OrderedDict[str, tuple[str, str]] = field(default_factory=OrderedDict)  # name → (folder, fingerprint)
     served: Served | None = None  # the plain copy generation runs on (None: this model is served as it is)
+    llama: llamacpp.Side | None = None  # llama.cpp's copy, where it serves this model's chat (serve/llamacpp.py)
+
+    def close(self) -> None:
+        if self.llama is not None:
+            self.llama.close()
 
 
 class Models:
     """What is in memory: models by what they were loaded from (and its fingerprint), tokenizers by folder too."""
 
-    def __init__(self, replies: Any) -> None:
+    def __init__(self, replies: Any, cache_dir: str | None = None) -> None:
         self.replies = replies
+        self.cache_dir = Path(cache_dir) if cache_dir else None
         self.device = _device()
         self._models: OrderedDict[tuple[str, str, bool], _Entry] = OrderedDict()
         self._tokenizers: dict[tuple[str, str], Any] = {}
+
+    def close(self) -> None:
+        """Put away what the models hold outside Python's reach (llama.cpp's engines)."""
+        for entry in self._models.values():
+            entry.close()
+        self._models.clear()
 
     def tokenizer(self, folder: str, fingerprint: str = "", modality: str = "text") -> Any:
         key = (folder, fingerprint)
@@ -110,9 +123,9 @@ class Models:
         entry = self._models.pop(key, None)
         if entry is None:
             for stale in [k for k in self._models if k[0] == name and k[1] != fingerprint]:
-                del self._models[stale]  # the same folder's weights as they were: rewritten on disk since
+                self._models.pop(stale).close()  # the same folder's weights as they were: rewritten on disk since
             while len(self._models) >= MAX_MODELS:
-                self._models.popitem(last=False)
+                self._models.popitem(last=False)[1].close()
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
             started = time.monotonic()
@@ -179,6 +192,51 @@ class Models:
             return entry.served.int8
         return entry.served.model
 
+    def llama_for(self, spec: ModelSpec, ids: list[int], threads: int) -> tuple[llamacpp.Engine, str | None] | None:
+        """llama.cpp's engine and the adapter to set on it where llama.cpp answers this chat request (after
+        `for_spec` loaded the model); None: PyTorch answers (see serve/llamacpp.py for when)."""
+        choice = llamacpp.engine_setting()
+        if (choice == "torch" or self.device != "cpu" or spec.load_in_4bit or spec.modality != "text"
+                or self.cache_dir is None):
+            return None
+        if not llamacpp.installed():
+            if choice == "llama.cpp":
+                raise UserFacing(f"{llamacpp.ENGINE_ENV}=llama.cpp, but {llamacpp.INSTALL_HINT}", 503,
+                                 "inference_unavailable")
+            return None
+        own = spec.kind == "full" and not spec.base
+        folder = spec.weights if own else spec.base_model
+        entry = self._models.get((folder, spec.fingerprint if own else "", False))
+        if entry is None or entry.served is None:
+            return None
+        adapter = None if spec.base or spec.kind == "full" else _adapter_name(spec.job_id)
+        if adapter is not None and not entry.served.can_merge(entry.model, adapter):
+            return None  # what llama.cpp's adapters cannot express either (DoRA, whole modules saved, ...)
+        if entry.llama is None:
+            if choice == "auto" and sum(p.numel() for p in entry.model.parameters()) < llamacpp.MIN_PARAMS:
+                return None
+            n_ctx = min(context_length(entry.model, self.tokenizer(spec.tokenizer)), llamacpp.MAX_CONTEXT)
+            entry.llama = llamacpp.Side(llamacpp.Files(self.cache_dir / "gguf"), folder, n_ctx, threads,
+                                        forced=choice == "llama.cpp")
+            if entry.llama.state == "serving":
+                self._announce(entry.llama)
+        side = entry.llama
+        if side.state == "loaded" and side.engine is not None:  # auto: measured once, against the chat copy
+            entry.served.int8_ready.wait()
+            chat = entry.served.int8 if entry.served.int8 is not None else entry.served.model
+            probe = ids[:2 * llamacpp.PROBE_TOKENS]
+            if side.decide(side.engine.token_seconds(probe, threads), _token_seconds(chat, probe)):
+                self._announce(side)
+        if side.state != "serving" or side.engine is None:
+            return None
+        if adapter is not None and not side.adapter(adapter, spec.weights, spec.fingerprint, spec.base_model):
+            return None
+        return side.engine, adapter
+
+    def _announce(self, side: llamacpp.Side) -> None:
+        self.replies.put(Loaded(f"{side.folder} (llama.cpp {llamacpp.MODEL_TYPE})", self.device,
+                                side.loaded_seconds()))
+
     def _add_adapter(self, entry: _Entry, name: str, folder: str, fingerprint: str) -> None:
         from peft import PeftModel
 
@@ -203,6 +261,18 @@ class Models:
         if entry.served is not None:
             entry.served.forget(name)
         self.replies.put(Loaded(f"{folder} (adapter)", self.device, time.monotonic() - started))
+
+
+def _token_seconds(model: Any, ids: list[int]) -> float:
+    """One token's forward pass with the KV cache after `ids`, the best of `PROBE_TOKENS` (llama.cpp's probe)."""
+    best = float("inf")
+    with torch.inference_mode():
+        cache = model(input_ids=torch.tensor([ids]), use_cache=True).cache
+        for token in ids[:llamacpp.PROBE_TOKENS]:
+            started = time.perf_counter()
+            cache = model(input_ids=torch.tensor([[token]]), cache=cache, use_cache=True).cache
+            best = min(best, time.perf_counter() - started)
+    return best
 
 
 # --- prompts ------------------------------------------------------------------------------
@@ -280,9 +350,13 @@ class TextStream(BaseStreamer):
         if not self.prompt_seen:  # generate hands over the prompt first
             self.prompt_seen = True
             return
+        self.add(value.reshape(-1).tolist())
+
+    def add(self, ids: list[int]) -> None:
+        """New tokens (llama.cpp's, one at a time; generate's through `put`)."""
         if self.stopped.is_set():
             return
-        self.ids.extend(value.reshape(-1).tolist())
+        self.ids.extend(ids)
         before = self._decode(self.ids[self._prefix : self._read])
         now = self._decode(self.ids[self._prefix :])
         if len(now) <= len(before) or now.endswith("\ufffd"):
@@ -353,19 +427,44 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
         raise UserFacing(f"messages: the prompt is {len(ids)} tokens, and the model's context is {limit}",
                          400, "context_length_exceeded")
     max_new = min(params.max_tokens or DEFAULT_MAX_TOKENS, limit - len(ids))
+    route = None if prompt.inputs else models.llama_for(request.spec, ids, request.threads)
+    if route is not None and len(ids) + max_new > route[0].n_ctx:
+        route = None  # longer than llama.cpp's context holds: PyTorch's, which has the model's whole context
     rid = request.request_id
-    replies.put(Started(rid, len(ids), torch.get_num_threads(), prompt.family.name if prompt.family else None,
-                        prompt.think, prompt.think_open, prompt.prefix))
+    replies.put(Started(rid, len(ids), request.threads if route else torch.get_num_threads(),
+                        prompt.family.name if prompt.family else None, prompt.think, prompt.think_open, prompt.prefix))
 
     stream = TextStream(tokenizer, lambda text: replies.put(Delta(rid, text)), params.stop, prompt.keep)
+    eos = _eos_ids(model, tokenizer)
+    min_new = min(params.min_tokens, max_new)
+    if route is not None:
+        engine, adapter = route
+        new = engine.generate(ids, adapter, max_new, min_new, eos, params.temperature, params.top_p, params.seed,
+                              request.threads, lambda token: stream.add([token]),
+                              lambda: halt.is_set() or stream.stopped.is_set())
+        stream.end()
+    else:
+        new = _generate(model, base_off, ids, prompt.inputs, eos, min_new, max_new, params,
+                        stream, StoppingCriteriaList([_Halt(halt, stream.stopped)]))
+    if halt.is_set() and not stream.stopped.is_set():
+        reason = "cancelled"
+    elif stream.stopped.is_set() or (new and new[-1] in eos):
+        reason = "stop"
+    else:
+        reason = "length" if len(new) >= max_new else "stop"
+    replies.put(Done(rid, reason, len(ids), len(new)))
+
+
+def _generate(model: Any, base_off: bool, ids: list[int], images: dict[str, Any], eos: list[int], min_new: int,
+              max_new: int, params: GenerateParams, stream: TextStream, stopping: StoppingCriteriaList) -> list[int]:
+    """PyTorch's answer: the new tokens `model.generate` made (each streamed to `stream` as it is made)."""
+    tokenizer = stream.tokenizer
     sampling = params.temperature > 0
     if sampling and params.seed is not None:
         torch.manual_seed(params.seed)
     device = next(model.parameters()).device
     inputs = torch.tensor([ids], device=device)
-    extra = {name: value.to(device) for name, value in prompt.inputs.items()}  # an image model's pixels
-    eos = _eos_ids(model, tokenizer)
-    min_new = min(params.min_tokens, max_new)
+    extra = {name: value.to(device) for name, value in images.items()}  # an image model's pixels
     kwargs: dict[str, Any] = {
         "max_new_tokens": max_new,
         "do_sample": sampling,
@@ -373,7 +472,7 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
         "pad_token_id": tokenizer.pad_token_id,
         "eos_token_id": eos,
         "streamer": stream,
-        "stopping_criteria": StoppingCriteriaList([_Halt(halt, stream.stopped)]),
+        "stopping_criteria": stopping,
     }
     if sampling:
         kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0, min_new_tokens=min_new or None)
@@ -390,11 +489,4 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
                 output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **extra, **kwargs)
         else:
             output = model.generate(inputs, attention_mask=torch.ones_like(inputs), **extra, **kwargs)
-    new = output[0, len(ids) :].tolist()
-    if halt.is_set() and not stream.stopped.is_set():
-        reason = "cancelled"
-    elif stream.stopped.is_set() or (new and new[-1] in eos):
-        reason = "stop"
-    else:
-        reason = "length" if len(new) >= max_new else "stop"
-    replies.put(Done(rid, reason, len(ids), len(new)))
+    return output[0, len(ids):].tolist()

@@ -46,8 +46,9 @@ class Replies:
 
 
 class Server:
-    def __init__(self, requests: Any, replies: Replies) -> None:
+    def __init__(self, requests: Any, replies: Replies, cache_dir: str | None = None) -> None:
         self.requests = requests
+        self.cache_dir = cache_dir
         self.replies = replies
         self._lock = threading.Condition()
         self._pending: deque[Request | Shutdown] = deque()
@@ -91,13 +92,21 @@ class Server:
                 return command
 
     def serve(self) -> None:
+        from tunestudio.worker.serve.generation import Models
+
+        models = Models(self.replies, self.cache_dir)
+        threading.Thread(target=self.read_commands, name="commands", daemon=True).start()
+        try:
+            self._answer_all(models)
+        finally:
+            models.close()
+
+    def _answer_all(self, models: Any) -> None:
         from tunestudio.worker.serve.completion import complete
-        from tunestudio.worker.serve.generation import Models, answer, render
+        from tunestudio.worker.serve.generation import answer, render
         from tunestudio.worker.serve.scoring import score
         from tunestudio.worker.serve.transcription import transcribe
 
-        models = Models(self.replies)
-        threading.Thread(target=self.read_commands, name="commands", daemon=True).start()
         while True:
             request = self.next_request()
             if request is None:
@@ -119,9 +128,10 @@ class Server:
                     self._current = None
 
 
-def run(requests: Any, replies_conn: Any) -> int:
+def run(requests: Any, replies_conn: Any, cache_dir: str | None = None) -> int:
     """The worker's life, once worker/child.py made it a worker. requests: the queue of commands from the parent;
-    replies_conn: the write end of the reply pipe. Returns the exit code."""
+    replies_conn: the write end of the reply pipe; cache_dir: where GGUF copies for llama.cpp are kept
+    (serve/llamacpp.py; None: chat stays PyTorch's). Returns the exit code."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -129,7 +139,7 @@ def run(requests: Any, replies_conn: Any) -> int:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     replies = Replies(replies_conn)
     try:
-        Server(requests, replies).serve()
+        Server(requests, replies, cache_dir).serve()
     finally:
         replies.close()
     return 0

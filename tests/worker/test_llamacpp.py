@@ -1,0 +1,208 @@
+"""worker/serve/llamacpp.py: chat answered by llama.cpp (issue 40) from GGUF copies the chat worker makes.
+
+The answers are checked against PyTorch's (transformers + peft, the path every other chat test checks) on the
+session's trained chat job, its adapter on the tiny model's GGUF: the same greedy text, the job's and `:base`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tunestudio.inference.models import spec_for
+from tunestudio.inference_protocol import Delta, Done, Error, Generate, Loaded, ModelSpec
+from tunestudio.worker.errors import UserFacing
+from tunestudio.worker.serve import generation, llamacpp
+from tunestudio.worker.serve.generation import Models, answer
+
+from ..helpers.chat import PROMPT, ChatHome
+from ..helpers.wait import wait_until
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(not llamacpp.installed(), reason="llama-cpp-python is not built (`make llamacpp`)"),
+    pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"),  # peft's own call
+]
+QUESTIONS = [PROMPT, "What sound does this animal make?\n\ndog", "What colour is the sky?", "Name a fruit."]
+
+
+class Replies:
+    """The worker's pipe to the parent, kept: `every` reply, and `current`, those of the request being answered."""
+
+    def __init__(self) -> None:
+        self.every: list[Any] = []
+        self.current: list[Any] = []
+        self.on_delta: Any = None
+
+    def put(self, reply: Any) -> None:
+        self.every.append(reply)
+        self.current.append(reply)
+        if isinstance(reply, Delta) and self.on_delta is not None:
+            self.on_delta()
+
+    def loaded(self) -> list[str]:
+        return [r.key for r in self.every if isinstance(r, Loaded)]
+
+
+def ask(models: Models, spec: ModelSpec, question: str, engine: str, halt: threading.Event | None = None,
+        **params: Any) -> tuple[str, Done]:
+    """One chat answer through `engine` (TUNESTUDIO_CHAT_ENGINE): its text and its Done."""
+    replies = models.replies
+    replies.current = []
+    os.environ[llamacpp.ENGINE_ENV] = engine
+    try:
+        answer(models, Generate(1, spec, [{"role": "user", "content": question}],
+                                {"temperature": 0.0, "max_tokens": 24, **params}, 1),
+               replies, halt or threading.Event())
+    finally:
+        os.environ.pop(llamacpp.ENGINE_ENV, None)
+    errors = [r for r in replies.current if isinstance(r, Error)]
+    assert not errors, errors
+    return ("".join(r.text for r in replies.current if isinstance(r, Delta)),
+            next(r for r in replies.current if isinstance(r, Done)))
+
+
+@pytest.fixture(scope="module")
+def specs(trained_chat_home: ChatHome) -> tuple[ModelSpec, ModelSpec]:
+    job = trained_chat_home.job
+    spec = spec_for(job, base=False)
+    base = spec_for(job, base=True)
+    assert spec is not None and base is not None
+    return spec, base
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
+    """One chat worker's models, its GGUF cache in a folder of its own; llama.cpp's files made by its first
+    answer."""
+    made = Models(Replies(), str(tmp_path_factory.mktemp("cache")))
+    yield made
+    made.close()
+
+
+def test_llama_cpp_answers_as_pytorch_does(models: Models, specs: tuple[ModelSpec, ModelSpec],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, base = specs
+    expected = {(s.model_id, q): ask(models, s, q, "torch")[0] for s in specs for q in QUESTIONS}
+    assert any(expected[(spec.model_id, q)] != expected[(base.model_id, q)] for q in QUESTIONS), \
+        "the job answers as its base does: the adapter would not be tested"
+
+    def no_pytorch(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("PyTorch answered")
+
+    monkeypatch.setattr(generation, "_generate", no_pytorch)
+    for s in (spec, base, spec):  # the adapter set, cleared, set again on the same context
+        for question in QUESTIONS:
+            text, _ = ask(models, s, question, "llama.cpp")
+            assert text == expected[(s.model_id, question)], (s.model_id, question)
+    cache = models.cache_dir / "gguf"
+    assert sorted(p.name for p in cache.glob("*/*.gguf")) == ["adapter-f32.gguf", "model-q8_0.gguf"]
+    assert not list(cache.glob("*/.*.tmp"))
+
+
+def test_min_tokens_stop_strings_and_a_cancel(models: Models, specs: tuple[ModelSpec, ModelSpec]) -> None:
+    spec = specs[0]
+    text, done = ask(models, spec, PROMPT, "llama.cpp", max_tokens=40, min_tokens=40)
+    assert (done.finish_reason, done.completion_tokens) == ("length", 40)  # the end token was not allowed
+    short, _ = ask(models, spec, PROMPT, "llama.cpp", max_tokens=40)
+    assert text.startswith(short) and len(text) > len(short)  # past the end token: off the training's path,
+    # where the scores are near ties and q8_0's rounding may choose another token than fp32's: not compared
+
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    cut, done = ask(models, spec, PROMPT, "llama.cpp", max_tokens=40, min_tokens=40, stop=[stop])
+    assert cut == text[:text.index(stop)] and done.finish_reason == "stop"
+
+    halt = threading.Event()
+    models.replies.on_delta = halt.set  # a cancel as the first text reaches the parent
+    try:
+        _, done = ask(models, spec, PROMPT, "llama.cpp", halt=halt, max_tokens=40, min_tokens=40)
+    finally:
+        models.replies.on_delta = None
+    assert done.finish_reason == "cancelled" and done.completion_tokens < 40
+
+
+def test_a_seed_repeats_its_sample(models: Models, specs: tuple[ModelSpec, ModelSpec]) -> None:
+    spec = specs[0]
+    draws = [ask(models, spec, PROMPT, "llama.cpp", temperature=2.0, max_tokens=32, min_tokens=32, seed=seed)[0]
+             for seed in (7, 7, 8)]
+    assert draws[0] == draws[1] and draws[0] != draws[2]
+    nucleus = ask(models, spec, PROMPT, "llama.cpp", temperature=1.0, top_p=1e-6, max_tokens=16, seed=9)[0]
+    assert nucleus == ask(models, spec, PROMPT, "llama.cpp", max_tokens=16)[0]  # top-p keeps only the best
+
+
+def test_without_the_binding_chat_says_how_to_build_it(models: Models, specs: tuple[ModelSpec, ModelSpec],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llamacpp, "installed", lambda: False)
+    with pytest.raises(UserFacing, match="make llamacpp") as refused:
+        ask(models, specs[0], PROMPT, "llama.cpp")
+    assert refused.value.status == 503
+    assert ask(models, specs[0], PROMPT, "auto")[0]  # auto: PyTorch's
+
+
+def test_auto_answers_through_pytorch_until_llama_cpp_is_made_and_measured_faster(
+        tiny_model: Path, specs: tuple[ModelSpec, ModelSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = specs[0]
+    models = Models(Replies(), str(tmp_path / "cache"))
+    try:
+        assert ask(models, spec, PROMPT, "auto")[0]
+        assert models._models[(str(tiny_model), "", False)].llama is None  # 1.2M parameters: below MIN_PARAMS
+
+        monkeypatch.setattr(llamacpp, "MIN_PARAMS", 0)
+        expected = ask(models, spec, PROMPT, "torch")[0]
+        gate = threading.Event()
+        made = llamacpp.Files.model
+        monkeypatch.setattr(llamacpp.Files, "model", lambda self, folder: gate.wait(60) and made(self, folder))
+        assert ask(models, spec, PROMPT, "auto")[0] == expected  # the file is being made: PyTorch answers
+        entry = models._models[(str(tiny_model), "", False)]
+        assert entry.llama is not None and entry.llama.state == "making"
+        gate.set()
+        wait_until(lambda: entry.llama.state == "loaded", 120, "llama.cpp's copy loaded")
+        # measured at the next request; the tiny model's token is Python in PyTorch: llama.cpp is faster
+        assert ask(models, spec, PROMPT, "auto")[0] == expected
+        assert entry.llama.state == "serving"
+        # the adapter's file was started by that request; then llama.cpp answers for the job too
+        wait_until(lambda: ask(models, spec, PROMPT, "auto")[0] == expected
+                   and entry.llama.engine.has_adapter(generation._adapter_name(spec.job_id),
+                                                      (spec.weights, spec.fingerprint)), 120, "the adapter's file")
+        assert f"{tiny_model} (llama.cpp q8_0)" in models.replies.loaded()
+    finally:
+        models.close()
+
+
+def test_auto_keeps_pytorch_where_llama_cpp_measures_slower(tiny_model: Path, specs: tuple[ModelSpec, ModelSpec],
+                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llamacpp, "MIN_PARAMS", 0)
+    monkeypatch.setattr(llamacpp.Engine, "token_seconds", lambda self, ids, threads: 1.0)
+    models = Models(Replies(), str(tmp_path / "cache"))
+    try:
+        base = specs[1]
+        ask(models, base, PROMPT, "auto")
+        entry = models._models[(str(tiny_model), "", False)]
+        wait_until(lambda: entry.llama.state == "loaded", 120, "llama.cpp's copy loaded")
+        ask(models, base, PROMPT, "auto")
+        assert entry.llama.state == "slower"
+        assert not [key for key in models.replies.loaded() if "llama.cpp" in key]
+    finally:
+        models.close()
+
+
+def test_the_files_are_made_once_and_follow_the_weights(tiny_model: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model, folder)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in folder.iterdir())
+    files = llamacpp.Files(tmp_path / "cache" / "gguf")
+    first = files.model(str(folder))
+    made_at = first.stat().st_mtime_ns
+    assert files.model(str(folder)) == first and first.stat().st_mtime_ns == made_at  # kept, not made again
+    weights = folder / "model.safetensors"
+    os.utime(weights, ns=(made_at + 10**9, made_at + 10**9))  # the weights rewritten (as far as stat tells)
+    second = files.model(str(folder))
+    assert second != first and second.is_file() and not first.parent.exists()  # the stale copy removed
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in folder.iterdir() if p.name != weights.name) == \
+        [entry for entry in before if entry[0] != weights.name]  # nothing written into the model's folder

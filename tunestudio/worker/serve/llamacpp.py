@@ -1,0 +1,399 @@
+"""Chat through llama.cpp (issue 40): a text model's tokens decoded by llama.cpp, from GGUF copies this worker makes.
+
+Why: a token of a 270M model with a 262k vocabulary took 30.6 ms through PyTorch's int8 copy against 18 ms in
+llama.cpp's q8_0 on the same file (bench/RESULTS.md, issue 29): the difference is Python between PyTorch's kernels.
+
+What: llama.cpp through llama-cpp-python's low-level API (a model, a context, the decode loop here), the binding
+built from its pinned, hash-checked sdist by `make llamacpp` (not by `make setup`: it compiles llama.cpp, minutes
+on 2 cores). A base model (or a full fine-tune) becomes `model-q8_0.gguf`, and a LoRA job `adapter-f32.gguf` set on
+the base's context per request, so one base's file serves all its jobs and `:base`. Both are written by llama.cpp's
+own converters (worker/export/gguf.py's driver) into the data directory's cache folder (`gguf/`), under a key of
+the folder and its weights' fingerprint: weights rewritten on disk get new files, and the old ones are removed (the
+cache is this studio's own; nothing outside it is written or removed).
+
+Only the forward passes and the choice of each token are llama.cpp's. The prompt's ids, the end tokens,
+`min_tokens` (end tokens' scores -inf until then), stop strings, cancel and the text stream are generation.py's,
+as for PyTorch. Greedy: the argmax of the scores. Sampling: llama.cpp's own temperature, top-p and seeded draw
+(a seed repeats its answer; not PyTorch's answer for that seed).
+
+When (`TUNESTUDIO_CHAT_ENGINE`):
+- auto (the default): on a CPU, for a text model of `MIN_PARAMS` or more that PyTorch serves merged (`Served`),
+  with llama-cpp-python installed. The files are made and loaded in a thread while PyTorch answers; at the next
+  request for the model one token's decode is timed on both (`PROBE_TOKENS`), and llama.cpp answers from then on
+  where it is faster. A job whose adapter has no file yet answers through PyTorch while it is made.
+- llama.cpp: every chat request it can serve, its files made before the answer (the tests use it on the tiny
+  model); 503 when the binding is not installed.
+- torch: never.
+Log-probabilities (`/v1/completions`), reward scores, image models, 4-bit models and prompts longer than
+`MAX_CONTEXT` stay PyTorch's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tunestudio.inference.models import fingerprint
+from tunestudio.worker.errors import UserError, UserFacing
+
+log = logging.getLogger(__name__)
+ENGINE_ENV = "TUNESTUDIO_CHAT_ENGINE"
+ENGINES = ("auto", "torch", "llama.cpp")
+MODEL_TYPE = "q8_0"  # what llama.cpp's CPU users run, and what bench/inference.py compares with
+ADAPTER_TYPE = "f32"  # a LoRA's matrices are small: kept exact
+MIN_PARAMS = 50_000_000  # below, PyTorch's answers stay (serving.py's INT8_MIN_PARAMS, for the same reason)
+MAX_CONTEXT = 4096  # the context's KV memory is allocated whole: 75 MB at this length for a 270M Gemma shape
+BATCH = 512
+PROBE_TOKENS = 8
+MAX_ADAPTERS = 8
+INSTALL_HINT = "llama-cpp-python is not installed in this environment; `make llamacpp` builds it"
+
+
+def engine_setting() -> str:
+    choice = os.environ.get(ENGINE_ENV, "auto").strip().lower()
+    choice = {"llamacpp": "llama.cpp", "llama": "llama.cpp", "pytorch": "torch"}.get(choice, choice)
+    if choice not in ENGINES:
+        log.warning("%s=%s is not one of %s: auto", ENGINE_ENV, choice, ", ".join(ENGINES))
+        return "auto"
+    return choice
+
+
+def installed() -> bool:
+    from tunestudio.worker.export.gguf import llama_cpp_dir
+
+    return (importlib.util.find_spec("llama_cpp") is not None
+            and (llama_cpp_dir() / "convert_hf_to_gguf.py").is_file())
+
+
+# --- files ------------------------------------------------------------------------------------
+class _Log:
+    """What the converter's driver reports, into this worker's log (the driver wants a job's channel)."""
+
+    def warn(self, message: str) -> None:
+        log.warning("GGUF converter: %s", message)
+
+    def log(self, message: str) -> None:
+        log.info("GGUF converter: %s", message)
+
+
+class Files:
+    """GGUF copies of models and adapters, made once, kept under `root` (the cache folder's `gguf/`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def model(self, folder: str) -> Path:
+        """`folder`'s model as `model-q8_0.gguf`, made now if it is not there."""
+        from tunestudio.worker.export.gguf import _driver
+
+        return self._made(folder, f"model-{MODEL_TYPE}.gguf", lambda out: [
+            *_driver("hf", Path(folder)), folder, "--outtype", MODEL_TYPE, "--outfile", str(out)])
+
+    def adapter(self, folder: str, base: str) -> Path:
+        """The LoRA adapter in `folder` as `adapter-f32.gguf` (its base's config read from `base`)."""
+        from tunestudio.worker.export.gguf import _driver
+
+        return self._made(folder, f"adapter-{ADAPTER_TYPE}.gguf", lambda out: [
+            *_driver("lora", None), "--outtype", ADAPTER_TYPE, "--outfile", str(out), "--base", base, folder])
+
+    def _made(self, folder: str, name: str, command: Callable[[Path], list[str]]) -> Path:
+        from tunestudio.settings import private_dir
+        from tunestudio.worker.export.gguf import _driver_env, _run_child
+
+        source = str(Path(folder).resolve())
+        stamp = fingerprint(Path(folder))
+        place = self.root / hashlib.sha256(f"{source}\0{stamp}".encode()).hexdigest()[:24]
+        path = place / name
+        if path.is_file():
+            return path
+        private_dir(self.root)
+        self._drop_stale(source, place)
+        place.mkdir(exist_ok=True)
+        (place / "source.json").write_text(json.dumps({"folder": source, "fingerprint": stamp}))
+        partial = place / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        started = time.monotonic()
+        try:
+            _run_child(command(partial), _driver_env(), _Log(), lambda: None, None)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+        log.info("GGUF %s of %s made in %.1f s", name, folder, time.monotonic() - started)
+        return path
+
+    def _drop_stale(self, source: str, keep: Path) -> None:
+        """Remove this cache's files of `source` as its weights were before (another fingerprint)."""
+        for other in self.root.iterdir() if self.root.is_dir() else ():
+            with contextlib.suppress(OSError, ValueError):
+                if other != keep and json.loads((other / "source.json").read_text())["folder"] == source:
+                    shutil.rmtree(other)
+
+
+# --- the engine ---------------------------------------------------------------------------------
+class Engine:
+    """One GGUF model in llama.cpp, one context on it, the LoRA adapters loaded onto it (by name), and the tokens
+    its KV memory holds (a prompt that begins as the last one did is not computed again)."""
+
+    def __init__(self, path: Path, n_ctx: int, threads: int) -> None:
+        import numpy as np
+        from llama_cpp import Llama
+
+        self._np = np
+        self.llama = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=BATCH, n_threads=threads,
+                           n_threads_batch=threads, verbose=False)
+        self.n_ctx = n_ctx
+        self.n_vocab = self.llama.n_vocab()
+        self._adapters: OrderedDict[str, tuple[Any, tuple[str, str]]] = OrderedDict()
+        self._active: str | None = None
+        self._tokens: list[int] = []
+        self._threads = threads
+
+    # adapters
+    def has_adapter(self, name: str, key: tuple[str, str]) -> bool:
+        found = self._adapters.get(name)
+        return found is not None and found[1] == key
+
+    def add_adapter(self, name: str, path: Path, key: tuple[str, str]) -> None:
+        import llama_cpp
+
+        self.drop_adapter(name)
+        while len(self._adapters) >= MAX_ADAPTERS:
+            self.drop_adapter(next(iter(self._adapters)))
+        pointer = llama_cpp.llama_adapter_lora_init(self.llama.model, str(path).encode())
+        if not pointer:
+            raise UserFacing(f"llama.cpp could not load the adapter {path}", 409, "model_unavailable")
+        self._adapters[name] = (pointer, key)
+
+    def drop_adapter(self, name: str) -> None:
+        import llama_cpp
+
+        found = self._adapters.pop(name, None)
+        if found is None:
+            return
+        if self._active == name:
+            self._use(None)
+        llama_cpp.llama_adapter_lora_free(found[0])
+
+    def _use(self, adapter: str | None) -> None:
+        import llama_cpp
+
+        if adapter == self._active:
+            return
+        ctx = self.llama.ctx
+        if adapter is None:
+            code = llama_cpp.llama_set_adapters_lora(ctx, None, 0, None)
+        else:
+            pointers = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(self._adapters[adapter][0])
+            code = llama_cpp.llama_set_adapters_lora(ctx, pointers, 1, (ctypes.c_float * 1)(1.0))
+        if code != 0:
+            raise RuntimeError(f"llama.cpp refused the adapter {adapter} ({code})")
+        self._active = adapter
+        self._forget()
+
+    # decoding
+    def _forget(self) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.llama.ctx), True)
+        self._tokens = []
+
+    def _decode(self, tokens: list[int]) -> None:
+        import llama_cpp
+
+        for start in range(0, len(tokens), BATCH):
+            chunk = tokens[start:start + BATCH]
+            array = (llama_cpp.llama_token * len(chunk))(*chunk)
+            code = llama_cpp.llama_decode(self.llama.ctx, llama_cpp.llama_batch_get_one(array, len(chunk)))
+            if code != 0:
+                self._forget()
+                raise RuntimeError(f"llama.cpp's decode failed ({code})")
+            self._tokens.extend(chunk)
+
+    def _prefill(self, ids: list[int]) -> None:
+        """The KV memory made to hold `ids`, its scores those of their last position."""
+        import llama_cpp
+
+        keep = 0
+        for mine, theirs in zip(self._tokens, ids[:-1], strict=False):  # the last is computed again: its scores
+            if mine != theirs:
+                break
+            keep += 1
+        if keep < len(self._tokens):
+            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.llama.ctx), 0, keep, -1)
+            del self._tokens[keep:]
+        self._decode(ids[keep:])
+
+    def _scores(self) -> Any:
+        import llama_cpp
+
+        pointer = llama_cpp.llama_get_logits_ith(self.llama.ctx, -1)
+        return self._np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
+
+    def _threads_for(self, threads: int) -> None:
+        import llama_cpp
+
+        if threads != self._threads:
+            llama_cpp.llama_set_n_threads(self.llama.ctx, threads, threads)
+            self._threads = threads
+
+    def generate(self, ids: list[int], adapter: str | None, max_new: int, min_new: int, eos: list[int],
+                 temperature: float, top_p: float, seed: int | None, threads: int,
+                 emit: Callable[[int], None], stopped: Callable[[], bool]) -> list[int]:
+        """Up to `max_new` tokens after `ids` (each handed to `emit` as it is made), until an end token or
+        `stopped()`; returns them. Greedy at temperature 0."""
+        import llama_cpp
+
+        self._threads_for(threads)
+        self._use(adapter)
+        sampler = None
+        if temperature > 0:
+            sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+            # as transformers orders them: temperature, then top-p on the tempered distribution, then the draw
+            llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_temp(temperature))
+            if top_p < 1.0:
+                llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_top_p(top_p, 1))
+            llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_dist(
+                llama_cpp.LLAMA_DEFAULT_SEED if seed is None else seed % 2**32))
+        new: list[int] = []
+        try:
+            self._prefill(ids)
+            while len(new) < max_new and not stopped():
+                scores = self._scores()
+                if len(new) < min_new and eos:
+                    scores[eos] = float("-inf")  # the sampler reads these same scores
+                token = (int(scores.argmax()) if sampler is None
+                         else int(llama_cpp.llama_sampler_sample(sampler, self.llama.ctx, -1)))
+                new.append(token)
+                emit(token)
+                if token in eos or len(new) >= max_new:
+                    break
+                self._decode([token])
+        finally:
+            if sampler is not None:
+                llama_cpp.llama_sampler_free(sampler)
+        return new
+
+    def token_seconds(self, ids: list[int], threads: int) -> float:
+        """One token's decode after `ids`, the best of `PROBE_TOKENS` (its KV memory forgotten after)."""
+        self._threads_for(threads)
+        self._use(None)
+        self._forget()
+        self._decode(ids)
+        best = float("inf")
+        for token in ids[:PROBE_TOKENS]:
+            started = time.perf_counter()
+            self._decode([token])
+            best = min(best, time.perf_counter() - started)
+        self._forget()
+        return best
+
+    def close(self) -> None:
+        for name in list(self._adapters):
+            self.drop_adapter(name)
+        self.llama.close()
+
+
+# --- one loaded model's llama.cpp side -------------------------------------------------------------
+class Side:
+    """llama.cpp's side of one model the worker holds (generation.py's `_Entry`): its file made and its engine
+    loaded in a thread (auto) or before the answer (llama.cpp), then measured against PyTorch once (auto), and the
+    adapters' files likewise. `state`: making, loaded (not yet measured), serving, slower, failed."""
+
+    def __init__(self, files: Files, folder: str, n_ctx: int, threads: int, forced: bool) -> None:
+        self.files = files
+        self.folder = folder
+        self.n_ctx = n_ctx
+        self.forced = forced
+        self.state = "making"
+        self.engine: Engine | None = None
+        self._lock = threading.Lock()
+        self._adapters: dict[tuple[str, str], Path | None] = {}  # (folder, fingerprint) → its file (None: making)
+        self._failed: set[tuple[str, str]] = set()
+        self._made: dict[str, float] = {}
+        self._run(lambda: self._load(threads))
+
+    def _run(self, work: Callable[[], None]) -> None:
+        if self.forced:
+            work()
+        else:
+            threading.Thread(target=work, name="llama.cpp-files", daemon=True).start()
+
+    def _load(self, threads: int) -> None:
+        started = time.monotonic()
+        try:
+            engine = Engine(self.files.model(self.folder), self.n_ctx, threads)
+        except Exception as exc:
+            log.warning("llama.cpp will not serve %s: %s", self.folder, exc)
+            with self._lock:
+                self.state = "failed"
+            if self.forced:
+                raise UserFacing(f"llama.cpp could not load {self.folder}: {exc}", 503, "inference_unavailable") \
+                    from None
+            return
+        with self._lock:
+            self.engine = engine
+            self.state = "serving" if self.forced else "loaded"
+            self._made["model"] = time.monotonic() - started
+
+    def loaded_seconds(self) -> float:
+        return self._made.get("model", 0.0)
+
+    def decide(self, llama_s: float, torch_s: float) -> bool:
+        with self._lock:
+            self.state = "serving" if llama_s < torch_s else "slower"
+        log.info("chat engine for %s: %s (one token: llama.cpp %.2f ms, PyTorch %.2f ms)", self.folder,
+                 "llama.cpp" if self.state == "serving" else "PyTorch", llama_s * 1000, torch_s * 1000)
+        return self.state == "serving"
+
+    def adapter(self, name: str, folder: str, stamp: str, base: str) -> bool:
+        """Whether the engine holds the adapter in `folder` under `name` now; its file is made (in a thread for
+        auto) when it is missing. False: PyTorch answers meanwhile (or always, where the converter refused)."""
+        assert self.engine is not None
+        key = (folder, stamp)
+        if self.engine.has_adapter(name, key):
+            return True
+        with self._lock:
+            if key in self._failed:
+                return False
+            start = key not in self._adapters
+            if start:
+                self._adapters[key] = None
+        if start:
+            self._run(lambda: self._make_adapter(key, base))
+        with self._lock:
+            path = self._adapters.get(key)
+        if path is None:
+            return False
+        self.engine.add_adapter(name, path, key)
+        return True
+
+    def _make_adapter(self, key: tuple[str, str], base: str) -> None:
+        try:
+            path = self.files.adapter(key[0], base)
+        except (UserError, OSError) as exc:
+            log.warning("llama.cpp will not serve the adapter in %s: %s", key[0], exc)
+            with self._lock:
+                self._failed.add(key)
+                self._adapters.pop(key, None)
+            if self.forced:
+                raise UserFacing(f"llama.cpp could not convert the adapter in {key[0]}: {exc}", 503,
+                                 "inference_unavailable") from None
+            return
+        with self._lock:
+            self._adapters[key] = path
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
