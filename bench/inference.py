@@ -15,6 +15,12 @@ model + adapter). Then, in alternating rounds:
   with `cd bench/llamacpp && npm i -E node-llama-cpp@3.21.1`), fed the same
   prompt token ids.
 
+The API's chat engine is the server's `TUNESTUDIO_CHAT_ENGINE` (`--engine`, issue 40): with auto or llama.cpp
+the rounds begin once the worker says llama.cpp serves the job (its base's q8_0 copy and the job's adapter,
+serve/llamacpp.py), warm-up requests sent meanwhile; the seconds from the job's end to then are printed
+(`llama_cpp_after_s`). With auto on a model below its size bound, or where PyTorch measured faster, the wait
+ends at its deadline and PyTorch's figures are reported as such.
+
 Both sides generate the same prompt greedily, exactly `--tokens` tokens
 (`min_tokens`, the API's extension, and `min_new_tokens`), with every core.
 Time to first token: request (or call) → first token. Tokens/s: (tokens − 1)
@@ -50,6 +56,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 PROMPT = ("Repeat the word three times.\n\napple. " * 12).strip()  # ~100 prompt tokens: prefill counts in TTFT
+
+
+def prompt(round_no: int) -> str:
+    """Each round's prompt begins differently: no side reuses the last round's computed prompt (the chat
+    worker's llama.cpp engine keeps a prompt's KV memory for one that begins as it did)."""
+    return f"Round {round_no}. {PROMPT}"
 TARGET_TPS_RATIO = 0.9
 TARGET_TTFT_RATIO = 1.5
 LLAMA_TPS_RATIO = 0.5  # issue 29: against llama.cpp's q8_0
@@ -81,6 +93,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_for_llama_cpp(client: Any, url: str, model_id: str, timeout_s: float = 300) -> float | None:
+    """Seconds until the worker serves the job through llama.cpp (its model and adapter announced), warm-up
+    requests sent meanwhile; None when it did not within `timeout_s`."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout_s:
+        loaded = client.get(f"{url}/api/inference", timeout=30).json()["loaded"]
+        if any("(llama.cpp q8_0)" in key for key in loaded) and any("(llama.cpp adapter)" in key for key in loaded):
+            return time.perf_counter() - started
+        api_round(client, url, model_id, 4)
+        time.sleep(1)
+    return None
 
 
 def start_server(home: Path, port: int) -> subprocess.Popen:
@@ -168,8 +193,8 @@ class Llama:
             self.proc.kill()
 
 
-def api_round(client: Any, url: str, model_id: str, tokens: int) -> dict[str, float]:
-    body = {"model": model_id, "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
+def api_round(client: Any, url: str, model_id: str, tokens: int, text: str = PROMPT) -> dict[str, float]:
+    body = {"model": model_id, "messages": [{"role": "user", "content": text}], "temperature": 0,
             "max_tokens": tokens, "min_tokens": tokens, "stream": True, "stream_options": {"include_usage": True}}
     stamps: list[float] = []
     usage = None
@@ -205,11 +230,11 @@ class Plain:
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
         self.model = PeftModel.from_pretrained(model, adapter).eval()
 
-    def prompt_ids(self) -> list[int]:
-        return list(self.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}],
+    def prompt_ids(self, text: str = PROMPT) -> list[int]:
+        return list(self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                        add_generation_prompt=True, return_dict=True)["input_ids"])
 
-    def round(self, tokens: int) -> dict[str, Any]:
+    def round(self, tokens: int, text: str = PROMPT) -> dict[str, Any]:
         from transformers.generation.streamers import BaseStreamer
 
         stamps: list[float] = []
@@ -227,7 +252,7 @@ class Plain:
 
         start = time.perf_counter()
         # A request arrives as messages: the chat template and the tokenizer are part of answering it.
-        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True,
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                                  return_tensors="pt", return_dict=True)["input_ids"]
         with self.torch.inference_mode():
             out = self.model.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=tokens,
@@ -250,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch's and llama.cpp's threads on this side (the API's worker takes every core)")
     parser.add_argument("--llama", action="store_true", help="also llama.cpp on the job's GGUF export (issue 29)")
     parser.add_argument("--quantization", default="q8_0", help="the GGUF export llama.cpp decodes")
+    parser.add_argument("--engine", choices=["auto", "torch", "llama.cpp"], default="auto",
+                        help="the server's chat engine (TUNESTUDIO_CHAT_ENGINE)")
     parser.add_argument("--first-after", type=float, default=0.0,
                         help="seconds between the job's end and its first chat request (the server's warm-up, "
                              "TUNESTUDIO_CHAT_WARMUP, loads the model meanwhile)")
@@ -270,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"model: {params:,} parameters", flush=True)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
+        os.environ["TUNESTUDIO_CHAT_ENGINE"] = args.engine  # the server and its chat worker read it
         server = start_server(home, port)
         llama = None
         try:
@@ -282,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             api_round(client, url, job["id"], 4)  # starts the worker and loads the model (unless warmed)
             cold_s = time.perf_counter() - started
+            switched_s = None
+            if args.engine != "torch":
+                switched_s = wait_for_llama_cpp(client, url, job["id"])
+                print("llama.cpp serves the job" + (f" {switched_s:.1f} s after the first request"
+                                                     if switched_s is not None else ": NOT (PyTorch answers)"),
+                      flush=True)
             import torch
 
             torch.set_num_threads(args.threads)
@@ -293,19 +327,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"GGUF export: {gguf} ({gguf.stat().st_size / 2**20:.0f} MiB)", flush=True)
                 llama = Llama(gguf, args.threads)
                 print(f"llama.cpp loaded it in {llama.ready['load_ms']:.0f} ms", flush=True)
-                prompt = plain.prompt_ids()
-                llama.round(prompt, 4)
+                llama.round(plain.prompt_ids(), 4)
                 sides.append("llama")
             rounds: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
             for i in range(args.rounds):
                 order = sides[i % len(sides):] + sides[: i % len(sides)]  # each side first in turn
                 for side in order:
                     if side == "api":
-                        figures = api_round(client, url, job["id"], args.tokens)
+                        figures = api_round(client, url, job["id"], args.tokens, prompt(i + 1))
                     elif side == "plain":
-                        figures = plain.round(args.tokens)
+                        figures = plain.round(args.tokens, prompt(i + 1))
                     else:
-                        figures = llama.round(prompt, args.tokens)
+                        figures = llama.round(plain.prompt_ids(prompt(i + 1)), args.tokens)
                     rounds[side].append(figures)
                     print(f"round {i + 1} {side:5}: TTFT {figures['ttft_ms']:7.1f} ms, "
                           f"{figures['tokens_per_s']:7.1f} tok/s", flush=True)
@@ -320,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     tps_ratio = med["api"]["tokens_per_s"] / med["plain"]["tokens_per_s"]
     ttft_ratio = med["api"]["ttft_ms"] / med["plain"]["ttft_ms"]
     same = sum(a["text"] == p["text"] for a, p in zip(rounds["api"], rounds["plain"], strict=True))
+    if "llama" in rounds:
+        same_llama = sum(a["text"] == plain.tokenizer.decode(r["ids"], skip_special_tokens=True)
+                         for a, r in zip(rounds["api"], rounds["llama"], strict=True))
     print(f"\nmedians over {args.rounds} alternating rounds of {args.tokens} tokens ({args.model} model, "
           f"{args.threads} threads here; load avg {os.getloadavg()[0]:.1f}):")
     print(f"  plain generate : TTFT {med['plain']['ttft_ms']:.1f} ms, {med['plain']['tokens_per_s']:.1f} tok/s")
@@ -332,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  answers        API text == plain's in {same} of {args.rounds} rounds")
     result: dict[str, Any] = {"model": args.model, "tokens": args.tokens, "threads": args.threads, "rounds": rounds,
                               "median": med, "first_after_s": args.first_after, "cold_first_request_s": cold_s,
-                              "tokens_per_s_ratio": tps_ratio, "ttft_ratio": ttft_ratio, "same_text": same}
+                              "tokens_per_s_ratio": tps_ratio, "ttft_ratio": ttft_ratio, "same_text": same,
+                              "engine": args.engine, "llama_cpp_after_s": switched_s}
     if "llama" in med:
         llama_tps = med["api"]["tokens_per_s"] / med["llama"]["tokens_per_s"]
         llama_ttft = med["api"]["ttft_ms"] / med["llama"]["ttft_ms"]
@@ -342,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{'met' if llama_tps >= LLAMA_TPS_RATIO else 'MISSED'}); "
               f"TTFT {llama_ttft:.3f} (target ≤ {LLAMA_TTFT_RATIO}: "
               f"{'met' if llama_ttft <= LLAMA_TTFT_RATIO else 'MISSED'})")
-        result.update(llama_tokens_per_s_ratio=llama_tps, llama_ttft_ratio=llama_ttft)
+        print(f"  answers        API text == llama.cpp's in {same_llama} of {args.rounds} rounds")
+        result.update(llama_tokens_per_s_ratio=llama_tps, llama_ttft_ratio=llama_ttft, same_text_llama=same_llama)
     print(json.dumps(result))
     return 0
 

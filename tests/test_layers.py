@@ -75,8 +75,9 @@ WORKER_FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("train", frozenset({"train"}), False),
     ("data", frozenset({"data"}), False),
     # what every room stands on (__init__: worker/'s own, lazy_face); rewards here, not in train/, because data/
-    # checks a GRPO row's answer with it
-    ("ground", frozenset({"__init__", "channel", "errors", "hub", "optional", "phases", "resources", "rewards"}),
+    # checks a GRPO row's answer with it; converter here because export/ and serve/ (llama.cpp's copies) both run it
+    ("ground", frozenset({"__init__", "channel", "converter", "errors", "hub", "optional", "phases", "resources",
+                          "rewards"}),
      False),
 )
 

@@ -15,6 +15,7 @@ so a truncated file fails) for torch's .pt/.bin files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -134,3 +135,21 @@ def publish(staged: Path, final: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+WEIGHT_FILES = ("*.safetensors", "adapter_model.bin", "pytorch_model*.bin", "adapter_config.json", "config.json")
+
+
+def weights_files(folder: Path) -> list[Path]:
+    """The files that hold a model's or an adapter's weights and config in `folder`."""
+    return sorted({p for pattern in WEIGHT_FILES for p in folder.glob(pattern) if p.is_file()})
+
+
+def fingerprint(folder: Path) -> str:
+    """What the weights in `folder` are, as far as the file system tells: each file's name, size, mtime."""
+    parts = []
+    for path in weights_files(folder):
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return ";".join(parts)

@@ -20,6 +20,7 @@ from tunestudio.inference.models import checkpoint_steps, fine_tuned_name
 from tunestudio.inference_protocol import Delta, Done, Started
 from tunestudio.jobs.models import Job
 from tunestudio.settings import Settings
+from tunestudio.worker.serve import llamacpp
 
 from ..helpers.chat import PROMPT, ChatHome, train_chat_job
 from ..helpers.jobs import DATA
@@ -97,6 +98,31 @@ def test_base_and_fine_tuned_answer_differently_as_the_worker_saw_them(client: o
     sample = job.result["samples"][0]
     assert (base, tuned) == (sample["before"], sample["after"])
     assert ask(job.id) == tuned  # switching back and forth leaves the adapter as it was
+
+
+@pytest.mark.skipif(not llamacpp.installed(), reason="llama-cpp-python is not built (`make llamacpp`)")
+def test_llama_cpp_answers_through_the_api_as_pytorch_does(client: openai.OpenAI, server: str, job: Job, home: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """TUNESTUDIO_CHAT_ENGINE=llama.cpp (issue 40): the job and its base answered by llama.cpp from the worker's
+    GGUF copies, whole and streamed, as the PyTorch worker of this module's server answers them."""
+    def ask(api: openai.OpenAI, model: str) -> str:
+        return api.chat.completions.create(model=model, messages=MESSAGES, temperature=0,
+                                           max_tokens=40).choices[0].message.content
+
+    expected = {model: ask(client, model) for model in (job.id, f"{job.id}:base")}
+    monkeypatch.setenv("TUNESTUDIO_CHAT_ENGINE", "llama.cpp")
+    # spawned, so that its worker reads this environment (a forkserver keeps the one it started with)
+    with running_server(Settings(home=home, prewarm=False)) as url, \
+            openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120) as llama:
+        for model, answer in expected.items():
+            assert ask(llama, model) == answer
+        chunks = list(llama.chat.completions.create(model=job.id, messages=MESSAGES, temperature=0, max_tokens=40,
+                                                    stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected[job.id]
+        loaded = httpx.get(f"{url}/api/inference", timeout=10).json()["loaded"]
+    assert any(key.endswith("(llama.cpp q8_0)") for key in loaded)
+    assert any(key.endswith("(llama.cpp adapter)") for key in loaded)
+    assert not any("llama.cpp" in key for key in status(server)["loaded"])  # auto, 1.2M parameters: PyTorch
 
 
 def test_unknown_model_is_a_404_in_openai_shape(client: openai.OpenAI, server: str, job: Job) -> None:
@@ -313,3 +339,4 @@ def test_a_job_whose_folder_a_later_job_wrote_over_says_so(client: openai.OpenAI
                 "no longer on disk") in caught.value.message
     answer = client.chat.completions.create(model=second.id, messages=MESSAGES, temperature=0, max_tokens=40)
     assert answer.choices[0].message.content.strip() == second.result["samples"][0]["after"]
+

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tunestudio.checkpoints import latest_checkpoint
+from tunestudio.checkpoints import fingerprint, latest_checkpoint, weights_files
 from tunestudio.inference_protocol import ModelSpec
 from tunestudio.kinds import spec_of
 
@@ -43,7 +43,6 @@ FINISHED = ("completed", "stopped")  # a job whose output folder holds what it t
 CHAT_STATUSES = (*FINISHED, "interrupted")
 BASE_SUFFIX = ":base"
 SLACK_S = 2.0  # a job's weights may be this much newer than its finished_at (clock and timestamp granularity)
-WEIGHT_FILES = ("*.safetensors", "adapter_model.bin", "pytorch_model*.bin", "adapter_config.json", "config.json")
 FINE_TUNED = "ft:"
 SUFFIX = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # what a job's name must be to stand in an ft: name
 _CHECKPOINT_STEP = re.compile(r":ckpt-step-(\d{1,12})$")
@@ -109,26 +108,12 @@ def weights_folder(job: ChatJob) -> Path | None:
     return None
 
 
-def _weights_files(folder: Path) -> list[Path]:
-    return sorted({p for pattern in WEIGHT_FILES for p in folder.glob(pattern) if p.is_file()})
-
-
-def fingerprint(folder: Path) -> str:
-    """What the weights in `folder` are, as far as the file system tells: each file's name, size, mtime."""
-    parts = []
-    for path in _weights_files(folder):
-        with contextlib.suppress(OSError):
-            stat = path.stat()
-            parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
-    return ";".join(parts)
-
-
 def replaced(job: ChatJob, folder: Path) -> bool:
     """Whether weights in the job's folder were written after the job ended (so not by it)."""
     if job.finished_at is None:
         return False
     newest = 0
-    for path in _weights_files(folder):
+    for path in weights_files(folder):
         with contextlib.suppress(OSError):
             newest = max(newest, path.stat().st_mtime_ns)
     return newest / 1e9 > job.finished_at + SLACK_S

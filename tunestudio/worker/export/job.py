@@ -126,6 +126,7 @@ def _export(cfg: ExportConfig, channel: Channel) -> int:
 
 def _check_target(cfg: ExportConfig, source: Source, channel: Channel) -> None:
     """What the target needs, checked before anything loads: a missing tool should cost seconds, not minutes."""
+    from tunestudio.worker.converter import require_converter
     from tunestudio.worker.export import gguf as export_gguf
     from tunestudio.worker.export import hub as export_hub
 
@@ -137,7 +138,7 @@ def _check_target(cfg: ExportConfig, source: Source, channel: Channel) -> None:
                         "(whisper.cpp has its own format); export it as merged (WhisperForConditionalGeneration "
                         "loads it) or to the hub")
     if cfg.target in ("gguf", "gguf-lora"):
-        export_gguf.require_converter()
+        require_converter()
     if cfg.resolved_quantization == "q4_k_m":
         export_gguf.require_quantize()
     if cfg.target == "gguf-lora" and not source.adapter:

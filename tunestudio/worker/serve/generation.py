@@ -229,8 +229,12 @@ class Models:
                 self._announce(side)
         if side.state != "serving" or side.engine is None:
             return None
-        if adapter is not None and not side.adapter(adapter, spec.weights, spec.fingerprint, spec.base_model):
-            return None
+        if adapter is not None:
+            new = not side.engine.has_adapter(adapter, (spec.weights, spec.fingerprint))
+            if not side.adapter(adapter, spec.weights, spec.fingerprint, spec.base_model):
+                return None
+            if new:
+                self.replies.put(Loaded(f"{spec.weights} (llama.cpp adapter)", self.device, 0.0))
         return side.engine, adapter
 
     def _announce(self, side: llamacpp.Side) -> None:

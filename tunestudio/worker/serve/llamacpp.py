@@ -45,7 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tunestudio.inference.models import fingerprint
+from tunestudio.checkpoints import fingerprint
+from tunestudio.worker.converter import driver, driver_env, run_child
 from tunestudio.worker.errors import UserError, UserFacing
 
 log = logging.getLogger(__name__)
@@ -71,23 +72,13 @@ def engine_setting() -> str:
 
 
 def installed() -> bool:
-    from tunestudio.worker.export.gguf import llama_cpp_dir
+    from tunestudio.worker.converter import llama_cpp_dir
 
     return (importlib.util.find_spec("llama_cpp") is not None
             and (llama_cpp_dir() / "convert_hf_to_gguf.py").is_file())
 
 
 # --- files ------------------------------------------------------------------------------------
-class _Log:
-    """What the converter's driver reports, into this worker's log (the driver wants a job's channel)."""
-
-    def warn(self, message: str) -> None:
-        log.warning("GGUF converter: %s", message)
-
-    def log(self, message: str) -> None:
-        log.info("GGUF converter: %s", message)
-
-
 class Files:
     """GGUF copies of models and adapters, made once, kept under `root` (the cache folder's `gguf/`)."""
 
@@ -96,21 +87,16 @@ class Files:
 
     def model(self, folder: str) -> Path:
         """`folder`'s model as `model-q8_0.gguf`, made now if it is not there."""
-        from tunestudio.worker.export.gguf import _driver
-
         return self._made(folder, f"model-{MODEL_TYPE}.gguf", lambda out: [
-            *_driver("hf", Path(folder)), folder, "--outtype", MODEL_TYPE, "--outfile", str(out)])
+            *driver("hf", Path(folder)), folder, "--outtype", MODEL_TYPE, "--outfile", str(out)])
 
     def adapter(self, folder: str, base: str) -> Path:
         """The LoRA adapter in `folder` as `adapter-f32.gguf` (its base's config read from `base`)."""
-        from tunestudio.worker.export.gguf import _driver
-
         return self._made(folder, f"adapter-{ADAPTER_TYPE}.gguf", lambda out: [
-            *_driver("lora", None), "--outtype", ADAPTER_TYPE, "--outfile", str(out), "--base", base, folder])
+            *driver("lora", None), "--outtype", ADAPTER_TYPE, "--outfile", str(out), "--base", base, folder])
 
     def _made(self, folder: str, name: str, command: Callable[[Path], list[str]]) -> Path:
         from tunestudio.settings import private_dir
-        from tunestudio.worker.export.gguf import _driver_env, _run_child
 
         source = str(Path(folder).resolve())
         stamp = fingerprint(Path(folder))
@@ -125,7 +111,8 @@ class Files:
         partial = place / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
         started = time.monotonic()
         try:
-            _run_child(command(partial), _driver_env(), _Log(), lambda: None, None)
+            run_child(command(partial), driver_env(), lambda message: log.warning("GGUF converter: %s", message),
+                      lambda: None)
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
