@@ -76,10 +76,15 @@ def specs(trained_chat_home: ChatHome) -> tuple[ModelSpec, ModelSpec]:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
-    """One chat worker's models, its GGUF cache in a folder of its own; llama.cpp's files made by its first
-    answer."""
-    made = Models(Replies(), str(tmp_path_factory.mktemp("cache")))
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's cache folder: the GGUF copies are made once (by the first answer) and kept for the others."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def models(cache: Path) -> Models:
+    """One chat worker's models."""
+    made = Models(Replies(), str(cache))
     yield made
     made.close()
 
@@ -144,9 +149,9 @@ def test_without_the_binding_chat_says_how_to_build_it(models: Models, specs: tu
 
 
 def test_auto_answers_through_pytorch_until_llama_cpp_is_made_and_measured_faster(
-        tiny_model: Path, specs: tuple[ModelSpec, ModelSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny_model: Path, specs: tuple[ModelSpec, ModelSpec], cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = specs[0]
-    models = Models(Replies(), str(tmp_path / "cache"))
+    models = Models(Replies(), str(cache))  # a second chat worker: the files are there, the engine is not
     try:
         assert ask(models, spec, PROMPT, "auto")[0]
         assert models._models[(str(tiny_model), "", False)].llama is None  # 1.2M parameters: below MIN_PARAMS
@@ -174,10 +179,10 @@ def test_auto_answers_through_pytorch_until_llama_cpp_is_made_and_measured_faste
 
 
 def test_auto_keeps_pytorch_where_llama_cpp_measures_slower(tiny_model: Path, specs: tuple[ModelSpec, ModelSpec],
-                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                            cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(llamacpp, "MIN_PARAMS", 0)
     monkeypatch.setattr(llamacpp.Engine, "token_seconds", lambda self, ids, threads: 1.0)
-    models = Models(Replies(), str(tmp_path / "cache"))
+    models = Models(Replies(), str(cache))
     try:
         base = specs[1]
         ask(models, base, PROMPT, "auto")

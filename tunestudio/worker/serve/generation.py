@@ -192,9 +192,11 @@ class Models:
             return entry.served.int8
         return entry.served.model
 
-    def llama_for(self, spec: ModelSpec, ids: list[int], threads: int) -> tuple[llamacpp.Engine, str | None] | None:
+    def llama_for(self, spec: ModelSpec, tokenizer: Any, ids: list[int],
+                  threads: int) -> tuple[llamacpp.Engine, str | None] | None:
         """llama.cpp's engine and the adapter to set on it where llama.cpp answers this chat request (after
-        `for_spec` loaded the model); None: PyTorch answers (see serve/llamacpp.py for when)."""
+        `for_spec` loaded the model and `tokenizer`, its text tokenizer, made the prompt's `ids`); None: PyTorch
+        answers (see serve/llamacpp.py for when)."""
         choice = llamacpp.engine_setting()
         if (choice == "torch" or self.device != "cpu" or spec.load_in_4bit or spec.modality != "text"
                 or self.cache_dir is None):
@@ -215,7 +217,7 @@ class Models:
         if entry.llama is None:
             if choice == "auto" and sum(p.numel() for p in entry.model.parameters()) < llamacpp.MIN_PARAMS:
                 return None
-            n_ctx = min(context_length(entry.model, self.tokenizer(spec.tokenizer)), llamacpp.MAX_CONTEXT)
+            n_ctx = min(context_length(entry.model, tokenizer), llamacpp.MAX_CONTEXT)
             entry.llama = llamacpp.Side(llamacpp.Files(self.cache_dir / "gguf"), folder, n_ctx, threads,
                                         forced=choice == "llama.cpp")
             if entry.llama.state == "serving":
@@ -431,7 +433,7 @@ def answer(models: Models, request: Generate, replies: Any, halt: threading.Even
         raise UserFacing(f"messages: the prompt is {len(ids)} tokens, and the model's context is {limit}",
                          400, "context_length_exceeded")
     max_new = min(params.max_tokens or DEFAULT_MAX_TOKENS, limit - len(ids))
-    route = None if prompt.inputs else models.llama_for(request.spec, ids, request.threads)
+    route = None if prompt.inputs else models.llama_for(request.spec, tokenizer, ids, request.threads)
     if route is not None and len(ids) + max_new > route[0].n_ctx:
         route = None  # longer than llama.cpp's context holds: PyTorch's, which has the model's whole context
     rid = request.request_id
