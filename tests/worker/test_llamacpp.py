@@ -211,3 +211,8 @@ def test_the_files_are_made_once_and_follow_the_weights(tiny_model: Path, tmp_pa
     assert second != first and second.is_file() and not first.parent.exists()  # the stale copy removed
     assert sorted((p.name, p.stat().st_mtime_ns) for p in folder.iterdir() if p.name != weights.name) == \
         [entry for entry in before if entry[0] != weights.name]  # nothing written into the model's folder
+
+    shutil.rmtree(folder)  # a deleted job's folder: its copy goes when the next file is made
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model, other)
+    assert files.model(str(other)).is_file() and not second.parent.exists()

@@ -8,8 +8,9 @@ built from its pinned, hash-checked sdist by `make llamacpp` (not by `make setup
 on 2 cores). A base model (or a full fine-tune) becomes `model-q8_0.gguf`, and a LoRA job `adapter-f32.gguf` set on
 the base's context per request, so one base's file serves all its jobs and `:base`. Both are written by llama.cpp's
 own converters (worker/export/gguf.py's driver) into the data directory's cache folder (`gguf/`), under a key of
-the folder and its weights' fingerprint: weights rewritten on disk get new files, and the old ones are removed (the
-cache is this studio's own; nothing outside it is written or removed).
+the folder and its weights' fingerprint: weights rewritten on disk get new files, and the old ones are removed, as are
+the copies of folders that are gone (a deleted job's), each time a file is made (the cache is this studio's own;
+nothing outside it is written or removed).
 
 Only the forward passes and the choice of each token are llama.cpp's. The prompt's ids, the end tokens,
 `min_tokens` (end tokens' scores -inf until then), stop strings, cancel and the text stream are generation.py's,
@@ -120,10 +121,12 @@ class Files:
         return path
 
     def _drop_stale(self, source: str, keep: Path) -> None:
-        """Remove this cache's files of `source` as its weights were before (another fingerprint)."""
+        """Remove this cache's copies of `source` as its weights were before (another fingerprint), and those of
+        folders that are gone (a deleted job's adapter)."""
         for other in self.root.iterdir() if self.root.is_dir() else ():
-            with contextlib.suppress(OSError, ValueError):
-                if other != keep and json.loads((other / "source.json").read_text())["folder"] == source:
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # not a copy of ours: left alone
+                folder = json.loads((other / "source.json").read_text())["folder"]
+                if other != keep and (folder == source or not Path(folder).exists()):
                     shutil.rmtree(other)
 
 
