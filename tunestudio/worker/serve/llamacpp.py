@@ -140,8 +140,10 @@ class Engine:
         from llama_cpp import Llama
 
         self._np = np
+        # flash attention: a 231-token prompt's prefill 499-579 ms against 636-678 without, decode the same
+        # (the real-shaped model, 2 threads; bench/RESULTS.md)
         self.llama = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=BATCH, n_threads=threads,
-                           n_threads_batch=threads, verbose=False)
+                           n_threads_batch=threads, flash_attn=True, verbose=False)
         self.n_ctx = n_ctx
         self.n_vocab = self.llama.n_vocab()
         self._adapters: OrderedDict[str, tuple[Any, tuple[str, str]]] = OrderedDict()
