@@ -77,7 +77,7 @@ mtmd: $(MTMD_CLI)
 $(LLAMA_CPP_BINDING): | $(STAMP)
 	echo "llama-cpp-python==$(LLAMA_CPP_PY) --hash=sha256:$(LLAMA_CPP_SHA256)" > $(VENV)/llama-cpp-python.txt
 	CMAKE_ARGS="$(LLAMA_CPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet --no-deps \
-		--no-binary :all: --require-hashes -r $(VENV)/llama-cpp-python.txt
+		--no-binary llama-cpp-python --require-hashes -r $(VENV)/llama-cpp-python.txt
 	$(BIN)/pip install --quiet -c constraints.txt diskcache
 	touch $(LLAMA_CPP_BINDING)
 

@@ -358,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     same = sum(a["text"].strip() == p["text"].strip() for a, p in zip(rounds["api"], rounds["plain"], strict=True))
     if "llama" in rounds:
         decoded = [plain.tokenizer.decode(r["ids"], skip_special_tokens=True).strip() for r in rounds["llama"]]
-        same_llama = sum(a["text"].strip().startswith(d) for a, d in zip(rounds["api"], decoded, strict=True))
+        same_llama = sum(bool(d) and a["text"].strip().startswith(d)
+                         for a, d in zip(rounds["api"], decoded, strict=True))
     print(f"\nmedians over {args.rounds} alternating rounds of {args.tokens} tokens ({args.model} model, "
           f"{args.threads} threads here; load avg {os.getloadavg()[0]:.1f}):")
     print(f"  plain generate : TTFT {med['plain']['ttft_ms']:.1f} ms, {med['plain']['tokens_per_s']:.1f} tok/s")

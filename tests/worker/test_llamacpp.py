@@ -106,7 +106,6 @@ def test_llama_cpp_answers_as_pytorch_does(models: Models, specs: tuple[ModelSpe
             assert text == expected[(s.model_id, question)], (s.model_id, question)
     cache = models.cache_dir / "gguf"
     assert sorted(p.name for p in cache.glob("*/*.gguf")) == ["adapter-f32.gguf", "model-q8_0.gguf"]
-    assert not list(cache.glob("*/.*.tmp"))
 
 
 def test_min_tokens_stop_strings_and_a_cancel(models: Models, specs: tuple[ModelSpec, ModelSpec]) -> None:
@@ -161,7 +160,7 @@ def test_auto_answers_through_pytorch_until_llama_cpp_is_made_and_measured_faste
         gate = threading.Event()
         made = llamacpp.Files.model
         monkeypatch.setattr(llamacpp.Files, "model", lambda self, folder: gate.wait(60) and made(self, folder))
-        assert ask(models, spec, PROMPT, "auto")[0] == expected  # the file is being made: PyTorch answers
+        assert ask(models, spec, PROMPT, "auto")[0] == expected  # the file is being made (below): PyTorch answers
         entry = models._models[(str(tiny_model), "", False)]
         assert entry.llama is not None and entry.llama.state == "making"
         gate.set()
@@ -216,3 +215,42 @@ def test_the_files_are_made_once_and_follow_the_weights(tiny_model: Path, tmp_pa
     other = tmp_path / "other"
     shutil.copytree(tiny_model, other)
     assert files.model(str(other)).is_file() and not second.parent.exists()
+
+
+def test_an_adapter_llama_cpp_refuses_is_answered_by_pytorch(tiny_model: Path, specs: tuple[ModelSpec, ModelSpec],
+                                                             cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, base = specs
+    monkeypatch.setattr(llamacpp, "MIN_PARAMS", 0)
+    models = Models(Replies(), str(cache))
+    try:
+        expected = ask(models, spec, PROMPT, "torch")[0]
+        ask(models, base, PROMPT, "auto")
+        entry = models._models[(str(tiny_model), "", False)]
+        wait_until(lambda: entry.llama.state == "loaded", 120, "llama.cpp's copy loaded")
+        ask(models, base, PROMPT, "auto")
+        assert entry.llama.state == "serving"
+
+        def refuse(self: Any, name: str, path: Path, key: tuple[str, str]) -> None:
+            raise UserFacing(f"llama.cpp could not load the adapter {path}", 409, "model_unavailable")
+
+        monkeypatch.setattr(llamacpp.Engine, "add_adapter", refuse)
+        key = (spec.weights, spec.fingerprint)
+        wait_until(lambda: ask(models, spec, PROMPT, "auto")[0] == expected and key in entry.llama._failed, 120,
+                   "the adapter refused")
+        assert ask(models, spec, PROMPT, "auto")[0] == expected  # PyTorch's, and no 409
+    finally:
+        models.close()
+
+
+def test_a_hub_id_is_read_from_its_local_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # read at import: the module's, not env
+    snapshot = tmp_path / "hub" / "models--someone--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    assert Path(llamacpp.local_folder("someone/tiny")) == snapshot
+    assert llamacpp.local_folder("someone/not-here") is None  # PyTorch answers: the converter has no folder
+    assert llamacpp.local_folder(str(tmp_path)) == str(tmp_path)

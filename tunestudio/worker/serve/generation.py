@@ -207,9 +207,12 @@ class Models:
                                  "inference_unavailable")
             return None
         own = spec.kind == "full" and not spec.base
-        folder = spec.weights if own else spec.base_model
-        entry = self._models.get((folder, spec.fingerprint if own else "", False))
+        name = spec.weights if own else spec.base_model
+        entry = self._models.get((name, spec.fingerprint if own else "", False))
         if entry is None or entry.served is None:
+            return None
+        folder = llamacpp.local_folder(name)  # a hub id's snapshot in the local cache
+        if folder is None:
             return None
         adapter = None if spec.base or spec.kind == "full" else _adapter_name(spec.job_id)
         if adapter is not None and not entry.served.can_merge(entry.model, adapter):
@@ -233,7 +236,7 @@ class Models:
             return None
         if adapter is not None:
             new = not side.engine.has_adapter(adapter, (spec.weights, spec.fingerprint))
-            if not side.adapter(adapter, spec.weights, spec.fingerprint, spec.base_model):
+            if not side.adapter(adapter, spec.weights, spec.fingerprint, folder):
                 return None
             if new:
                 self.replies.put(Loaded(f"{spec.weights} (llama.cpp adapter)", self.device, 0.0))

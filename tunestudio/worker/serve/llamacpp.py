@@ -7,10 +7,10 @@ What: llama.cpp through llama-cpp-python's low-level API (a model, a context, th
 built from its pinned, hash-checked sdist by `make llamacpp` (not by `make setup`: it compiles llama.cpp, minutes
 on 2 cores). A base model (or a full fine-tune) becomes `model-q8_0.gguf`, and a LoRA job `adapter-f32.gguf` set on
 the base's context per request, so one base's file serves all its jobs and `:base`. Both are written by llama.cpp's
-own converters (worker/export/gguf.py's driver) into the data directory's cache folder (`gguf/`), under a key of
-the folder and its weights' fingerprint: weights rewritten on disk get new files, and the old ones are removed, as are
-the copies of folders that are gone (a deleted job's), each time a file is made (the cache is this studio's own;
-nothing outside it is written or removed).
+own converters (worker/converter.py, as the export runs them) into the data directory's cache folder (`gguf/`),
+under a key of the folder and its weights' fingerprint: weights rewritten on disk get new files, and the old ones
+are removed, as are the copies of folders that are gone (a deleted job's), each time a file is made (the cache is
+this studio's own; nothing outside it is written or removed).
 
 Only the forward passes and the choice of each token are llama.cpp's. The prompt's ids, the end tokens,
 `min_tokens` (end tokens' scores -inf until then), stop strings, cancel and the text stream are generation.py's,
@@ -23,10 +23,11 @@ When (`TUNESTUDIO_CHAT_ENGINE`):
   request for the model one token's decode is timed on both (`PROBE_TOKENS`), and llama.cpp answers from then on
   where it is faster. A job whose adapter has no file yet answers through PyTorch while it is made.
 - llama.cpp: every chat request it can serve, its files made before the answer (the tests use it on the tiny
-  model); 503 when the binding is not installed.
+  model); 503 when the binding is not installed, or a copy cannot be made.
 - torch: never.
-Log-probabilities (`/v1/completions`), reward scores, image models, 4-bit models and prompts longer than
-`MAX_CONTEXT` stay PyTorch's.
+Log-probabilities (`/v1/completions`), reward scores, image models, 4-bit models and requests whose prompt and
+`max_tokens` together pass the context (`MAX_CONTEXT` at most) stay PyTorch's, as do base models named by a hub id
+that is not in the local cache (the converter reads a folder).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from typing import Any
 
 from tunestudio.checkpoints import fingerprint
 from tunestudio.worker.converter import driver, driver_env, run_child
-from tunestudio.worker.errors import UserError, UserFacing
+from tunestudio.worker.errors import UserFacing
 
 log = logging.getLogger(__name__)
 ENGINE_ENV = "TUNESTUDIO_CHAT_ENGINE"
@@ -72,11 +73,32 @@ def engine_setting() -> str:
     return choice
 
 
+def local_folder(name: str) -> str | None:
+    """The folder holding the model `name` names: itself, or a hub id's snapshot in the local cache (where the
+    worker loaded it from); None when there is none here."""
+    if Path(name).is_dir():
+        return name
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name, local_files_only=True)
+    except Exception:  # not a hub id, or not downloaded: the converter has nothing to read
+        return None
+
+
 def installed() -> bool:
     from tunestudio.worker.converter import llama_cpp_dir
 
     return (importlib.util.find_spec("llama_cpp") is not None
             and (llama_cpp_dir() / "convert_hf_to_gguf.py").is_file())
+
+
+def llama_cpp_flag(function: str, model: Any) -> bool:
+    """A yes/no question llama.cpp answers about a loaded model (False where this binding lacks the function)."""
+    import llama_cpp
+
+    ask = getattr(llama_cpp, function, None)
+    return bool(ask(model)) if ask is not None else False
 
 
 # --- files ------------------------------------------------------------------------------------
@@ -150,11 +172,19 @@ class Engine:
         self._active: str | None = None
         self._tokens: list[int] = []
         self._threads = threads
+        model = self.llama.model
+        # a recurrent or hybrid model's state cannot be cut back to a prefix: each prompt is computed whole
+        self._reuse = not (llama_cpp_flag("llama_model_is_recurrent", model)
+                           or llama_cpp_flag("llama_model_is_hybrid", model))
 
     # adapters
     def has_adapter(self, name: str, key: tuple[str, str]) -> bool:
+        """Whether `name` holds the adapter `key` (folder, fingerprint); it becomes the most recently used."""
         found = self._adapters.get(name)
-        return found is not None and found[1] == key
+        if found is None or found[1] != key:
+            return False
+        self._adapters.move_to_end(name)
+        return True
 
     def add_adapter(self, name: str, path: Path, key: tuple[str, str]) -> None:
         import llama_cpp
@@ -217,13 +247,18 @@ class Engine:
         import llama_cpp
 
         keep = 0
-        for mine, theirs in zip(self._tokens, ids[:-1], strict=False):  # the last is computed again: its scores
-            if mine != theirs:
+        for mine, theirs in zip(self._tokens if self._reuse else [], ids[:-1], strict=False):  # the last is computed
+            if mine != theirs:  # again: its scores
                 break
             keep += 1
         if keep < len(self._tokens):
-            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.llama.ctx), 0, keep, -1)
-            del self._tokens[keep:]
+            memory = llama_cpp.llama_get_memory(self.llama.ctx)
+            if keep and llama_cpp.llama_memory_seq_rm(memory, 0, keep, -1) and \
+                    llama_cpp.llama_memory_seq_pos_max(memory, 0) == keep - 1:
+                del self._tokens[keep:]
+            else:  # nothing kept, or the memory could not be cut there
+                self._forget()
+                keep = 0
         self._decode(ids[keep:])
 
     def _scores(self) -> Any:
@@ -268,7 +303,7 @@ class Engine:
                          else int(llama_cpp.llama_sampler_sample(sampler, self.llama.ctx, -1)))
                 new.append(token)
                 emit(token)
-                if token in eos or len(new) >= max_new:
+                if token in eos or len(new) >= max_new or stopped():
                     break
                 self._decode([token])
         finally:
@@ -313,6 +348,7 @@ class Side:
         self._adapters: dict[tuple[str, str], Path | None] = {}  # (folder, fingerprint) → its file (None: making)
         self._failed: set[tuple[str, str]] = set()
         self._made: dict[str, float] = {}
+        self._closed = False
         self._run(lambda: self._load(threads))
 
     def _run(self, work: Callable[[], None]) -> None:
@@ -334,6 +370,9 @@ class Side:
                     from None
             return
         with self._lock:
+            if self._closed:  # the model was put away while its copy was made
+                engine.close()
+                return
             self.engine = engine
             self.state = "serving" if self.forced else "loaded"
             self._made["model"] = time.monotonic() - started
@@ -367,13 +406,21 @@ class Side:
             path = self._adapters.get(key)
         if path is None:
             return False
-        self.engine.add_adapter(name, path, key)
+        try:
+            self.engine.add_adapter(name, path, key)
+        except UserFacing:
+            if self.forced:
+                raise
+            log.warning("llama.cpp will not serve the adapter in %s: it refused %s", folder, path)
+            with self._lock:
+                self._failed.add(key)
+            return False
         return True
 
     def _make_adapter(self, key: tuple[str, str], base: str) -> None:
         try:
             path = self.files.adapter(key[0], base)
-        except (UserError, OSError) as exc:
+        except Exception as exc:  # the converter's refusal (UserError) or anything else: PyTorch answers the job
             log.warning("llama.cpp will not serve the adapter in %s: %s", key[0], exc)
             with self._lock:
                 self._failed.add(key)
@@ -386,6 +433,8 @@ class Side:
             self._adapters[key] = path
 
     def close(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
-            self.engine = None
+        with self._lock:
+            self._closed = True
+            engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.close()
