@@ -240,6 +240,14 @@ def test_an_adapter_llama_cpp_refuses_is_answered_by_pytorch(tiny_model: Path, s
         assert ask(models, spec, PROMPT, "auto")[0] == expected  # PyTorch's, and no 409
     finally:
         models.close()
+    forced = Models(Replies(), str(cache))
+    try:
+        for _ in range(2):  # under TUNESTUDIO_CHAT_ENGINE=llama.cpp it says so, each time
+            with pytest.raises(UserFacing, match="could not load the adapter") as refused:
+                ask(forced, spec, PROMPT, "llama.cpp")
+            assert refused.value.status == 409
+    finally:
+        forced.close()
 
 
 def test_a_hub_id_is_read_from_its_local_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -396,6 +396,9 @@ class Side:
             return True
         with self._lock:
             if key in self._failed:
+                if self.forced:
+                    raise UserFacing(f"llama.cpp could not serve the adapter in {folder} (the worker's log says why)",
+                                     503, "inference_unavailable")
                 return False
             start = key not in self._adapters
             if start:
