@@ -138,13 +138,17 @@ def test_a_seed_repeats_its_sample(models: Models, specs: tuple[ModelSpec, Model
     assert nucleus == ask(models, spec, PROMPT, "llama.cpp", max_tokens=16)[0]  # top-p keeps only the best
 
 
-def test_without_the_binding_chat_says_how_to_build_it(models: Models, specs: tuple[ModelSpec, ModelSpec],
+def test_without_the_binding_chat_says_how_to_build_it(specs: tuple[ModelSpec, ModelSpec], cache: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(llamacpp, "installed", lambda: False)
-    with pytest.raises(UserFacing, match="make llamacpp") as refused:
-        ask(models, specs[0], PROMPT, "llama.cpp")
-    assert refused.value.status == 503
-    assert ask(models, specs[0], PROMPT, "auto")[0]  # auto: PyTorch's
+    models = Models(Replies(), str(cache))  # a worker of an environment without the binding
+    try:
+        with pytest.raises(UserFacing, match="make llamacpp") as refused:
+            ask(models, specs[0], PROMPT, "llama.cpp")
+        assert refused.value.status == 503
+        assert ask(models, specs[0], PROMPT, "auto")[0]  # auto: PyTorch's
+    finally:
+        models.close()
 
 
 def test_auto_answers_through_pytorch_until_llama_cpp_is_made_and_measured_faster(

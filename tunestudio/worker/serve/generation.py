@@ -201,24 +201,24 @@ class Models:
         if (choice == "torch" or self.device != "cpu" or spec.load_in_4bit or spec.modality != "text"
                 or self.cache_dir is None):
             return None
-        if not llamacpp.installed():
-            if choice == "llama.cpp":
-                raise UserFacing(f"{llamacpp.ENGINE_ENV}=llama.cpp, but {llamacpp.INSTALL_HINT}", 503,
-                                 "inference_unavailable")
-            return None
         own = spec.kind == "full" and not spec.base
         name = spec.weights if own else spec.base_model
         entry = self._models.get((name, spec.fingerprint if own else "", False))
         if entry is None or entry.served is None:
             return None
-        folder = llamacpp.local_folder(name)  # a hub id's snapshot in the local cache
-        if folder is None:
-            return None
         adapter = None if spec.base or spec.kind == "full" else _adapter_name(spec.job_id)
         if adapter is not None and not entry.served.can_merge(entry.model, adapter):
             return None  # what llama.cpp's adapters cannot express either (DoRA, whole modules saved, ...)
         if entry.llama is None:
+            if not llamacpp.installed():
+                if choice == "llama.cpp":
+                    raise UserFacing(f"{llamacpp.ENGINE_ENV}=llama.cpp, but {llamacpp.INSTALL_HINT}", 503,
+                                     "inference_unavailable")
+                return None
             if choice == "auto" and sum(p.numel() for p in entry.model.parameters()) < llamacpp.MIN_PARAMS:
+                return None
+            folder = llamacpp.local_folder(name)  # a hub id's snapshot in the local cache
+            if folder is None:
                 return None
             n_ctx = min(context_length(entry.model, tokenizer), llamacpp.MAX_CONTEXT)
             entry.llama = llamacpp.Side(llamacpp.Files(self.cache_dir / "gguf"), folder, n_ctx, threads,
@@ -235,16 +235,15 @@ class Models:
         if side.state != "serving" or side.engine is None:
             return None
         if adapter is not None:
-            new = not side.engine.has_adapter(adapter, (spec.weights, spec.fingerprint))
-            if not side.adapter(adapter, spec.weights, spec.fingerprint, folder):
+            held = side.adapter(adapter, spec.weights, spec.fingerprint, side.folder)
+            if not held:
                 return None
-            if new:
+            if held == "added":
                 self.replies.put(Loaded(f"{spec.weights} (llama.cpp adapter)", self.device, 0.0))
         return side.engine, adapter
 
     def _announce(self, side: llamacpp.Side) -> None:
-        self.replies.put(Loaded(f"{side.folder} (llama.cpp {llamacpp.MODEL_TYPE})", self.device,
-                                side.loaded_seconds()))
+        self.replies.put(Loaded(f"{side.folder} (llama.cpp {llamacpp.MODEL_TYPE})", self.device, side.load_seconds))
 
     def _add_adapter(self, entry: _Entry, name: str, folder: str, fingerprint: str) -> None:
         from peft import PeftModel

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import json
@@ -48,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from tunestudio.checkpoints import fingerprint
-from tunestudio.worker.converter import driver, driver_env, run_child
-from tunestudio.worker.errors import UserFacing
+from tunestudio.worker.converter import driver, driver_env, require_converter, run_child
+from tunestudio.worker.errors import UserError, UserFacing
 
 log = logging.getLogger(__name__)
 ENGINE_ENV = "TUNESTUDIO_CHAT_ENGINE"
@@ -86,11 +87,14 @@ def local_folder(name: str) -> str | None:
         return None
 
 
+@functools.cache
 def installed() -> bool:
-    from tunestudio.worker.converter import llama_cpp_dir
-
-    return (importlib.util.find_spec("llama_cpp") is not None
-            and (llama_cpp_dir() / "convert_hf_to_gguf.py").is_file())
+    """Whether the binding and the converters are here (asked once a worker: neither comes or goes while it runs)."""
+    try:
+        require_converter()
+    except UserError:
+        return False
+    return importlib.util.find_spec("llama_cpp") is not None
 
 
 def llama_cpp_flag(function: str, model: Any) -> bool:
@@ -347,7 +351,7 @@ class Side:
         self._lock = threading.Lock()
         self._adapters: dict[tuple[str, str], Path | None] = {}  # (folder, fingerprint) → its file (None: making)
         self._failed: set[tuple[str, str]] = set()
-        self._made: dict[str, float] = {}
+        self.load_seconds = 0.0  # making (or finding) the file and loading it
         self._closed = False
         self._run(lambda: self._load(threads))
 
@@ -375,10 +379,7 @@ class Side:
                 return
             self.engine = engine
             self.state = "serving" if self.forced else "loaded"
-            self._made["model"] = time.monotonic() - started
-
-    def loaded_seconds(self) -> float:
-        return self._made.get("model", 0.0)
+            self.load_seconds = time.monotonic() - started
 
     def decide(self, llama_s: float, torch_s: float) -> bool:
         with self._lock:
@@ -387,19 +388,20 @@ class Side:
                  "llama.cpp" if self.state == "serving" else "PyTorch", llama_s * 1000, torch_s * 1000)
         return self.state == "serving"
 
-    def adapter(self, name: str, folder: str, stamp: str, base: str) -> bool:
-        """Whether the engine holds the adapter in `folder` under `name` now; its file is made (in a thread for
-        auto) when it is missing. False: PyTorch answers meanwhile (or always, where the converter refused)."""
+    def adapter(self, name: str, folder: str, stamp: str, base: str) -> str:
+        """Whether the engine holds the adapter in `folder` under `name` now: "held" (as before this request),
+        "added" (by it), or "" (not: its file is being made, in a thread for auto, or the converter or llama.cpp
+        refused it; PyTorch answers)."""
         assert self.engine is not None
         key = (folder, stamp)
         if self.engine.has_adapter(name, key):
-            return True
+            return "held"
         with self._lock:
             if key in self._failed:
                 if self.forced:
                     raise UserFacing(f"llama.cpp could not serve the adapter in {folder} (the worker's log says why)",
                                      503, "inference_unavailable")
-                return False
+                return ""
             start = key not in self._adapters
             if start:
                 self._adapters[key] = None
@@ -408,7 +410,7 @@ class Side:
         with self._lock:
             path = self._adapters.get(key)
         if path is None:
-            return False
+            return ""
         try:
             self.engine.add_adapter(name, path, key)
         except UserFacing:
@@ -417,8 +419,8 @@ class Side:
             log.warning("llama.cpp will not serve the adapter in %s: it refused %s", folder, path)
             with self._lock:
                 self._failed.add(key)
-            return False
-        return True
+            return ""
+        return "added"
 
     def _make_adapter(self, key: tuple[str, str], base: str) -> None:
         try:
