@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +133,13 @@ def _stopped_job(manager: JobManager, model: Path, dataset: Path, home: Path) ->
     manager.stop(job.id, save=True)
     done = _end(manager, job.id)
     out = Path(done.output_dir or "")
+    text = Path(done.log_path or "").read_text(errors="replace") if done.log_path else ""
     return {"id": job.id, "status": done.status.value, "error": done.error, "output_dir": str(out),
             "checkpoint": done.checkpoint, "workers_hidden": workers, "bitsandbytes_loaded": bitsandbytes,
+            # how often each rank's model line is in the job's log, and any disassembled code there
+            "model_lines": sorted(Counter(line.split("[info] model: ")[0] for line in text.splitlines()
+                                          if "[info] model: " in line).values()),
+            "disassembly": text.count("Disassembly of"),
             "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
             "owned": sorted(p.name for p in ownership.files(out, job.id)),
             "model_in_job_config": json.loads((out / "job_config.json").read_text())["model_name"]

@@ -49,4 +49,9 @@ class RayExecutor(LauncherExecutor):
             RESOURCES_ENV: json.dumps(self.worker_resources) if self.worker_resources else "",
             STORAGE_ENV: self.storage or "",
             "RAY_USAGE_STATS_ENABLED": "0",
+            # Ray Train sends a rank's print() through the root logger as well as to the stream (a second copy of
+            # each line in the job's log), and even while a library has stdout captured: dill's disassembly,
+            # when datasets fingerprints TRL's functions, ran to 1,500 lines of bytecode a job. Ray propagates
+            # this setting from the driver to its controller and ranks.
+            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
         }
