@@ -163,12 +163,16 @@ def test_auto_answers_through_pytorch_until_llama_cpp_is_made_and_measured_faste
         expected = ask(models, spec, PROMPT, "torch")[0]
         gate = threading.Event()
         made = llamacpp.Files.model
-        monkeypatch.setattr(llamacpp.Files, "model", lambda self, folder: gate.wait(60) and made(self, folder))
+        begun: list[bool] = []  # whether the answer that asked for the file was over when its making began
+        monkeypatch.setattr(llamacpp.Files, "model", lambda self, folder: begun.append(models.idle.is_set())
+                            or (gate.wait(60) and made(self, folder)))
         assert ask(models, spec, PROMPT, "auto")[0] == expected  # the file is being made (below): PyTorch answers
         entry = models._models[(str(tiny_model), "", False)]
         assert entry.llama is not None and entry.llama.state == "making"
+        assert entry.llama.files.nice == llamacpp.BACKGROUND_NICE > 0  # its converters yield to the answers
         gate.set()
         wait_until(lambda: entry.llama.state == "loaded", 120, "llama.cpp's copy loaded")
+        assert begun == [True]
         # measured at the next request; the tiny model's token is Python in PyTorch: llama.cpp is faster
         assert ask(models, spec, PROMPT, "auto")[0] == expected
         assert entry.llama.state == "serving"

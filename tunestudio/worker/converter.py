@@ -70,9 +70,11 @@ def run_child(
     check_stop: Callable[[], None],
     report: Callable[[float], None] | None = None,
     found: list[dict] | None = None,
+    nice: int = 0,
 ) -> None:
     """Run a converter or llama-quantize: its warnings go to `warn`, its progress (a fraction) to `report`, a stop
-    request (`check_stop` raising) ends it; any other JSON line goes into `found`.
+    request (`check_stop` raising) ends it; any other JSON line goes into `found`. `nice` lowers its priority
+    (background work that must not slow what a user waits for).
 
     stderr (the converter's own log) goes to this worker's stderr (the job's log
     file), and its last lines into the error if the child fails.
@@ -81,7 +83,7 @@ def run_child(
     full_env.pop("HF_TOKEN", None)  # a converter has no use for a hub token
     tail: deque[str] = deque(maxlen=20)
     with subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          preexec_fn=_dies_with_this_process()) as proc:
+                          preexec_fn=_preexec(nice)) as proc:
 
         def pump_stdout() -> None:
             assert proc.stdout is not None
@@ -127,6 +129,20 @@ def run_child(
         # the converter runs as `python -m tunestudio.worker.export.gguf_driver`: named, not as "python3"
         name = "the GGUF converter" if DRIVER in command else Path(command[0]).name
         raise UserError(f"{name} failed (exit code {proc.returncode}):\n{detail[-2000:]}")
+
+
+def _preexec(nice: int) -> Callable[[], None] | None:
+    """The child's preexec_fn: it dies with this process, and runs `nice` steps lower in priority."""
+    dies = _dies_with_this_process()
+    if not nice:
+        return dies
+
+    def preexec() -> None:
+        if dies is not None:
+            dies()
+        os.nice(nice)
+
+    return preexec
 
 
 def _dies_with_this_process() -> Callable[[], None] | None:

@@ -19,7 +19,8 @@ as for PyTorch. Greedy: the argmax of the scores. Sampling: llama.cpp's own temp
 
 When (`TUNESTUDIO_CHAT_ENGINE`):
 - auto (the default): on a CPU, for a text model of `MIN_PARAMS` or more that PyTorch serves merged (`Served`),
-  with llama-cpp-python installed. The files are made and loaded in a thread while PyTorch answers; at the next
+  with llama-cpp-python installed. The files are made and loaded in a thread while PyTorch answers (begun once
+  no answer is under way `QUIET_S` after the last, the converter `BACKGROUND_NICE` steps below the answers); at the next
   request for the model one token's decode is timed on both (`PROBE_TOKENS`), and llama.cpp answers from then on
   where it is faster. A job whose adapter has no file yet answers through PyTorch while it is made.
 - llama.cpp: every chat request it can serve, its files made before the answer (the tests use it on the tiny
@@ -62,6 +63,10 @@ MAX_CONTEXT = 4096  # the context's KV memory is allocated whole: 75 MB at this 
 BATCH = 512
 PROBE_TOKENS = 8
 MAX_ADAPTERS = 8
+# auto makes its files while PyTorch answers: a converter begun with the first answer, at normal priority, took
+# that answer of the real-shaped model from 2.4-2.8 s to 2.8-4.5 s on 2 cores (bench/RESULTS.md)
+BACKGROUND_NICE = 10
+QUIET_S = 1.0  # and they begin when no answer is under way this long after the last
 INSTALL_HINT = "llama-cpp-python is not installed in this environment; `make llamacpp` builds it"
 
 
@@ -107,10 +112,12 @@ def llama_cpp_flag(function: str, model: Any) -> bool:
 
 # --- files ------------------------------------------------------------------------------------
 class Files:
-    """GGUF copies of models and adapters, made once, kept under `root` (the cache folder's `gguf/`)."""
+    """GGUF copies of models and adapters, made once, kept under `root` (the cache folder's `gguf/`); the converter
+    runs `nice` steps lower in priority (auto's files, made while PyTorch answers)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, nice: int = 0) -> None:
         self.root = root
+        self.nice = nice
 
     def model(self, folder: str) -> Path:
         """`folder`'s model as `model-q8_0.gguf`, made now if it is not there."""
@@ -139,7 +146,7 @@ class Files:
         started = time.monotonic()
         try:
             run_child(command(partial), driver_env(), lambda message: log.warning("GGUF converter: %s", message),
-                      lambda: None)
+                      lambda: None, nice=self.nice)
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
@@ -341,8 +348,10 @@ class Side:
     loaded in a thread (auto) or before the answer (llama.cpp), then measured against PyTorch once (auto), and the
     adapters' files likewise. `state`: making, loaded (not yet measured), serving, slower, failed."""
 
-    def __init__(self, files: Files, folder: str, n_ctx: int, threads: int, forced: bool) -> None:
+    def __init__(self, files: Files, folder: str, n_ctx: int, threads: int, forced: bool,
+                 after: threading.Event | None = None) -> None:
         self.files = files
+        self._after = after  # auto: its work begins once this is set (the answer that asked for it is done)
         self.folder = folder
         self.n_ctx = n_ctx
         self.forced = forced
@@ -358,8 +367,17 @@ class Side:
     def _run(self, work: Callable[[], None]) -> None:
         if self.forced:
             work()
-        else:
-            threading.Thread(target=work, name="llama.cpp-files", daemon=True).start()
+            return
+
+        def later() -> None:
+            while self._after is not None:  # until none is under way QUIET_S after the last answer
+                self._after.wait()
+                time.sleep(QUIET_S)
+                if self._after.is_set():
+                    break
+            work()
+
+        threading.Thread(target=later, name="llama.cpp-files", daemon=True).start()
 
     def _load(self, threads: int) -> None:
         started = time.monotonic()
