@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -139,7 +140,7 @@ def _stopped_job(manager: JobManager, model: Path, dataset: Path, home: Path) ->
             # how often each rank's model line is in the job's log, and any disassembled code there
             "model_lines": sorted(Counter(line.split("[info] model: ")[0] for line in text.splitlines()
                                           if "[info] model: " in line).values()),
-            "disassembly": text.count("Disassembly of"),
+            "disassembly": len(re.findall(r"\b(?:LOAD_FAST|LOAD_CONST|RETURN_VALUE)\b", text)),
             "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
             "owned": sorted(p.name for p in ownership.files(out, job.id)),
             "model_in_job_config": json.loads((out / "job_config.json").read_text())["model_name"]

@@ -7,7 +7,10 @@ session's trained chat job, its adapter on the tiny model's GGUF: the same greed
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,9 @@ class Replies:
         return [r.key for r in self.every if isinstance(r, Loaded)]
 
 
+QUIET_GAP = llamacpp.QUIET_S + 0.3  # between requests that wait for auto's files: the worker is quiet, they begin
+
+
 def ask(models: Models, spec: ModelSpec, question: str, engine: str, halt: threading.Event | None = None,
         **params: Any) -> tuple[str, Done]:
     """One chat answer through `engine` (TUNESTUDIO_CHAT_ENGINE): its text and its Done."""
@@ -55,9 +61,10 @@ def ask(models: Models, spec: ModelSpec, question: str, engine: str, halt: threa
     replies.current = []
     os.environ[llamacpp.ENGINE_ENV] = engine
     try:
-        answer(models, Generate(1, spec, [{"role": "user", "content": question}],
-                                {"temperature": 0.0, "max_tokens": 24, **params}, 1),
-               replies, halt or threading.Event())
+        with models.quiet:  # as the worker's request loop answers (serve/inference.py)
+            answer(models, Generate(1, spec, [{"role": "user", "content": question}],
+                                    {"temperature": 0.0, "max_tokens": 24, **params}, 1),
+                   replies, halt or threading.Event())
     finally:
         os.environ.pop(llamacpp.ENGINE_ENV, None)
     errors = [r for r in replies.current if isinstance(r, Error)]
@@ -163,8 +170,8 @@ def test_auto_answers_through_pytorch_until_llama_cpp_is_made_and_measured_faste
         expected = ask(models, spec, PROMPT, "torch")[0]
         gate = threading.Event()
         made = llamacpp.Files.model
-        begun: list[bool] = []  # whether the answer that asked for the file was over when its making began
-        monkeypatch.setattr(llamacpp.Files, "model", lambda self, folder: begun.append(models.idle.is_set())
+        begun: list[float] = []  # how long the worker had been quiet when the file's making began
+        monkeypatch.setattr(llamacpp.Files, "model", lambda self, folder: begun.append(models.quiet.seconds())
                             or (gate.wait(60) and made(self, folder)))
         assert ask(models, spec, PROMPT, "auto")[0] == expected  # the file is being made (below): PyTorch answers
         entry = models._models[(str(tiny_model), "", False)]
@@ -172,14 +179,15 @@ def test_auto_answers_through_pytorch_until_llama_cpp_is_made_and_measured_faste
         assert entry.llama.files.nice == llamacpp.BACKGROUND_NICE > 0  # its converters yield to the answers
         gate.set()
         wait_until(lambda: entry.llama.state == "loaded", 120, "llama.cpp's copy loaded")
-        assert begun == [True]
+        assert len(begun) == 1 and begun[0] >= llamacpp.QUIET_S, begun  # after the answer, not beside it
         # measured at the next request; the tiny model's token is Python in PyTorch: llama.cpp is faster
         assert ask(models, spec, PROMPT, "auto")[0] == expected
         assert entry.llama.state == "serving"
         # the adapter's file was started by that request; then llama.cpp answers for the job too
         wait_until(lambda: ask(models, spec, PROMPT, "auto")[0] == expected
                    and entry.llama.engine.has_adapter(generation._adapter_name(spec.job_id),
-                                                      (spec.weights, spec.fingerprint)), 120, "the adapter's file")
+                                                      (spec.weights, spec.fingerprint)), 120, "the adapter's file",
+                   every=QUIET_GAP)
         assert f"{tiny_model} (llama.cpp q8_0)" in models.replies.loaded()
     finally:
         models.close()
@@ -222,7 +230,16 @@ def test_the_files_are_made_once_and_follow_the_weights(tiny_model: Path, tmp_pa
     shutil.rmtree(folder)  # a deleted job's folder: its copy goes when the next file is made
     other = tmp_path / "other"
     shutil.copytree(tiny_model, other)
+    # partials of that file: one of a worker killed while making it (removed), one of a live one (kept)
+    place = files.place(str(other))[2]
+    place.mkdir(parents=True)
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+    killed, live = (place / f".model-q8_0.gguf.{pid}.7.tmp" for pid in (gone, os.getpid()))
+    killed.write_text("half")
+    live.write_text("half")
     assert files.model(str(other)).is_file() and not second.parent.exists()
+    assert not killed.exists() and live.exists()
 
 
 def test_an_adapter_llama_cpp_refuses_is_answered_by_pytorch(tiny_model: Path, specs: tuple[ModelSpec, ModelSpec],
@@ -244,7 +261,7 @@ def test_an_adapter_llama_cpp_refuses_is_answered_by_pytorch(tiny_model: Path, s
         monkeypatch.setattr(llamacpp.Engine, "add_adapter", refuse)
         key = (spec.weights, spec.fingerprint)
         wait_until(lambda: ask(models, spec, PROMPT, "auto")[0] == expected and key in entry.llama._failed, 120,
-                   "the adapter refused")
+                   "the adapter refused", every=QUIET_GAP)
         assert ask(models, spec, PROMPT, "auto")[0] == expected  # PyTorch's, and no 409
     finally:
         models.close()
@@ -270,3 +287,28 @@ def test_a_hub_id_is_read_from_its_local_snapshot(tmp_path: Path, monkeypatch: p
     assert Path(llamacpp.local_folder("someone/tiny")) == snapshot
     assert llamacpp.local_folder("someone/not-here") is None  # PyTorch answers: the converter has no folder
     assert llamacpp.local_folder(str(tmp_path)) == str(tmp_path)
+
+
+def test_background_work_waits_for_a_quiet_worker_but_not_forever() -> None:
+    quiet = llamacpp.Quiet()
+    started = time.monotonic()
+    quiet.wait(0.3, 5.0)  # quiet since it was made
+    assert 0.25 <= time.monotonic() - started < 1.0
+    with quiet:
+        assert quiet.seconds() == 0.0
+    stop = threading.Event()
+
+    def busy() -> None:  # one request after another, as a loaded server's worker answers them
+        while not stop.is_set():
+            with quiet:
+                time.sleep(0.02)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        started = time.monotonic()
+        quiet.wait(0.3, 0.8)  # never quiet for 0.3 s: begun at the bound
+        assert 0.75 <= time.monotonic() - started < 2.0
+    finally:
+        stop.set()
+        worker.join()

@@ -16,6 +16,7 @@ back into the job's output folder (worker/ray/job.py).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from tunestudio.jobs.torchrun import LauncherExecutor
@@ -52,6 +53,7 @@ class RayExecutor(LauncherExecutor):
             # Ray Train sends a rank's print() through the root logger as well as to the stream (a second copy of
             # each line in the job's log), and even while a library has stdout captured: dill's disassembly,
             # when datasets fingerprints TRL's functions, ran to 1,500 lines of bytecode a job. Ray propagates
-            # this setting from the driver to its controller and ranks.
-            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+            # this setting from the driver to its ranks. Their output still reaches the job's log (Ray sends it
+            # to the driver); a user who wants it in Ray Train's own log files sets it to 1.
+            "RAY_TRAIN_ENABLE_PRINT_PATCH": os.environ.get("RAY_TRAIN_ENABLE_PRINT_PATCH", "0"),
         }

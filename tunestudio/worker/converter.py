@@ -133,6 +133,8 @@ def run_child(
 
 def _preexec(nice: int) -> Callable[[], None] | None:
     """The child's preexec_fn: it dies with this process, and runs `nice` steps lower in priority."""
+    if nice < 0:
+        raise ValueError(f"nice must be 0 or more (a higher priority needs privileges), not {nice}")
     dies = _dies_with_this_process()
     if not nice:
         return dies

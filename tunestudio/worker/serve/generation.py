@@ -96,8 +96,7 @@ class Models:
         self.device = _device()
         self._models: OrderedDict[tuple[str, str, bool], _Entry] = OrderedDict()
         self._tokenizers: dict[tuple[str, str], Any] = {}
-        self.idle = threading.Event()  # set between chat answers: auto's llama.cpp files are begun then
-        self.idle.set()
+        self.quiet = llamacpp.Quiet()  # the worker's requests (`with models.quiet:`): auto's files begin between them
 
     def close(self) -> None:
         """Put away what the models hold outside Python's reach (llama.cpp's engines)."""
@@ -225,7 +224,7 @@ class Models:
             n_ctx = min(context_length(entry.model, tokenizer), llamacpp.MAX_CONTEXT)
             forced = choice == "llama.cpp"  # else made while PyTorch answers: below its priority
             files = llamacpp.Files(self.cache_dir / "gguf", nice=0 if forced else llamacpp.BACKGROUND_NICE)
-            entry.llama = llamacpp.Side(files, folder, n_ctx, threads, forced=forced, after=self.idle)
+            entry.llama = llamacpp.Side(files, folder, n_ctx, threads, forced=forced, quiet=self.quiet)
             if entry.llama.state == "serving":
                 self._announce(entry.llama)
         side = entry.llama
@@ -426,14 +425,6 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
 
 def answer(models: Models, request: Generate, replies: Any, halt: threading.Event) -> None:
     """Answer one request: Started, Deltas, Done (or UserFacing raised before Started)."""
-    models.idle.clear()
-    try:
-        _answer(models, request, replies, halt)
-    finally:
-        models.idle.set()
-
-
-def _answer(models: Models, request: Generate, replies: Any, halt: threading.Event) -> None:
     params = GenerateParams.model_validate(request.params)
     model, tokenizer, base_off = models.for_spec(request.spec, chat=True)
     if torch.get_num_threads() != request.threads:

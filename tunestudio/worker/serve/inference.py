@@ -117,7 +117,8 @@ class Server:
                 recipe = (complete if isinstance(request, Complete) else render if isinstance(request, Render)
                           else score if isinstance(request, Score) else transcribe
                           if isinstance(request, Transcribe) else answer)
-                recipe(models, request, self.replies, self.halt)
+                with models.quiet:  # what a user waits for: background work (llamacpp.Quiet) waits for it
+                    recipe(models, request, self.replies, self.halt)
             except UserFacing as exc:
                 self.replies.put(Error(request.request_id, str(exc), exc.status, exc.code, exc.extra))
             except Exception as exc:  # a bug, or a library's failure: this request fails, the worker lives on

@@ -19,8 +19,9 @@ as for PyTorch. Greedy: the argmax of the scores. Sampling: llama.cpp's own temp
 
 When (`TUNESTUDIO_CHAT_ENGINE`):
 - auto (the default): on a CPU, for a text model of `MIN_PARAMS` or more that PyTorch serves merged (`Served`),
-  with llama-cpp-python installed. The files are made and loaded in a thread while PyTorch answers (begun once
-  no answer is under way `QUIET_S` after the last, the converter `BACKGROUND_NICE` steps below the answers); at the next
+  with llama-cpp-python installed. The files are made and loaded in a thread, PyTorch answering meanwhile: begun
+  once the worker has answered no request for `QUIET_S` (or after `MAX_DEFER_S` under steady load), the converter
+  `BACKGROUND_NICE` steps below the worker's priority, so the answers a user waits for are not slowed; at the next
   request for the model one token's decode is timed on both (`PROBE_TOKENS`), and llama.cpp answers from then on
   where it is faster. A job whose adapter has no file yet answers through PyTorch while it is made.
 - llama.cpp: every chat request it can serve, its files made before the answer (the tests use it on the tiny
@@ -50,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from tunestudio.checkpoints import fingerprint
+from tunestudio.process import pid_alive
 from tunestudio.worker.converter import driver, driver_env, require_converter, run_child
 from tunestudio.worker.errors import UserError, UserFacing
 
@@ -64,9 +66,10 @@ BATCH = 512
 PROBE_TOKENS = 8
 MAX_ADAPTERS = 8
 # auto makes its files while PyTorch answers: a converter begun with the first answer, at normal priority, took
-# that answer of the real-shaped model from 2.4-2.8 s to 2.8-4.5 s on 2 cores (bench/RESULTS.md)
+# that answer of the real-shaped model from 2.4-2.8 s to 3.4-4.5 s on 2 cores (bench/RESULTS.md)
 BACKGROUND_NICE = 10
-QUIET_S = 1.0  # and they begin when no answer is under way this long after the last
+QUIET_S = 1.0  # and they begin once no request has been under way for this long,
+MAX_DEFER_S = 30.0  # or after this long whatever the load (a busy worker gets its files too, at low priority)
 INSTALL_HINT = "llama-cpp-python is not installed in this environment; `make llamacpp` builds it"
 
 
@@ -132,15 +135,17 @@ class Files:
     def _made(self, folder: str, name: str, command: Callable[[Path], list[str]]) -> Path:
         from tunestudio.settings import private_dir
 
-        source = str(Path(folder).resolve())
-        stamp = fingerprint(Path(folder))
-        place = self.root / hashlib.sha256(f"{source}\0{stamp}".encode()).hexdigest()[:24]
+        source, stamp, place = self.place(folder)
         path = place / name
         if path.is_file():
             return path
         private_dir(self.root)
         self._drop_stale(source, place)
         place.mkdir(exist_ok=True)
+        for left in place.glob(f".{name}.*.tmp"):  # a partial of ours whose worker was killed while making it
+            with contextlib.suppress(ValueError, OSError):
+                if not pid_alive(int(left.name[len(name) + 2:].split(".")[0])):
+                    left.unlink()
         (place / "source.json").write_text(json.dumps({"folder": source, "fingerprint": stamp}))
         partial = place / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
         started = time.monotonic()
@@ -152,6 +157,12 @@ class Files:
             partial.unlink(missing_ok=True)
         log.info("GGUF %s of %s made in %.1f s", name, folder, time.monotonic() - started)
         return path
+
+    def place(self, folder: str) -> tuple[str, str, Path]:
+        """`folder` resolved, its weights' fingerprint, and the cache folder of their copies."""
+        source = str(Path(folder).resolve())
+        stamp = fingerprint(Path(folder))
+        return source, stamp, self.root / hashlib.sha256(f"{source}\0{stamp}".encode()).hexdigest()[:24]
 
     def _drop_stale(self, source: str, keep: Path) -> None:
         """Remove this cache's copies of `source` as its weights were before (another fingerprint), and those of
@@ -343,15 +354,44 @@ class Engine:
 
 
 # --- one loaded model's llama.cpp side -------------------------------------------------------------
+class Quiet:
+    """Whether the worker is answering a request, and since when it is not (`with quiet:` around each one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._since = time.monotonic()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._busy += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._busy -= 1
+            self._since = time.monotonic()
+
+    def seconds(self) -> float:
+        """How long no request has been under way (0 while one is)."""
+        with self._lock:
+            return 0.0 if self._busy else time.monotonic() - self._since
+
+    def wait(self, quiet_s: float, at_most_s: float) -> None:
+        """Until no request has been under way for `quiet_s`, or `at_most_s` has passed."""
+        deadline = time.monotonic() + at_most_s
+        while (left := quiet_s - self.seconds()) > 0 and time.monotonic() < deadline:
+            time.sleep(min(max(left, 0.05), 0.25))
+
+
 class Side:
     """llama.cpp's side of one model the worker holds (generation.py's `_Entry`): its file made and its engine
     loaded in a thread (auto) or before the answer (llama.cpp), then measured against PyTorch once (auto), and the
     adapters' files likewise. `state`: making, loaded (not yet measured), serving, slower, failed."""
 
     def __init__(self, files: Files, folder: str, n_ctx: int, threads: int, forced: bool,
-                 after: threading.Event | None = None) -> None:
+                 quiet: Quiet | None = None) -> None:
         self.files = files
-        self._after = after  # auto: its work begins once this is set (the answer that asked for it is done)
+        self._quiet = quiet  # auto: its work begins once the worker is quiet (`Quiet.wait`)
         self.folder = folder
         self.n_ctx = n_ctx
         self.forced = forced
@@ -370,12 +410,10 @@ class Side:
             return
 
         def later() -> None:
-            while self._after is not None:  # until none is under way QUIET_S after the last answer
-                self._after.wait()
-                time.sleep(QUIET_S)
-                if self._after.is_set():
-                    break
-            work()
+            if self._quiet is not None:
+                self._quiet.wait(QUIET_S, MAX_DEFER_S)
+            if not self._closed:  # the model was put away meanwhile: nothing to make
+                work()
 
         threading.Thread(target=later, name="llama.cpp-files", daemon=True).start()
 
