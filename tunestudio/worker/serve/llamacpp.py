@@ -66,7 +66,8 @@ BATCH = 512
 PROBE_TOKENS = 8
 MAX_ADAPTERS = 8
 # auto makes its files while PyTorch answers: a converter begun with the first answer, at normal priority, took
-# that answer of the real-shaped model from 2.4-2.8 s to 3.4-4.5 s on 2 cores (bench/RESULTS.md)
+# that answer of the real-shaped model from a median of 2.5 s (PyTorch alone) to 3.4 s (2.5-4.5) on 2 cores
+# (bench/RESULTS.md)
 BACKGROUND_NICE = 10
 QUIET_S = 1.0  # and they begin once no request has been under way for this long,
 MAX_DEFER_S = 30.0  # or after this long whatever the load (a busy worker gets its files too, at low priority)
