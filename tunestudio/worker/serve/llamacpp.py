@@ -143,9 +143,10 @@ class Files:
         private_dir(self.root)
         self._drop_stale(source, place)
         place.mkdir(exist_ok=True)
-        for left in place.glob(f".{name}.*.tmp"):  # a partial of ours whose worker was killed while making it
+        for left in place.glob(f".{name}.*.tmp"):  # a partial of ours (below) whose worker was killed making it
             with contextlib.suppress(ValueError, OSError):
-                if not pid_alive(int(left.name[len(name) + 2:].split(".")[0])):
+                pid, _thread, _ = left.name.removeprefix(f".{name}.").split(".")
+                if not pid_alive(int(pid)):
                     left.unlink()
         (place / "source.json").write_text(json.dumps({"folder": source, "fingerprint": stamp}))
         partial = place / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
