@@ -160,3 +160,20 @@ def test_an_int8_copy_made_in_the_background_takes_the_adapter_merged_meanwhile(
         int8_job = served.int8(ids).logits
     assert (int8_job - job_logits).abs().mean() < 0.25 * (int8_job - base_logits).abs().mean()
     assert all(served.int8.get_submodule(p) is m for p, m in served._int8_adapters["job"].items())
+
+
+def test_the_int8_copy_is_begun_once_the_worker_is_quiet(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from tunestudio.worker.serve.quiet import QUIET_S, Quiet
+
+    quiet = Quiet()
+    begun: list[float] = []  # how long the worker had been quiet when the copy's first layer was made
+    quantized = serving._quantized
+    monkeypatch.setattr(serving, "_quantized", lambda *a: (begun or begun.append(quiet.seconds())) and quantized(*a))
+    with quiet:  # the request that loaded the model: its answer has the cores to itself
+        served = Served(_plain(tiny_model), torch.float32, int8=True, background=True, quiet=quiet)
+        time.sleep(QUIET_S + 0.2)
+        assert not begun and not served.int8_ready.is_set()
+    assert served.int8_ready.wait(60) and served.int8 is not None
+    assert begun[0] >= QUIET_S, begun

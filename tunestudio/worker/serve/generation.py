@@ -53,6 +53,7 @@ from tunestudio.worker import modalities
 from tunestudio.worker.errors import UserFacing
 from tunestudio.worker.serve import llamacpp
 from tunestudio.worker.serve.prompting import chat_prompt, text_tokenizer
+from tunestudio.worker.serve.quiet import Quiet
 from tunestudio.worker.serve.serving import GreedyHead, Served, int8_chat, serving_dtype
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class Models:
         self.device = _device()
         self._models: OrderedDict[tuple[str, str, bool], _Entry] = OrderedDict()
         self._tokenizers: dict[tuple[str, str], Any] = {}
-        self.quiet = llamacpp.Quiet()  # the worker's requests (`with models.quiet:`): auto's files begin between them
+        self.quiet = Quiet()  # the worker's requests (`with models.quiet:`): background work begins between them
 
     def close(self) -> None:
         """Put away what the models hold outside Python's reach (llama.cpp's engines)."""
@@ -147,7 +148,8 @@ class Models:
                 model.to(self.device)
             model.eval()
             entry = _Entry(model, served=None if load_in_4bit else Served(
-                model, serving_dtype(model, self.device), int8=int8_chat(model, self.device), background=True))
+                model, serving_dtype(model, self.device), int8=int8_chat(model, self.device), background=True,
+                quiet=self.quiet))
             self.replies.put(Loaded(name, self.device, time.monotonic() - started))
         self._models[key] = entry  # most recently used last
         return entry
@@ -228,8 +230,8 @@ class Models:
             if entry.llama.state == "serving":
                 self._announce(entry.llama)
         side = entry.llama
-        if side.state == "loaded" and side.engine is not None:  # auto: measured once, against the chat copy
-            entry.served.int8_ready.wait()
+        # auto: measured once, against the chat copy (once made: until then PyTorch's exact copy answers)
+        if side.state == "loaded" and side.engine is not None and entry.served.int8_ready.is_set():
             chat = entry.served.int8 if entry.served.int8 is not None else entry.served.model
             probe = ids[:2 * llamacpp.PROBE_TOKENS]
             if side.decide(side.engine.token_seconds(probe, threads), _token_seconds(chat, probe)):

@@ -117,7 +117,7 @@ class Server:
                 recipe = (complete if isinstance(request, Complete) else render if isinstance(request, Render)
                           else score if isinstance(request, Score) else transcribe
                           if isinstance(request, Transcribe) else answer)
-                with models.quiet:  # what a user waits for: background work (llamacpp.Quiet) waits for it
+                with models.quiet:  # what a user waits for: background work (quiet.py) waits for it
                     recipe(models, request, self.replies, self.halt)
             except UserFacing as exc:
                 self.replies.put(Error(request.request_id, str(exc), exc.status, exc.code, exc.extra))

@@ -20,7 +20,7 @@ as for PyTorch. Greedy: the argmax of the scores. Sampling: llama.cpp's own temp
 When (`TUNESTUDIO_CHAT_ENGINE`):
 - auto (the default): on a CPU, for a text model of `MIN_PARAMS` or more that PyTorch serves merged (`Served`),
   with llama-cpp-python installed. The files are made and loaded in a thread, PyTorch answering meanwhile: begun
-  once the worker has answered no request for `QUIET_S` (or after `MAX_DEFER_S` under steady load), the converter
+  once the worker has answered no request for a second (quiet.py: `QUIET_S`, or `MAX_DEFER_S` under load), the converter
   `BACKGROUND_NICE` steps below the worker's priority, so the answers a user waits for are not slowed; at the next
   request for the model one token's decode is timed on both (`PROBE_TOKENS`), and llama.cpp answers from then on
   where it is faster. A job whose adapter has no file yet answers through PyTorch while it is made.
@@ -54,6 +54,7 @@ from tunestudio.checkpoints import fingerprint
 from tunestudio.process import pid_alive
 from tunestudio.worker.converter import driver, driver_env, require_converter, run_child
 from tunestudio.worker.errors import UserError, UserFacing
+from tunestudio.worker.serve.quiet import Quiet
 
 log = logging.getLogger(__name__)
 ENGINE_ENV = "TUNESTUDIO_CHAT_ENGINE"
@@ -67,10 +68,8 @@ PROBE_TOKENS = 8
 MAX_ADAPTERS = 8
 # auto makes its files while PyTorch answers: a converter begun with the first answer, at normal priority, took
 # that answer of the real-shaped model from a median of 2.5 s (PyTorch alone) to 3.4 s (2.5-4.5) on 2 cores
-# (bench/RESULTS.md)
+# (bench/RESULTS.md); it also begins only once the worker is quiet (quiet.py)
 BACKGROUND_NICE = 10
-QUIET_S = 1.0  # and they begin once no request has been under way for this long,
-MAX_DEFER_S = 30.0  # or after this long whatever the load (a busy worker gets its files too, at low priority)
 INSTALL_HINT = "llama-cpp-python is not installed in this environment; `make llamacpp` builds it"
 
 
@@ -356,35 +355,6 @@ class Engine:
 
 
 # --- one loaded model's llama.cpp side -------------------------------------------------------------
-class Quiet:
-    """Whether the worker is answering a request, and since when it is not (`with quiet:` around each one)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._busy = 0
-        self._since = time.monotonic()
-
-    def __enter__(self) -> None:
-        with self._lock:
-            self._busy += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._busy -= 1
-            self._since = time.monotonic()
-
-    def seconds(self) -> float:
-        """How long no request has been under way (0 while one is)."""
-        with self._lock:
-            return 0.0 if self._busy else time.monotonic() - self._since
-
-    def wait(self, quiet_s: float, at_most_s: float) -> None:
-        """Until no request has been under way for `quiet_s`, or `at_most_s` has passed."""
-        deadline = time.monotonic() + at_most_s
-        while (left := quiet_s - self.seconds()) > 0 and time.monotonic() < deadline:
-            time.sleep(min(max(left, 0.05), 0.25))
-
-
 class Side:
     """llama.cpp's side of one model the worker holds (generation.py's `_Entry`): its file made and its engine
     loaded in a thread (auto) or before the answer (llama.cpp), then measured against PyTorch once (auto), and the
@@ -413,7 +383,7 @@ class Side:
 
         def later() -> None:
             if self._quiet is not None:
-                self._quiet.wait(QUIET_S, MAX_DEFER_S)
+                self._quiet.wait()
             if not self._closed:  # the model was put away meanwhile: nothing to make
                 work()
 

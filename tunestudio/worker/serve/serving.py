@@ -15,9 +15,10 @@ output channel, activations per token, fbgemm's kernels), made for models of `IN
 layer's int8 products measure faster than fp32's at load; its output layer's best `TOP_K` candidates are
 rescored exactly in fp32 (`Int8Head`). Its answers may differ from fp32's where two tokens' scores lie closer
 than int8 resolves (measured in bench/RESULTS.md, issue 29). Log-probabilities (`/v1/completions`) always read
-the fp32 copy, exactly. The chat worker makes the int8 copy in a thread after the load (`background`): until it is
-whole, chat answers from the exact copy, so a model's first request waits for the load and not for the copy
-(issue 40: on a 256M model with a 262k vocabulary, seconds, most of them fbgemm packing the output layer).
+the fp32 copy, exactly. The chat worker makes the int8 copy in a thread after the load (`background`), begun once
+the worker is quiet (quiet.py: the answer that loaded the model has been sent): until it is whole, chat answers
+from the exact copy, so a model's first request waits for the load and not for the copy, nor shares the cores
+with it (issue 40: on a 256M model with a 262k vocabulary, seconds, most of them fbgemm packing the output layer).
 `TUNESTUDIO_CHAT_PRECISION=fp32` serves fp32 answers (the path before issue 29), `int8`
 forces the int8 copy at any size, `bf16` serves a bf16 copy, and `measure` times a layer's bf16 products and
 takes bf16 only when it wins twice by 15 %. On a GPU the model is already loaded in bf16/fp16: the copy is too.
@@ -42,6 +43,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from tunestudio.worker.serve.quiet import Quiet
 
 log = logging.getLogger(__name__)
 BF16_MIN_PARAMS = 50_000_000
@@ -249,7 +252,8 @@ def _greedy_head_pays(weight: torch.Tensor) -> tuple[bool, float, float]:
 class Served:
     """A module tree like the loaded model's, in `dtype`, that generation runs on (see the module's notes)."""
 
-    def __init__(self, model: Any, dtype: torch.dtype, int8: bool = False, background: bool = False) -> None:
+    def __init__(self, model: Any, dtype: torch.dtype, int8: bool = False, background: bool = False,
+                 quiet: Quiet | None = None) -> None:
         self.dtype = dtype
         # A second module tree whose tensors are the loaded model's (the memo makes deepcopy share them), then
         # each parameter replaced by its copy in `dtype` (tied ones stay tied; the same dtype: shared).
@@ -292,14 +296,15 @@ class Served:
         self._lock = threading.Lock()  # the served weights and the int8 copy change together
         self.int8_ready = threading.Event()  # set once the int8 copy is made, or when there is none to make
         if int8 and dtype == torch.float32:
-            self._make_int8(served, background)
+            self._make_int8(served, background, quiet)
         else:
             self.int8_ready.set()
 
-    def _make_int8(self, served: Any, background: bool) -> None:
+    def _make_int8(self, served: Any, background: bool, quiet: Quiet | None) -> None:
         """The int8 copy of the base weights: its module tree now, its layers quantized here or, `background`, in a
         thread while the exact copy answers (on a 256M model with a 262k vocabulary the copy takes seconds, most
-        of it packing the output layer): chat switches to it between requests, once it is whole."""
+        of it packing the output layer), begun once the worker is `quiet` (after the answer that loaded the model:
+        made during it, on 2 cores, the copy slowed it); chat switches to it between requests, once it is whole."""
         started = time.monotonic()
         memo: dict[int, Any] = {id(t): t for t in [*served.parameters(), *served.buffers()]}
         fast = copy.deepcopy(served, memo)
@@ -309,6 +314,8 @@ class Served:
 
         def make() -> None:
             try:
+                if quiet is not None:
+                    quiet.wait()
                 layers = {path: Int8Head(m.weight) if is_head else _quantized(m.weight, m.bias)
                           for path, m, is_head in linears}
                 with self._lock:

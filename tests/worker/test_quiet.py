@@ -1,0 +1,33 @@
+"""worker/serve/quiet.py: background work (chat's int8 copy, llama.cpp's files) waits for a quiet worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tunestudio.worker.serve.quiet import Quiet
+
+
+def test_background_work_waits_for_a_quiet_worker_but_not_forever() -> None:
+    quiet = Quiet()
+    started = time.monotonic()
+    quiet.wait(0.3, 5.0)  # quiet since it was made
+    assert 0.25 <= time.monotonic() - started < 1.0
+    with quiet:
+        assert quiet.seconds() == 0.0
+    stop = threading.Event()
+
+    def busy() -> None:  # one request after another, as a loaded server's worker answers them
+        while not stop.is_set():
+            with quiet:
+                time.sleep(0.02)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        started = time.monotonic()
+        quiet.wait(0.3, 0.8)  # never quiet for 0.3 s: begun at the bound
+        assert 0.75 <= time.monotonic() - started < 2.0
+    finally:
+        stop.set()
+        worker.join()
