@@ -177,3 +177,17 @@ def test_the_int8_copy_is_begun_once_the_worker_is_quiet(tiny_model: Path, monke
         assert not begun and not served.int8_ready.is_set()
     assert served.int8_ready.wait(60) and served.int8 is not None
     assert begun[0] >= QUIET_S, begun
+
+
+def test_a_model_put_away_before_its_int8_copy_began_gets_none(tiny_model: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunestudio.worker.serve.quiet import Quiet
+
+    quiet = Quiet()
+    made: list[int] = []
+    monkeypatch.setattr(serving, "_quantized", lambda *a: made.append(1))
+    with quiet:  # the copy waits for the answer that loaded the model
+        served = Served(_plain(tiny_model), torch.float32, int8=True, background=True, quiet=quiet)
+        served.close()  # evicted (or the worker ends) meanwhile
+    assert served.int8_ready.wait(60)
+    assert served.int8 is None and not made

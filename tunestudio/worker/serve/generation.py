@@ -84,6 +84,8 @@ class _Entry:
     llama: llamacpp.Side | None = None  # llama.cpp's copy, where it serves this model's chat (serve/llamacpp.py)
 
     def close(self) -> None:
+        if self.served is not None:
+            self.served.close()
         if self.llama is not None:
             self.llama.close()
 

@@ -295,6 +295,7 @@ class Served:
         self._int8_adapters: OrderedDict[str, dict[str, torch.nn.Module]] = OrderedDict()
         self._lock = threading.Lock()  # the served weights and the int8 copy change together
         self.int8_ready = threading.Event()  # set once the int8 copy is made, or when there is none to make
+        self._closed = threading.Event()  # the model was put away: a copy not yet begun is not made
         if int8 and dtype == torch.float32:
             self._make_int8(served, background, quiet)
         else:
@@ -316,6 +317,8 @@ class Served:
             try:
                 if quiet is not None:
                     quiet.wait()
+                if self._closed.is_set():
+                    return
                 layers = {path: Int8Head(m.weight) if is_head else _quantized(m.weight, m.bias)
                           for path, m, is_head in linears}
                 with self._lock:
@@ -335,6 +338,10 @@ class Served:
             threading.Thread(target=make, name="int8-copy", daemon=True).start()
         else:
             make()
+
+    def close(self) -> None:
+        """The model is put away (evicted, or the worker ends): an int8 copy still waiting to begin is not made."""
+        self._closed.set()
 
     def _merge_int8(self, adapter: str | None, layers: dict[str, Any], previous: dict[str, Any]) -> None:
         """The int8 copy follows the served weights: the base's layers where the adapter merged nothing, the
