@@ -106,7 +106,7 @@ def test_a_reward_function_file_is_made_absolute_at_submit_and_must_exist(tmp_pa
 
 
 _SPELLINGS = {None: "sft", "sft": "sft", "dpo": "dpo", "orpo": "orpo", "kto": "kto", "grpo": "grpo",
-              "pretrain": "pretrain", "Continued pretraining": "pretrain"}  # None: no method given (sft)
+              "pretrain": "pretrain", "Continued pretraining": "pretrain", "reward": "reward"}  # None: sft
 _FIELD_VALUES = {
     "beta": st.floats(0.001, 100),
     "packing": st.sampled_from([None, True, False]),
@@ -121,12 +121,15 @@ _FIELD_VALUES = {
 
 
 def _fields_of(spelling: str | None) -> st.SearchStrategy[dict[str, Any]]:
-    """A method and any of the fields every method takes or this one does (another method's option is refused
-    before anything else: test_an_option_of_another_method_is_an_error_naming_both; drawing those made 94 % of
-    the examples invalid, about 5,000 a run)."""
+    """A method, any of the fields every method takes or this one does, and any other method's option at its
+    default (what a form sends; another value is refused before anything else:
+    test_an_option_of_another_method_is_an_error_naming_both; drawing those made 94 % of the examples invalid,
+    about 5,000 a run)."""
     method = _SPELLINGS[spelling]
-    own = {name: values for name, values in _FIELD_VALUES.items() if method in METHOD_OPTIONS.get(name, (method,))}
-    return st.fixed_dictionaries({} if spelling is None else {"method": st.just(spelling)}, optional=own)
+    fields = {name: values for name, values in _FIELD_VALUES.items() if method in METHOD_OPTIONS.get(name, (method,))}
+    fields |= {name: st.just(JobConfig.model_fields[name].get_default(call_default_factory=True))
+               for name, methods in METHOD_OPTIONS.items() if method not in methods}
+    return st.fixed_dictionaries({} if spelling is None else {"method": st.just(spelling)}, optional=fields)
 
 
 @settings(max_examples=300, deadline=None)

@@ -170,13 +170,15 @@ def test_the_int8_copy_is_begun_once_the_worker_is_quiet(tiny_model: Path, monke
     quiet = Quiet()
     begun: list[float] = []  # how long the worker had been quiet when the copy's first layer was made
     quantized = serving._quantized
-    monkeypatch.setattr(serving, "_quantized", lambda *a: (begun or begun.append(quiet.seconds())) and quantized(*a))
+    monkeypatch.setattr(serving, "_quantized", lambda *a: (begun or begun.append(quiet.seconds()), quantized(*a))[1])
     with quiet:  # the request that loaded the model: its answer has the cores to itself
         served = Served(_plain(tiny_model), torch.float32, int8=True, background=True, quiet=quiet)
         time.sleep(QUIET_S + 0.2)
         assert not begun and not served.int8_ready.is_set()
     assert served.int8_ready.wait(60) and served.int8 is not None
     assert begun[0] >= QUIET_S, begun
+    with torch.inference_mode():  # a whole copy: every layer quantized
+        assert served.int8(_ids()).logits.isfinite().all()
 
 
 def test_a_model_put_away_before_its_int8_copy_began_gets_none(tiny_model: Path,
@@ -188,6 +190,6 @@ def test_a_model_put_away_before_its_int8_copy_began_gets_none(tiny_model: Path,
     monkeypatch.setattr(serving, "_quantized", lambda *a: made.append(1))
     with quiet:  # the copy waits for the answer that loaded the model
         served = Served(_plain(tiny_model), torch.float32, int8=True, background=True, quiet=quiet)
-        served.close()  # evicted (or the worker ends) meanwhile
-    assert served.int8_ready.wait(60)
+        served.close()  # evicted (or the worker ends) meanwhile: the waiting thread lets go at once
+        assert served.int8_ready.wait(2)  # not at the copy's bound (INT8_MAX_DEFER_S)
     assert served.int8 is None and not made

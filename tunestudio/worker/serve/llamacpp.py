@@ -20,10 +20,11 @@ as for PyTorch. Greedy: the argmax of the scores. Sampling: llama.cpp's own temp
 When (`TUNESTUDIO_CHAT_ENGINE`):
 - auto (the default): on a CPU, for a text model of `MIN_PARAMS` or more that PyTorch serves merged (`Served`),
   with llama-cpp-python installed. The files are made and loaded in a thread, PyTorch answering meanwhile: begun
-  once the worker has answered no request for a second (quiet.py: `QUIET_S`, or `MAX_DEFER_S` under load), the converter
-  `BACKGROUND_NICE` steps below the worker's priority, so the answers a user waits for are not slowed; at the next
-  request for the model one token's decode is timed on both (`PROBE_TOKENS`), and llama.cpp answers from then on
-  where it is faster. A job whose adapter has no file yet answers through PyTorch while it is made.
+  once the worker has answered no request for a second (quiet.py: `QUIET_S`, or `MAX_DEFER_S` under load), the
+  converter `BACKGROUND_NICE` steps below the worker's priority, so the answers a user waits for are not slowed; at
+  the next request for the model once chat's int8 copy is made, one token's decode is timed on both
+  (`PROBE_TOKENS`), and llama.cpp answers from then on where it is faster. A job whose adapter has no file yet
+  answers through PyTorch while it is made.
 - llama.cpp: every chat request it can serve, its files made before the answer (the tests use it on the tiny
   model); 503 when the binding is not installed, or a copy cannot be made.
 - torch: never.
@@ -373,7 +374,7 @@ class Side:
         self._adapters: dict[tuple[str, str], Path | None] = {}  # (folder, fingerprint) → its file (None: making)
         self._failed: set[tuple[str, str]] = set()
         self.load_seconds = 0.0  # making (or finding) the file and loading it
-        self._closed = False
+        self._closed = threading.Event()
         self._run(lambda: self._load(threads))
 
     def _run(self, work: Callable[[], None]) -> None:
@@ -383,8 +384,8 @@ class Side:
 
         def later() -> None:
             if self._quiet is not None:
-                self._quiet.wait()
-            if not self._closed:  # the model was put away meanwhile: nothing to make
+                self._quiet.wait(stop=self._closed)
+            if not self._closed.is_set():  # the model was put away meanwhile: nothing to make
                 work()
 
         threading.Thread(target=later, name="llama.cpp-files", daemon=True).start()
@@ -402,7 +403,7 @@ class Side:
                     from None
             return
         with self._lock:
-            if self._closed:  # the model was put away while its copy was made
+            if self._closed.is_set():  # the model was put away while its copy was made
                 engine.close()
                 return
             self.engine = engine
@@ -467,7 +468,7 @@ class Side:
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
+            self._closed.set()
             engine, self.engine = self.engine, None
         if engine is not None:
             engine.close()

@@ -3,8 +3,10 @@
 The worker makes two things after a model's load that its answers do not need at once: the int8 copy chat
 answers from (serving.py, seconds of CPU for a 270M model with a 262k vocabulary) and llama.cpp's files
 (llamacpp.py, a converter child). Begun with the first answer on 2 cores, each slowed that answer (bench/RESULTS.md,
-issue 40): so each waits until the worker has answered no request for `QUIET_S`, or `MAX_DEFER_S` under steady
-load (a busy worker gets them too). The worker's request loop (inference.py) enters `Quiet` around each request.
+issue 40): so each waits until the worker has answered no request for `QUIET_S`, or a bound under steady load (a
+busy worker gets them too: `MAX_DEFER_S` for llama.cpp's files, serving.py's `INT8_MAX_DEFER_S` for the int8 copy,
+without which a loaded worker answers at fp32's speed, a third of int8's). The worker's request loop
+(inference.py) enters `Quiet` around each request.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import threading
 import time
 
 QUIET_S = 1.0  # background work begins once no request has been under way for this long,
-MAX_DEFER_S = 30.0  # or after this long whatever the load
+MAX_DEFER_S = 30.0  # or after this long whatever the load (llama.cpp's files; the int8 copy waits less: serving.py)
 
 
 class Quiet:
@@ -38,8 +40,12 @@ class Quiet:
         with self._lock:
             return 0.0 if self._busy else time.monotonic() - self._since
 
-    def wait(self, quiet_s: float = QUIET_S, at_most_s: float = MAX_DEFER_S) -> None:
-        """Until no request has been under way for `quiet_s`, or `at_most_s` has passed."""
+    def wait(self, quiet_s: float = QUIET_S, at_most_s: float = MAX_DEFER_S,
+             stop: threading.Event | None = None) -> None:
+        """Until no request has been under way for `quiet_s`, `at_most_s` has passed, or `stop` is set (the model
+        the work was for is put away: a waiting thread lets go of it at once)."""
         deadline = time.monotonic() + at_most_s
+        stop = stop or threading.Event()
         while (left := quiet_s - self.seconds()) > 0 and time.monotonic() < deadline:
-            time.sleep(min(max(left, 0.05), 0.25))
+            if stop.wait(min(max(left, 0.05), 0.25)):
+                return

@@ -16,7 +16,8 @@ layer's int8 products measure faster than fp32's at load; its output layer's bes
 rescored exactly in fp32 (`Int8Head`). Its answers may differ from fp32's where two tokens' scores lie closer
 than int8 resolves (measured in bench/RESULTS.md, issue 29). Log-probabilities (`/v1/completions`) always read
 the fp32 copy, exactly. The chat worker makes the int8 copy in a thread after the load (`background`), begun once
-the worker is quiet (quiet.py: the answer that loaded the model has been sent): until it is whole, chat answers
+the worker is quiet (quiet.py: the answer that loaded the model has been sent, and a second has passed; under steady
+load `INT8_MAX_DEFER_S` after the load at most): until it is whole, chat answers
 from the exact copy, so a model's first request waits for the load and not for the copy, nor shares the cores
 with it (issue 40: on a 256M model with a 262k vocabulary, seconds, most of them fbgemm packing the output layer).
 `TUNESTUDIO_CHAT_PRECISION=fp32` serves fp32 answers (the path before issue 29), `int8`
@@ -51,6 +52,9 @@ BF16_MIN_PARAMS = 50_000_000
 INT8_MIN_PARAMS = 50_000_000  # below, a token is Python, not bytes: int8 would change answers for nothing
 INT8_MARGIN = 0.85  # the int8 copy serves when a layer's int8 products take under 85 % of fp32's
 INT8_ADAPTERS = 2  # adapters whose quantized layers stay made (a job and another, or :base, answered in turn)
+# the int8 copy begins once the worker is quiet (quiet.py), or this long after the load under steady load: until it
+# is made chat answers at fp32's speed (a third of int8's on the 256M model)
+INT8_MAX_DEFER_S = 5.0
 HEAD_MIN_PARAMS = 20_000_000  # an output layer this large is what a token's time is made of (a 32k+ vocabulary)
 BF16_MARGIN = 0.85  # bf16 serves when its matrix-vector products take under 85 % of fp32's
 PRECISION_ENV = "TUNESTUDIO_CHAT_PRECISION"
@@ -316,7 +320,7 @@ class Served:
         def make() -> None:
             try:
                 if quiet is not None:
-                    quiet.wait()
+                    quiet.wait(at_most_s=INT8_MAX_DEFER_S, stop=self._closed)
                 if self._closed.is_set():
                     return
                 layers = {path: Int8Head(m.weight) if is_head else _quantized(m.weight, m.bias)
