@@ -4,8 +4,8 @@ The driver (`python -m tunestudio.worker.ray.job`) is a subprocess of the
 manager, launched and watched exactly like the torchrun launcher (see
 `LauncherExecutor`): its own process group, death with the manager, the job
 over a token-checked Unix socket, events and Stop commands as JSON lines. The
-driver relays them to the ranks through Ray queues. Killing the driver ends
-the job on the cluster: its workers and queues are actors of the driver's Ray
+driver relays them to the ranks through a Ray actor's queues. Killing the driver ends
+the job on the cluster: its workers and mailbox are actors of the driver's Ray
 job, and Ray removes a job's actors when its driver exits.
 
 The cluster need not share a disk with this machine: the driver ships the

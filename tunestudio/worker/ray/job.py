@@ -11,8 +11,9 @@ TUNESTUDIO_RAY_WORKER_RESOURCES; each runs the ordinary recipe
 1. the job's local inputs go into the object store (worker/ray/ship.py), at
    most half the object store of this node, else the job fails before anything
    is shipped;
-2. events and commands cross the cluster in two Ray queues (actors of this
-   driver's job, on this node): rank 0 puts events, the `Relay` numbers them,
+2. events and commands cross the cluster in two queues of one Ray actor
+   (worker/ray/mailbox.py, an actor of this driver's job, on this node): rank 0
+   puts events, the `Relay` numbers them,
    turns the node's paths back into the studio's and forwards them up the link;
    Stop commands go the other way;
 3. what rank 0 sends back (checkpoints, then the artefacts; through the object
@@ -21,7 +22,7 @@ TUNESTUDIO_RAY_WORKER_RESOURCES; each runs the ordinary recipe
    rank 0's end is forwarded after its files are written, preceded by a Log of
    where the ranks ran and how much was shipped each way.
 
-The queues and the workers are the driver's: when it exits, however it exits,
+The mailbox and the workers are the driver's: when it exits, however it exits,
 Ray removes them.
 """
 
@@ -46,6 +47,7 @@ from tunestudio.events import Failed, Log, WarningEvent
 from tunestudio.worker.child import die_with_parent
 from tunestudio.worker.launch import RESULT_ENV
 from tunestudio.worker.rank import MANAGER_PID_ENV, connect_link
+from tunestudio.worker.ray.mailbox import open_boxes
 from tunestudio.worker.ray.rank import train_loop
 from tunestudio.worker.ray.ship import (
     STAGING,
@@ -292,11 +294,11 @@ def _ship(ray: Any, relay: Relay, inputs: list[Input], resources: dict[str, floa
 
 
 def _open_queues(ray: Any, link: Any, relay: Relay) -> tuple[Any, Any, threading.Event, threading.Thread]:
-    """The events and commands queues, on this node, with the threads that serve them."""
+    """The events and commands queues (one mailbox actor), on this node, with the threads that serve them."""
     here = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=False)
     options = {"num_cpus": 0, "scheduling_strategy": here}
-    events, commands = ray.util.queue.Queue(actor_options=options), ray.util.queue.Queue(actor_options=options)
+    events, commands = open_boxes(ray, options)
     done = threading.Event()
     pump = threading.Thread(target=_pump, args=(events, relay, commands, done), daemon=True)
     pump.start()
@@ -340,7 +342,6 @@ def main() -> int:
     import ray
     import ray.train
     import ray.train.torch
-    import ray.util.queue
     import ray.util.scheduling_strategies
 
     address = os.environ.get(ADDRESS_ENV) or "auto"

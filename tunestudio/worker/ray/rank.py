@@ -185,7 +185,8 @@ class Homeward:
 
 
 class RayRankChannel(RankChannel):
-    """A rank inside a Ray Train worker: rank 0's events into a Ray queue, its commands from another.
+    """A rank inside a Ray Train worker: rank 0's events into the job's events box, its commands from its commands
+    box (worker/ray/mailbox.py).
 
     Rank 0 holds its terminal event (Completed or Failed) until `release`: the driver forwards it only after
     the files it announces are on the studio's machine.
