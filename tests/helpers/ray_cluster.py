@@ -57,7 +57,7 @@ def _job_processes() -> list[str]:
     """Processes of a tunestudio Ray job: its driver, its train workers, its mailbox (its queues)."""
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
     return [line for line in ps.splitlines()
-            if "tunestudio.worker.ray.job" in line or "RayTrainWorker" in line or "Mailbox" in line]
+            if "tunestudio.worker.ray.job" in line or "RayTrainWorker" in line or "ray::Mailbox" in line]
 
 
 def _mount_ns(pid: int | str) -> str:

@@ -44,3 +44,8 @@ def test_a_waiting_get_does_not_hold_up_the_other_queue() -> None:
 def test_a_box_pickles_with_its_name() -> None:
     box = pickle.loads(pickle.dumps(Box("the actor handle", "commands")))
     assert (box.mailbox, box.name) == ("the actor handle", "commands")
+
+
+def test_a_get_without_a_timeout_is_refused_before_reaching_ray() -> None:
+    with pytest.raises(TypeError, match="with a timeout"):
+        Box("the actor handle", "events").get()

@@ -201,7 +201,7 @@ def _pump(events: Any, relay: Relay, commands: Any, done: threading.Event) -> No
                 return
             continue
         except Exception:
-            return  # the queue actor is gone
+            return  # the mailbox actor is gone
         try:
             relay.handle(item, commands)
         except Exception as exc:  # a malformed event: said, and the job goes on

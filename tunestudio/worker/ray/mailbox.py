@@ -46,7 +46,8 @@ class Box:
         """The next item, waiting up to `timeout` seconds for one (queue.Empty after); `block` is always true here."""
         import ray
 
-        assert block and timeout is not None, "a Box waits with a timeout"
+        if not block or timeout is None:  # a caller's mistake, said as one (the job's loops take any other
+            raise TypeError("Box.get waits, with a timeout")  # exception for a gone actor)
         return ray.get(self.mailbox.get.remote(self.name, timeout))
 
 

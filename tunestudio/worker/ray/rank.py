@@ -223,7 +223,7 @@ class RayRankChannel(RankChannel):
         while not self._closed.is_set():
             try:
                 item = commands.get(block=True, timeout=POLL_S)
-            except Exception:  # queue.Empty, or the driver (and so the queue actor) is gone
+            except Exception:  # queue.Empty, or the driver (and so the mailbox actor) is gone
                 continue
             if isinstance(item, Ack):
                 self._ack = item
