@@ -323,6 +323,7 @@ class Served:
                     quiet.wait(at_most_s=INT8_MAX_DEFER_S, stop=self._closed)
                 if self._closed.is_set():
                     return
+                begun = time.monotonic()
                 layers = {path: Int8Head(m.weight) if is_head else _quantized(m.weight, m.bias)
                           for path, m, is_head in linears}
                 with self._lock:
@@ -333,8 +334,8 @@ class Served:
                     self.int8 = fast
                     if self.adapter is not None and not self.adapter.startswith("\0"):  # merged meanwhile
                         self._merge_int8(self.adapter, self._merged, {})
-                log.info("chat's int8 copy made in %.2f s%s", time.monotonic() - started,
-                         " (in the background)" if background else "")
+                log.info("chat's int8 copy made in %.2f s%s", time.monotonic() - begun,
+                         f" (in the background, begun {begun - started:.1f} s after the load)" if background else "")
             finally:
                 self.int8_ready.set()
 
