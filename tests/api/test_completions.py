@@ -43,26 +43,30 @@ def client(server: str) -> Iterator[openai.OpenAI]:
         yield client
 
 
-def _reference(model: str, adapter: str | None, prompts: list[list[int]], out: mp.Queue) -> None:
-    """Each prompt's token log-probabilities (from its second token), as plain transformers (+ peft) give them."""
+def _reference(model: str, adapter: str, prompts: list[list[int]], out: mp.Queue) -> None:
+    """Each prompt's token log-probabilities (from its second token), as plain transformers gives them for the base
+    model, then plain peft for the base with the adapter: {"base": [...], "adapter": [...]}."""
     import torch
+    from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    def scored(net: Any) -> list[list[float]]:
+        net.eval()
+        result = []
+        with torch.no_grad():
+            for ids in prompts:
+                scores = torch.log_softmax(net(torch.tensor([ids])).logits[0].float(), dim=-1)
+                result.append([float(scores[i - 1, ids[i]]) for i in range(1, len(ids))])
+        return result
+
     net = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
-    if adapter is not None:
-        from peft import PeftModel
-
-        net = PeftModel.from_pretrained(net, adapter)
-    net.eval()
-    result = []
-    with torch.no_grad():
-        for ids in prompts:
-            scores = torch.log_softmax(net(torch.tensor([ids])).logits[0].float(), dim=-1)
-            result.append([float(scores[i - 1, ids[i]]) for i in range(1, len(ids))])
-    out.put(result)
+    base = scored(net)  # before the adapter wraps the model (peft changes it in place)
+    out.put({"base": base, "adapter": scored(PeftModel.from_pretrained(net, adapter))})
 
 
-def reference_logprobs(model: str, adapter: str | None, prompts: list[list[int]]) -> list[list[float]]:
+def reference_logprobs(model: str, adapter: str, prompts: list[list[int]]) -> dict[str, list[list[float]]]:
+    """`_reference` in a fresh interpreter: one spawned child for both models (each child imports torch,
+    transformers and peft, about 9 s of CPU)."""
     context = mp.get_context("spawn")
     out = context.Queue()
     child = context.Process(target=_reference, args=(model, adapter, prompts, out))
@@ -90,12 +94,12 @@ def test_echo_logprobs_match_plain_transformers_for_the_job_and_its_base(client:
                                                                          tiny_model: Path) -> None:
     # What lm-evaluation-harness sends for a loglikelihood: a batch of token-id prompts, one token, echo.
     prompts = [[5, 77, 499, 84, 275, 92, 40], [1, 300, 12, 7], [88, 99]]
-    for model, adapter in ((job.id, job.output_dir), (f"{job.id}:base", None)):
+    reference = reference_logprobs(str(tiny_model), job.output_dir, prompts)
+    for model, expected in ((job.id, reference["adapter"]), (f"{job.id}:base", reference["base"])):
         answer = client.completions.create(model=model, prompt=prompts, max_tokens=1, logprobs=1, echo=True,
                                            temperature=0, seed=1234)
         assert answer.object == "text_completion" and answer.model == model
         assert sorted(c.index for c in answer.choices) == [0, 1, 2]
-        expected = reference_logprobs(str(tiny_model), adapter, prompts)
         for choice in answer.choices:
             ids, logprobs = prompts[choice.index], choice.logprobs
             assert logprobs is not None
@@ -109,7 +113,7 @@ def test_echo_logprobs_match_plain_transformers_for_the_job_and_its_base(client:
             assert_offsets_point_at_tokens(choice)
         assert answer.usage.prompt_tokens == sum(map(len, prompts)) and answer.usage.completion_tokens == 3
     # The base and the job differ: the adapter is on for one and off for the other.
-    assert expected != reference_logprobs(str(tiny_model), job.output_dir, prompts)
+    assert reference["base"] != reference["adapter"]
 
 
 def test_a_flat_list_of_token_ids_is_one_prompt(client: openai.OpenAI, job: Job) -> None:

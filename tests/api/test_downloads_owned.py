@@ -45,7 +45,7 @@ def writes_an_adapter(args: WorkerArgs) -> None:
 
 
 def settings(tmp_path: Path) -> Settings:
-    return Settings(home=tmp_path / "home", dataset_roots=[DATA, tmp_path], prewarm=False)
+    return Settings(home=tmp_path / "home", dataset_roots=[DATA, tmp_path])
 
 
 def body(output_dir: Path, **overrides: Any) -> dict[str, Any]:

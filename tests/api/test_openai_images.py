@@ -33,8 +33,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("images")
-    settings = Settings(home=home / "home", dataset_roots=[DATA], model_roots=[REPO / "models", tiny_model],
-                        prewarm=False)
+    settings = Settings(home=home / "home", dataset_roots=[DATA], model_roots=[REPO / "models", tiny_model])
     manager = JobManager(settings, worker_target=copies_its_model)
     manager.start()
     jobs = record_jobs(manager, home, tiny_model)

@@ -129,7 +129,7 @@ def test_tools_calls_results_and_reasoning_have_their_own_bubbles(job: Job, home
 def image_server(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """Image jobs of both tiny families and a text job, recorded without training (tests/helpers/vision.py)."""
     folder = tmp_path_factory.mktemp("web-images")
-    settings = Settings(home=folder / "home", dataset_roots=[DATA], prewarm=False)
+    settings = Settings(home=folder / "home", dataset_roots=[DATA])
     with JobManager(settings, worker_target=copies_its_model) as manager:
         manager.start()
         jobs = record_jobs(manager, folder, tiny_model)

@@ -14,7 +14,8 @@ def test_a_kill_while_saving_leaves_the_previous_checkpoint_and_latest_resumes_f
         tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     cfg = job_config(tiny_model, out, max_steps=16, save_steps=5)
-    killed = run_job(cfg, target=fake_workers.killed_while_saving_second_checkpoint, prewarm=False)
+    # forked from the warm forkserver (the patch of Trainer stays in the fork)
+    killed = run_job(cfg, target=fake_workers.killed_while_saving_second_checkpoint, prewarm=True)
     assert killed.outcome.kind == "failed" and "signal 9" in killed.outcome.message, killed.outcome
     # The step-10 checkpoint never appeared as a checkpoint-N folder: only its staging folder is left.
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-5"]
