@@ -19,13 +19,17 @@ from tunestudio.settings import Settings
 
 
 def main(home: str, config_file: str, fake_worker: str | None = None) -> None:
+    config = JobConfig.model_validate(json.loads(Path(config_file).read_text()))
+    # The worker forkserver only where it serves this one job: not for a fake worker (a spawn imports only
+    # tunestudio) nor under torchrun (its ranks are fresh interpreters): its preload is about 10 s of CPU.
+    settings = Settings(home=Path(home), prewarm=not fake_worker and config.num_processes == 1)
     if fake_worker:
         from tests.helpers import fake_workers
 
-        manager = JobManager(Settings(home=Path(home)), worker_target=getattr(fake_workers, fake_worker)).start()
+        manager = JobManager(settings, worker_target=getattr(fake_workers, fake_worker)).start()
     else:
-        manager = JobManager(Settings(home=Path(home))).start()
-    job = manager.submit(JobConfig.model_validate(json.loads(Path(config_file).read_text())))
+        manager = JobManager(settings).start()
+    job = manager.submit(config)
     print(json.dumps({"job_id": job.id}), flush=True)
     announced = False
     with manager.subscribe(job.id) as stream:
