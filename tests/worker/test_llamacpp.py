@@ -113,6 +113,8 @@ def test_llama_cpp_answers_as_pytorch_does(models: Models, specs: tuple[ModelSpe
             assert text == expected[(s.model_id, question)], (s.model_id, question)
     cache = models.cache_dir / "gguf"
     assert sorted(p.name for p in cache.glob("*/*.gguf")) == ["adapter-f32.gguf", "model-q8_0.gguf"]
+    # No partial file is left behind (each is renamed into place or removed; a making still under way ends first).
+    wait_until(lambda: not list(cache.glob("*/.*.tmp")), 60, "the partial GGUF files gone", every=0.1)
 
 
 def test_min_tokens_stop_strings_and_a_cancel(models: Models, specs: tuple[ModelSpec, ModelSpec]) -> None:
