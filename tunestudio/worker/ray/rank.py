@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import queue
 import shutil
 import socket
 import tempfile
@@ -223,7 +224,10 @@ class RayRankChannel(RankChannel):
         while not self._closed.is_set():
             try:
                 item = commands.get(block=True, timeout=POLL_S)
-            except Exception:  # queue.Empty, or the driver (and so the mailbox actor) is gone
+            except queue.Empty:
+                continue
+            except Exception:  # the driver (and so the mailbox actor) is gone: each get fails at once, so wait
+                self._closed.wait(POLL_S)
                 continue
             if isinstance(item, Ack):
                 self._ack = item
