@@ -9,6 +9,7 @@ import psutil
 import pytest
 from fastapi.testclient import TestClient
 
+import tunestudio.jobs
 from tunestudio.api import create_app
 from tunestudio.data_report import runner
 from tunestudio.settings import Settings
@@ -21,6 +22,14 @@ from ..helpers.wait import wait_until
 @pytest.fixture
 def planted(tmp_path: Path) -> Planted:
     return write_planted(tmp_path)
+
+
+@pytest.fixture
+def spawned_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's child spawned, not forked from the server's warm forkserver: it reads the environment this test
+    sets (a fork keeps the forkserver's), and it is still importing when a short bound is reached (a fork answers
+    the planted file within 0.3 s). tests/data_report/test_runner.py checks the fork against a spawned child."""
+    monkeypatch.setattr(tunestudio.jobs, "warm_context", lambda: None)
 
 
 @pytest.fixture
@@ -109,7 +118,8 @@ def test_what_a_job_refuses_of_the_held_out_split_the_report_refuses(client: Tes
 
 @pytest.mark.timeout(180)
 def test_a_hub_dataset_is_read_as_a_job_reads_it_and_its_eval_split_compared(
-        client: TestClient, planted: Planted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        client: TestClient, planted: Planted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        spawned_report: None) -> None:
     """hf_dataset from the local cache (the report's child reads HF_DATASETS_CACHE; no hub); one neither cached
     nor reachable is the job's own message."""
     hub_planted(planted, tmp_path / "cache")
@@ -159,7 +169,7 @@ def test_a_dataset_that_cannot_be_read_is_a_422_with_the_workers_message(client:
 ])
 def test_a_report_past_its_time_or_memory_is_stopped_and_its_child_is_gone(
         client: TestClient, planted: Planted, monkeypatch: pytest.MonkeyPatch, bound: str, value: float,
-        status: int, code: str) -> None:
+        status: int, code: str, spawned_report: None) -> None:
     monkeypatch.setattr(runner, bound, value)
     before = spawned()
     answer = client.post("/api/datasets/report", json={"local_datasets": [str(planted.train)]})

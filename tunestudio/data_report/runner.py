@@ -2,17 +2,21 @@
 
 The report itself is `tunestudio.worker.data.report.build` (data/'s face gives it): the worker's own reading,
 format detection, templating and tokenizer, so it sees the rows exactly as a job does. That code imports the ML
-stack, which the parent never loads (the one rule), so it runs in a spawned child and sends its answer back as JSON.
+stack, which the parent never loads (the one rule), so it runs in a child and sends its answer back as JSON: a fork
+of the server's warm worker forkserver when it is ready (as a dataset preview's, api/preview.py: it starts in
+milliseconds with the data code and the tokenizer's library imported), else a spawned interpreter (the CLI's, or a
+server whose forkserver is still importing: about 5 s of CPU before the first row).
 `tunestudio data inspect` (the CLI) and `POST /api/datasets/report` (the API) both come through here and
 answer the same object: each validates a `ReportSpec` (config/report.py: the job's data fields, defaults and
 checks), the API confines its paths (`paths.confine_inputs`), and both resolve them (`resolved`).
 
 Bounded: the child is killed past REPORT_TIMEOUT_S seconds, or as soon as its resident memory (with any
-children of its own) passes REPORT_MAX_RSS bytes, checked every WATCH_S. The child streams the rows and keeps
-about 300 bytes of each (worker/data/tally.py): a million short rows take about 95 s and 0.8 GiB with a
-tokenizer on two cores (bench/dataset_report.py --shape short). Through the API at most
-MAX_CHILDREN reports run at once and MAX_WAITING wait for their turn on the event loop (holding no
-thread); one more, or a wait longer than SLOT_WAIT_S, is ReportBusy.
+children of its own) passes REPORT_MAX_RSS bytes, checked every WATCH_S; a fork counts what it holds beyond its
+resident memory at its start (the pages it shares with the forkserver: the libraries it imported). The child
+streams the rows and keeps about 300 bytes of each (worker/data/tally.py): a million short rows take about 95 s
+and 0.8 GiB with a tokenizer on two cores (bench/dataset_report.py --shape short). Through the API at most
+MAX_CHILDREN reports run at once and MAX_WAITING wait for their turn on the event loop (holding no thread); one
+more, or a wait longer than SLOT_WAIT_S, is ReportBusy.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import multiprocessing as mp
+import sys
 import time
 import weakref
 from multiprocessing.connection import Connection
@@ -61,17 +66,22 @@ class ReportTooLarge(ReportError):
 
 
 def run_report(spec: ReportSpec, *, timeout_s: float | None = None, max_rss: int | None = None) -> dict[str, Any]:
-    """The report on a validated, resolved spec, made in a spawned child (token lengths when it names a model).
+    """The report on a validated, resolved spec, made in a child (token lengths when it names a model): a fork of
+    the warm worker forkserver, else a spawned interpreter (the module's docstring).
 
     Raises ReportError (the dataset cannot be read, or the child died), ReportTimeout, ReportTooLarge.
     """
+    from tunestudio.jobs import warm_context
+
     timeout_s = REPORT_TIMEOUT_S if timeout_s is None else timeout_s
     max_rss = REPORT_MAX_RSS if max_rss is None else max_rss
-    ctx = mp.get_context("spawn")
+    ctx = warm_context() or mp.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, spec.model_dump(mode="json")), daemon=True)
     proc.start()
     send.close()
+    # A fork starts with the forkserver's pages resident (shared with it, not new memory): its growth is what counts.
+    shared = _rss(proc.pid) if ctx.get_start_method() == "forkserver" else 0
     started = time.monotonic()
     try:
         while not receive.poll(WATCH_S):
@@ -80,7 +90,7 @@ def run_report(spec: ReportSpec, *, timeout_s: float | None = None, max_rss: int
             if time.monotonic() - started > timeout_s:
                 raise ReportTimeout(f"the dataset report took longer than {timeout_s:.0f}s and was stopped; report on "
                                     "fewer rows (dataset_slice_start/end) or a part of the files")
-            used = _rss(proc.pid)
+            used = max(_rss(proc.pid) - shared, 0)
             if used > max_rss:
                 raise ReportTooLarge(f"the dataset report needed more than {max_rss / 2**30:.1f} GiB of memory "
                                      f"({used / 2**30:.1f} GiB when it was stopped); report on fewer rows "
@@ -130,6 +140,8 @@ def _report(fields: dict[str, Any]) -> dict[str, Any]:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # a child that never forks: batches on every core
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if "transformers" in sys.modules:  # a fork of the forkserver, which imported it before the variable was set
+        sys.modules["transformers"].logging.set_verbosity_error()
     return make_report(ReportSpec.model_validate(fields))
 
 
