@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import tunestudio.jobs
 from tunestudio.api import preview
 from tunestudio.jobs import prewarm
+
+from ..helpers.start_method import record_start_method
 
 
 def test_a_preview_forks_from_the_warm_forkserver_and_answers_as_a_spawned_child_does(
@@ -22,17 +22,10 @@ def test_a_preview_forks_from_the_warm_forkserver_and_answers_as_a_spawned_child
                     + "not json\n")
     config = {"local_datasets": [str(rows)]}
     used: list[str] = []
-    warm = tunestudio.jobs.warm_context
-
-    def watched(cold: bool) -> Any:
-        ctx = None if cold else warm()
-        used.append(ctx.get_start_method() if ctx is not None else "spawn")
-        return ctx
-
-    monkeypatch.setattr(tunestudio.jobs, "warm_context", lambda: watched(cold=True))
+    record_start_method(monkeypatch, used, cold=True)
     spawned = preview.preview_rows(config, 3)
     prewarm.warm_up().join(120)  # the forkserver warm: its preload done, its first fork returned
-    monkeypatch.setattr(tunestudio.jobs, "warm_context", lambda: watched(cold=False))
+    record_start_method(monkeypatch, used, cold=False)
     forked = preview.preview_rows(config, 3)
     assert used == ["spawn", "forkserver"]
     assert forked == spawned and "error" not in forked, forked

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import tunestudio.jobs
 from tunestudio.config import ReportSpec
 from tunestudio.data_report import ReportTooLarge, resolved, run_report, runner
 from tunestudio.jobs import prewarm
+
+from ..helpers.start_method import record_start_method
 
 
 def test_a_report_forks_from_the_warm_forkserver_and_answers_as_a_spawned_child_does(
@@ -24,17 +24,10 @@ def test_a_report_forks_from_the_warm_forkserver_and_answers_as_a_spawned_child_
                     + "not json\n")
     spec = resolved(ReportSpec.model_validate({"local_datasets": [str(rows)], "model_name": str(tiny_model)}))
     used: list[str] = []
-    warm = tunestudio.jobs.warm_context
-
-    def watched(cold: bool) -> Any:
-        ctx = None if cold else warm()
-        used.append(ctx.get_start_method() if ctx is not None else "spawn")
-        return ctx
-
-    monkeypatch.setattr(tunestudio.jobs, "warm_context", lambda: watched(cold=True))
+    record_start_method(monkeypatch, used, cold=True)
     spawned = run_report(spec)
     prewarm.warm_up().join(120)  # the forkserver warm: its preload done, its first fork returned
-    monkeypatch.setattr(tunestudio.jobs, "warm_context", lambda: watched(cold=False))
+    record_start_method(monkeypatch, used, cold=False)
     forked = run_report(spec)
     assert used == ["spawn", "forkserver"]
     assert forked.pop("seconds") >= 0 and spawned.pop("seconds") >= 0  # how long each took: the one difference
