@@ -30,7 +30,8 @@ PACKAGE = ROOT / "tunestudio"
 FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # name, rooms, side by side
     # cli/: the command line, a module per verb. data_report/: the dataset report for the CLI and the API (its
-    # spawned child runs the worker's data code, as api/preview.py's does), imported through its __init__
+    # child, forked from the warm worker forkserver or spawned, runs the worker's data code, as api/preview.py's
+    # does), imported through its __init__
     ("faces", frozenset({"cli", "api", "data_report"}), False),
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge", "arena"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
@@ -53,8 +54,8 @@ DOORS = {
 }
 
 # The wings a face reaches only through their package's face (__init__ with __all__). The worker is not among
-# them: a face runs worker code only in a child it spawns (api/preview.py, data_report/), and there through a
-# worker room's face, as (d) says.
+# them: a face runs worker code only in a child it starts (api/preview.py, data_report/: a fork of the warm worker
+# forkserver or a spawned interpreter), and there through a worker room's face, as (d) says.
 FACED = frozenset({"jobs", "sweeps", "judge", "inference", "arena"})
 
 # The floors inside worker/ (issue 39), top first, read as FLOORS is: its rooms, each a package whose `__init__` is

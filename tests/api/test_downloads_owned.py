@@ -45,7 +45,9 @@ def writes_an_adapter(args: WorkerArgs) -> None:
 
 
 def settings(tmp_path: Path) -> Settings:
-    return Settings(home=tmp_path / "home", dataset_roots=[DATA, tmp_path])
+    # spawned: a fake job's spawn imports only tunestudio, and a cold forkserver would make the first job wait for
+    # its whole preload within `ended`'s bound
+    return Settings(home=tmp_path / "home", dataset_roots=[DATA, tmp_path], prewarm=False)
 
 
 def body(output_dir: Path, **overrides: Any) -> dict[str, Any]:

@@ -22,7 +22,9 @@ def main(home: str, config_file: str, fake_worker: str | None = None) -> None:
     config = JobConfig.model_validate(json.loads(Path(config_file).read_text()))
     # The worker forkserver only where it serves this one job: not for a fake worker (a spawn imports only
     # tunestudio) nor under torchrun (its ranks are fresh interpreters): its preload is about 10 s of CPU.
-    settings = Settings(home=Path(home), prewarm=not fake_worker and config.num_processes == 1)
+    settings = Settings(home=Path(home))  # TUNESTUDIO_PREWARM=0 still turns it off
+    settings = settings.model_copy(update={"prewarm": settings.prewarm and not fake_worker
+                                           and config.num_processes == 1})
     if fake_worker:
         from tests.helpers import fake_workers
 

@@ -4,19 +4,20 @@ The report itself is `tunestudio.worker.data.report.build` (data/'s face gives i
 format detection, templating and tokenizer, so it sees the rows exactly as a job does. That code imports the ML
 stack, which the parent never loads (the one rule), so it runs in a child and sends its answer back as JSON: a fork
 of the server's warm worker forkserver when it is ready (as a dataset preview's, api/preview.py: it starts in
-milliseconds with the data code and the tokenizer's library imported), else a spawned interpreter (the CLI's, or a
-server whose forkserver is still importing: about 5 s of CPU before the first row).
+milliseconds with the data code and the tokenizer's library imported), else a spawned interpreter (about 5 s of
+CPU before the first row): the CLI's, a server whose forkserver is still importing, one with prewarm off, or one on
+a machine with a GPU, where workers are always spawned (jobs/prewarm.py).
 `tunestudio data inspect` (the CLI) and `POST /api/datasets/report` (the API) both come through here and
 answer the same object: each validates a `ReportSpec` (config/report.py: the job's data fields, defaults and
 checks), the API confines its paths (`paths.confine_inputs`), and both resolve them (`resolved`).
 
-Bounded: the child is killed past REPORT_TIMEOUT_S seconds, or as soon as its resident memory (with any
-children of its own) passes REPORT_MAX_RSS bytes, checked every WATCH_S; a fork counts what it holds beyond its
-resident memory at its start (the pages it shares with the forkserver: the libraries it imported). The child
-streams the rows and keeps about 300 bytes of each (worker/data/tally.py): a million short rows take about 95 s
-and 0.8 GiB with a tokenizer on two cores (bench/dataset_report.py --shape short). Through the API at most
-MAX_CHILDREN reports run at once and MAX_WAITING wait for their turn on the event loop (holding no thread); one
-more, or a wait longer than SLOT_WAIT_S, is ReportBusy.
+Bounded: the child is killed past REPORT_TIMEOUT_S seconds, or as soon as its private memory (USS, with any
+children of its own: what it alone holds, so a fork's pages still shared with the forkserver do not count, those it
+has written do) passes REPORT_MAX_RSS bytes, checked every WATCH_S. The child streams the rows and keeps about 300
+bytes of each (worker/data/tally.py): a million short rows take about 95 s and 0.8 GiB with a tokenizer on two
+cores (bench/dataset_report.py --shape short). Through the API at most MAX_CHILDREN reports run at once and
+MAX_WAITING wait for their turn on the event loop (holding no thread); one more, or a wait longer than SLOT_WAIT_S,
+is ReportBusy.
 """
 
 from __future__ import annotations
@@ -80,8 +81,6 @@ def run_report(spec: ReportSpec, *, timeout_s: float | None = None, max_rss: int
     proc = ctx.Process(target=_child, args=(send, spec.model_dump(mode="json")), daemon=True)
     proc.start()
     send.close()
-    # A fork starts with the forkserver's pages resident (shared with it, not new memory): its growth is what counts.
-    shared = _rss(proc.pid) if ctx.get_start_method() == "forkserver" else 0
     started = time.monotonic()
     try:
         while not receive.poll(WATCH_S):
@@ -90,7 +89,7 @@ def run_report(spec: ReportSpec, *, timeout_s: float | None = None, max_rss: int
             if time.monotonic() - started > timeout_s:
                 raise ReportTimeout(f"the dataset report took longer than {timeout_s:.0f}s and was stopped; report on "
                                     "fewer rows (dataset_slice_start/end) or a part of the files")
-            used = max(_rss(proc.pid) - shared, 0)
+            used = _private(proc.pid)
             if used > max_rss:
                 raise ReportTooLarge(f"the dataset report needed more than {max_rss / 2**30:.1f} GiB of memory "
                                      f"({used / 2**30:.1f} GiB when it was stopped); report on fewer rows "
@@ -109,16 +108,17 @@ def run_report(spec: ReportSpec, *, timeout_s: float | None = None, max_rss: int
     return answer["report"]
 
 
-def _rss(pid: int) -> int:
-    """Resident bytes of a process and its children (0 once it is gone)."""
+def _private(pid: int) -> int:
+    """Private bytes (USS) of a process and its children (0 once it is gone): the memory they alone hold, what
+    they cost the machine (psutil reads /proc/PID/smaps_rollup)."""
     import psutil
 
     try:
         root = psutil.Process(pid)
-        total = root.memory_info().rss
+        total = root.memory_full_info().uss
         for child in root.children(recursive=True):
             with contextlib.suppress(psutil.Error):  # gone meanwhile
-                total += child.memory_info().rss
+                total += child.memory_full_info().uss
         return total
     except psutil.Error:
         return 0
@@ -139,9 +139,10 @@ def _report(fields: dict[str, Any]) -> dict[str, Any]:
     import os
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # a child that never forks: batches on every core
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    if "transformers" in sys.modules:  # a fork of the forkserver, which imported it before the variable was set
-        sys.modules["transformers"].logging.set_verbosity_error()
+    if "TRANSFORMERS_VERBOSITY" not in os.environ:  # the user's, else errors only
+        os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+        if "transformers" in sys.modules:  # a fork of the forkserver, which imported it before the variable was set
+            sys.modules["transformers"].logging.set_verbosity_error()
     return make_report(ReportSpec.model_validate(fields))
 
 
