@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 import weakref
@@ -136,8 +137,6 @@ def _child(send: Connection, fields: dict[str, Any]) -> None:
 
 
 def _report(fields: dict[str, Any]) -> dict[str, Any]:
-    import os
-
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # a child that never forks: batches on every core
     if "TRANSFORMERS_VERBOSITY" not in os.environ:  # the user's, else errors only
         os.environ["TRANSFORMERS_VERBOSITY"] = "error"
