@@ -16,10 +16,11 @@ model + adapter). Then, in alternating rounds:
   prompt token ids.
 
 The API's chat engine is the server's `TUNESTUDIO_CHAT_ENGINE` (`--engine`, issue 40): with auto or llama.cpp
-the rounds begin once the worker says llama.cpp serves the job (its base's q8_0 copy and the job's adapter,
-serve/llamacpp.py), warm-up requests sent meanwhile; the seconds from the job's end to then are printed
-(`llama_cpp_after_s`). With auto on a model below its size bound, or where PyTorch measured faster, the wait
-ends at its deadline and PyTorch's figures are reported as such.
+the rounds begin once the worker says llama.cpp serves the job (its base's q8_0 copy and the job's merged copy,
+serve/llamacpp.py), warm-up requests sent meanwhile; the seconds from the first request to then are printed
+(`llama_cpp_after_s`). With `--llama` the merged copy's tensors are compared with the export's, byte for byte.
+With auto on a model below its size bound, or where PyTorch measured faster, the wait ends at its deadline and
+PyTorch's figures are reported as such.
 
 Both sides generate the same prompt greedily, exactly `--tokens` tokens
 (`min_tokens`, the API's extension, and `min_new_tokens`), with every core.
@@ -95,13 +96,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_llama_cpp(client: Any, url: str, model_id: str, timeout_s: float = 300) -> float | None:
-    """Seconds until the worker serves the job through llama.cpp (its model and adapter announced), warm-up
-    requests sent meanwhile; None when it did not within `timeout_s`."""
+def wait_for_llama_cpp(client: Any, url: str, model_id: str, timeout_s: float = 300,
+                       merged: bool = True) -> float | None:
+    """Seconds until the worker serves the job through llama.cpp (its model and the job's merged copy announced,
+    or its adapter with `merged` False), warm-up requests sent meanwhile; None when it did not within `timeout_s`."""
     started = time.perf_counter()
+    job = "(llama.cpp merged q8_0)" if merged else "(llama.cpp adapter)"
     while time.perf_counter() - started < timeout_s:
         loaded = client.get(f"{url}/api/inference", timeout=30).json()["loaded"]
-        if any("(llama.cpp q8_0)" in key for key in loaded) and any("(llama.cpp adapter)" in key for key in loaded):
+        if any("(llama.cpp q8_0)" in key for key in loaded) and any(job in key for key in loaded):
             return time.perf_counter() - started
         api_round(client, url, model_id, 4)
         time.sleep(1)
@@ -157,6 +160,20 @@ def export_gguf(url: str, job_id: str, quantization: str) -> Path:
                          timeout=30).raise_for_status().json()
     export = wait_job(url, created["id"])
     return Path(export["output_dir"]) / f"model-{quantization}.gguf"
+
+
+def same_tensors(export: Path, cache: Path) -> bool | None:
+    """Whether the chat worker's merged copy of the job (serve/llamacpp.py) holds the same tensors, byte for byte,
+    as the job's GGUF export (their metadata differ: names); None when the worker made none."""
+    from gguf import GGUFReader
+
+    copies = list(cache.glob("*/merged-*.gguf"))
+    if len(copies) != 1:
+        return None
+    ours, theirs = GGUFReader(copies[0]), GGUFReader(export)
+    return [t.name for t in ours.tensors] == [t.name for t in theirs.tensors] and all(
+        a.tensor_type == b.tensor_type and a.data.tobytes() == b.data.tobytes()
+        for a, b in zip(ours.tensors, theirs.tensors, strict=True))
 
 
 class Llama:
@@ -325,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.llama:
                 gguf = export_gguf(url, job["id"], args.quantization)
                 print(f"GGUF export: {gguf} ({gguf.stat().st_size / 2**20:.0f} MiB)", flush=True)
+                merged_same = same_tensors(gguf, home / "cache" / "gguf")
+                print(f"the chat worker's merged copy holds the export's tensors: {merged_same}", flush=True)
                 llama = Llama(gguf, args.threads)
                 print(f"llama.cpp loaded it in {llama.ready['load_ms']:.0f} ms", flush=True)
                 llama.round(plain.prompt_ids(), 4)
@@ -373,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"model": args.model, "tokens": args.tokens, "threads": args.threads, "rounds": rounds,
                               "median": med, "first_after_s": args.first_after, "cold_first_request_s": cold_s,
                               "tokens_per_s_ratio": tps_ratio, "ttft_ratio": ttft_ratio, "same_text": same,
-                              "engine": args.engine, "llama_cpp_after_s": switched_s}
+                              "engine": args.engine, "llama_cpp_after_s": switched_s,
+                              "merged_copy_equals_export": merged_same if args.llama else None}
     if "llama" in med:
         llama_tps = med["api"]["tokens_per_s"] / med["llama"]["tokens_per_s"]
         llama_ttft = med["api"]["ttft_ms"] / med["llama"]["ttft_ms"]

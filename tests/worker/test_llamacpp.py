@@ -216,6 +216,62 @@ def test_auto_keeps_pytorch_where_llama_cpp_measures_slower(tiny_model: Path, sp
         models.close()
 
 
+def test_auto_answers_a_job_from_its_merged_copy(tiny_model: Path, specs: tuple[ModelSpec, ModelSpec], cache: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, base = specs
+    monkeypatch.setattr(llamacpp, "MIN_PARAMS", 0)
+    monkeypatch.setattr(llamacpp, "MERGE_PARAMS", (0, 10**9))  # the tiny model's 1.2M parameters merge too
+    models = Models(Replies(), str(cache))
+    try:
+        expected = {(s.model_id, q): ask(models, s, q, "torch")[0] for s in specs for q in QUESTIONS[:2]}
+        ask(models, base, PROMPT, "auto")
+        entry = models._models[(str(tiny_model), "", False)]
+        wait_until(lambda: entry.llama.state == "loaded", 120, "llama.cpp's copy loaded")
+        ask(models, base, PROMPT, "auto")
+        assert entry.llama.state == "serving" and entry.llama.merge
+        merged_key = f"{spec.weights} (llama.cpp merged q8_0)"
+        # the adapter serves first (its file made), then the merged copy is made and loaded while it answers
+        wait_until(lambda: ask(models, spec, PROMPT, "auto")[0] and merged_key in models.replies.loaded(), 180,
+                   "the job's merged copy", every=QUIET_GAP)
+        assert f"{spec.weights} (llama.cpp adapter)" in models.replies.loaded()
+
+        def no_pytorch(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("PyTorch answered")
+
+        monkeypatch.setattr(generation, "_generate", no_pytorch)
+        for s in (spec, base, spec):  # the job from its merged copy, :base from the base's, and back
+            for question in QUESTIONS[:2]:
+                assert ask(models, s, question, "auto")[0] == expected[(s.model_id, question)], (s.model_id, question)
+        merged = entry.llama._merged
+        assert merged is not None and merged[0] == (spec.weights, spec.fingerprint)
+        assert merged[1] is not entry.llama.engine and merged[1]._active is None and not merged[1]._adapters
+        assert entry.llama.engine._active is None  # :base answered last on the base's engine: no adapter set
+        base_key = entry.llama.files.place(str(tiny_model))[2].name
+        assert [p.name for p in (cache / "gguf").glob("*/merged-*")] == [f"merged-q8_0-{base_key}.gguf"]
+        assert not list((cache / "gguf").glob("*/.*.tmp*"))  # the partial and the merge's scratch folder are gone
+    finally:
+        models.close()
+
+
+def test_merged_copies_beyond_the_last_two_are_removed(tiny_model: Path, tmp_path: Path) -> None:
+    files = llamacpp.Files(tmp_path / "gguf")
+    name = f"merged-q8_0-{files.place(str(tiny_model))[2].name}.gguf"
+    jobs = []
+    for number in range(3):  # three jobs' copies, made one second apart (as far as their mtimes say)
+        job = tmp_path / f"job{number}"
+        job.mkdir()
+        (job / "adapter_model.safetensors").write_bytes(b"weights")
+        place = files.place(str(job))[2]
+        place.mkdir(parents=True)
+        (place / name).write_bytes(b"copy")
+        os.utime(place / name, ns=(10**18 + number * 10**9,) * 2)
+        jobs.append(place / name)
+    other = tmp_path / "not-ours.gguf"  # a file of the user's beside the cache: never touched
+    other.write_bytes(b"theirs")
+    assert files.merged(str(tmp_path / "job1"), str(tiny_model)) == jobs[1]  # there already: not made again
+    assert [p.exists() for p in jobs] == [False, True, True] and other.exists()
+
+
 def test_the_files_are_made_once_and_follow_the_weights(tiny_model: Path, tmp_path: Path) -> None:
     import shutil
 

@@ -3,6 +3,11 @@
 `python -m tunestudio.worker.export.gguf_driver hf|lora ARGS...` runs
 `convert_hf_to_gguf.py` or `convert_lora_to_gguf.py` (from the llama.cpp
 source that `make setup` fetches) with ARGS, as its own command line would.
+`... merged ADAPTER BASE SCRATCH ARGS...` first folds a LoRA adapter into its
+base (peft's `merge_and_unload`, fp32, as the export merges a job before its
+GGUF) and saves that model with its tokenizer in SCRATCH (a new folder, removed
+at the end), then converts SCRATCH as `hf` would: chat's merged copy of a job
+for llama.cpp (serve/llamacpp.py).
 `... check MODEL_DIR` asks the converter, without converting, which of its
 model classes a vision-language model's text half and projector would use
 (`{"check": {...}}`: the export refuses one it cannot convert before merging).
@@ -11,7 +16,8 @@ It runs in its own interpreter with llama.cpp's bundled `gguf-py` first on
 sys.path: the converter needs that copy (the PyPI `gguf` of the same version
 number fails inside it), while the rest of tunestudio and transformers' GGUF
 reader use the PyPI one. Nothing from tunestudio is imported here beyond this
-module, so the two copies never meet in one process.
+module, so the two copies never meet in one process (the merge imports
+transformers and peft before the bundled copy is put on the path).
 
 The additions, reported as JSON lines on stdout (the converter logs to stderr):
 - progress: the converter writes tensors through a tqdm bar over bytes; a tqdm
@@ -33,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -143,12 +150,36 @@ def _patch_progress() -> None:
     tqdm.tqdm = ReportingBar
 
 
+def merge(adapter: Path, base: Path, scratch: Path) -> None:
+    """`adapter` folded into `base` in fp32 and saved in `scratch` with the tokenizer (the adapter's folder's where
+    the job saved one, else the base's), as export/model.py's `write_merged` does for a job's GGUF export."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32, local_files_only=True)
+    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    model.config.use_cache = True
+    model.save_pretrained(str(scratch), safe_serialization=True)
+    tokenizer_dir = adapter if (adapter / "tokenizer_config.json").is_file() else base
+    AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True).save_pretrained(str(scratch))
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("hf", "lora", "check"):
+    if not argv or argv[0] not in ("hf", "lora", "check", "merged"):
         print("usage: python -m tunestudio.worker.export.gguf_driver hf|lora [--pre-tokenizer-fallback=DIR] ARGS...\n"
+              "       python -m tunestudio.worker.export.gguf_driver merged ADAPTER BASE SCRATCH ARGS...\n"
               "       python -m tunestudio.worker.export.gguf_driver check MODEL_DIR", file=sys.stderr)
         return 2
     which, args = argv[0], argv[1:]
+    if which == "merged":
+        adapter, base, scratch = (Path(a) for a in args[:3])
+        scratch.mkdir()  # new: a folder left by a killed run is the caller's to remove
+        try:
+            merge(adapter, base, scratch)
+            return main(["hf", f"{FALLBACK_FLAG}={scratch}", str(scratch), *args[3:]])
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     root = Path(os.environ["TUNESTUDIO_LLAMA_CPP"])
     # The bundled gguf-py before site-packages, and before the converter adds it itself.
     sys.path[:0] = [str(root / "gguf-py"), str(root)]

@@ -220,7 +220,8 @@ class Models:
                     raise UserFacing(f"{llamacpp.ENGINE_ENV}=llama.cpp, but {llamacpp.INSTALL_HINT}", 503,
                                      "inference_unavailable")
                 return None
-            if choice == "auto" and sum(p.numel() for p in entry.model.parameters()) < llamacpp.MIN_PARAMS:
+            params = sum(p.numel() for p in entry.model.parameters())
+            if choice == "auto" and params < llamacpp.MIN_PARAMS:
                 return None
             folder = llamacpp.local_folder(name)  # a hub id's snapshot in the local cache
             if folder is None:
@@ -228,7 +229,9 @@ class Models:
             n_ctx = min(context_length(entry.model, tokenizer), llamacpp.MAX_CONTEXT)
             forced = choice == "llama.cpp"  # else made while PyTorch answers: below its priority
             files = llamacpp.Files(self.cache_dir / "gguf", nice=0 if forced else llamacpp.BACKGROUND_NICE)
-            entry.llama = llamacpp.Side(files, folder, n_ctx, threads, forced=forced, quiet=self.quiet)
+            low, high = llamacpp.MERGE_PARAMS
+            merge = not forced and low <= params <= high
+            entry.llama = llamacpp.Side(files, folder, n_ctx, threads, forced=forced, quiet=self.quiet, merge=merge)
             if entry.llama.state == "serving":
                 self._announce(entry.llama)
         side = entry.llama
@@ -241,11 +244,18 @@ class Models:
         if side.state != "serving" or side.engine is None:
             return None
         if adapter is not None:
+            merged, new = side.merged(spec.weights, spec.fingerprint)
+            if merged is not None:  # the job's own merged copy: no adapter's products in its prefill
+                if new:
+                    self.replies.put(Loaded(f"{spec.weights} (llama.cpp merged {llamacpp.MODEL_TYPE})", self.device,
+                                            0.0))
+                return merged, None
             held = side.adapter(adapter, spec.weights, spec.fingerprint, side.folder)
             if not held:
                 return None
             if held == "added":
                 self.replies.put(Loaded(f"{spec.weights} (llama.cpp adapter)", self.device, 0.0))
+            side.begin_merge(spec.weights, spec.fingerprint, side.folder)
         return side.engine, adapter
 
     def _announce(self, side: llamacpp.Side) -> None:

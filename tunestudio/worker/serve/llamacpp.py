@@ -67,6 +67,11 @@ MAX_CONTEXT = 4096  # the context's KV memory is allocated whole: 75 MB at this 
 BATCH = 512
 PROBE_TOKENS = 8
 MAX_ADAPTERS = 8
+# A LoRA job's adapter set on the base's context costs its prefill 15-23 % (llama.cpp computes each of its pairs as two
+# more products: bench/RESULTS.md, issue 40), so auto also makes the job chatted with a merged copy, at the cost of a
+# whole q8_0 copy per job: for models of this size range only, at most `MERGED_FILES` kept on disk, one loaded
+MERGE_PARAMS = (50_000_000, 1_000_000_000)
+MERGED_FILES = 2
 # auto makes its files while PyTorch answers: a converter begun with the first answer, at normal priority, took
 # that answer of the real-shaped model from a median of 2.5 s (PyTorch alone) to 3.4 s (2.5-4.5) on 2 cores
 # (bench/RESULTS.md); it also begins only once the worker is quiet (quiet.py)
@@ -125,15 +130,29 @@ class Files:
 
     def model(self, folder: str) -> Path:
         """`folder`'s model as `model-q8_0.gguf`, made now if it is not there."""
-        return self._made(folder, f"model-{MODEL_TYPE}.gguf", lambda out: [
+        return self._made(folder, f"model-{MODEL_TYPE}.gguf", lambda out, scratch: [
             *driver("hf", Path(folder)), folder, "--outtype", MODEL_TYPE, "--outfile", str(out)])
 
     def adapter(self, folder: str, base: str) -> Path:
         """The LoRA adapter in `folder` as `adapter-f32.gguf` (its base's config read from `base`)."""
-        return self._made(folder, f"adapter-{ADAPTER_TYPE}.gguf", lambda out: [
+        return self._made(folder, f"adapter-{ADAPTER_TYPE}.gguf", lambda out, scratch: [
             *driver("lora", None), "--outtype", ADAPTER_TYPE, "--outfile", str(out), "--base", base, folder])
 
-    def _made(self, folder: str, name: str, command: Callable[[Path], list[str]]) -> Path:
+    def merged(self, folder: str, base: str) -> Path:
+        """The LoRA adapter in `folder` merged into the model in `base`, as `merged-q8_0-<base's key>.gguf`: what
+        the job's own GGUF export holds (fp32 merge, then q8_0). At most `MERGED_FILES` such copies are kept; the
+        least recently made go when one is made."""
+        name = f"merged-{MODEL_TYPE}-{self.place(base)[2].name}.gguf"
+        path = self._made(folder, name, lambda out, scratch: [
+            *driver("merged", None), folder, base, str(scratch), "--outtype", MODEL_TYPE, "--outfile", str(out)])
+        copies = sorted(self.root.glob(f"*/merged-{MODEL_TYPE}-*.gguf"), key=lambda p: p.stat().st_mtime_ns)
+        for old in [c for c in copies if c != path][:max(len(copies) - MERGED_FILES, 0)]:
+            old.unlink(missing_ok=True)  # an engine still reading it keeps it until it is put away
+        return path
+
+    def _made(self, folder: str, name: str, command: Callable[[Path, Path], list[str]]) -> Path:
+        """`name` in `folder`'s cache folder, made by the child `command(partial, scratch)` if it is not there:
+        written as `partial`, renamed into place once whole; `scratch`, a folder the child may make, is removed."""
         from tunestudio.settings import private_dir
 
         source, stamp, place = self.place(folder)
@@ -143,20 +162,22 @@ class Files:
         private_dir(self.root)
         self._drop_stale(source, place)
         place.mkdir(exist_ok=True)
-        for left in place.glob(f".{name}.*.tmp"):  # a partial of ours (below) whose worker was killed making it
+        for left in place.glob(f".{name}.*.tmp*"):  # a partial of ours (below) whose worker was killed making it
             with contextlib.suppress(ValueError, OSError):
-                pid, _thread, _ = left.name.removeprefix(f".{name}.").split(".")
-                if not pid_alive(int(pid)):
-                    left.unlink()
+                pid = int(left.name.removeprefix(f".{name}.").split(".")[0])
+                if not pid_alive(pid):
+                    shutil.rmtree(left) if left.is_dir() else left.unlink()
         (place / "source.json").write_text(json.dumps({"folder": source, "fingerprint": stamp}))
         partial = place / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        scratch = partial.with_name(partial.name + ".d")
         started = time.monotonic()
         try:
-            run_child(command(partial), driver_env(), lambda message: log.warning("GGUF converter: %s", message),
-                      lambda: None, nice=self.nice)
+            run_child(command(partial, scratch), driver_env(),
+                      lambda message: log.warning("GGUF converter: %s", message), lambda: None, nice=self.nice)
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
+            shutil.rmtree(scratch, ignore_errors=True)
         log.info("GGUF %s of %s made in %.1f s", name, folder, time.monotonic() - started)
         return path
 
@@ -362,31 +383,46 @@ class Side:
     adapters' files likewise. `state`: making, loaded (not yet measured), serving, slower, failed."""
 
     def __init__(self, files: Files, folder: str, n_ctx: int, threads: int, forced: bool,
-                 quiet: Quiet | None = None) -> None:
+                 quiet: Quiet | None = None, merge: bool = False) -> None:
         self.files = files
         self._quiet = quiet  # auto: its work begins once the worker is quiet (`Quiet.wait`)
         self.folder = folder
         self.n_ctx = n_ctx
+        self.threads = threads
         self.forced = forced
+        self.merge = merge  # a job's merged copy is made once its adapter serves (`begin_merge`)
         self.state = "making"
         self.engine: Engine | None = None
         self._lock = threading.Lock()
         self._adapters: dict[tuple[str, str], Path | None] = {}  # (folder, fingerprint) → its file (None: making)
         self._failed: set[tuple[str, str]] = set()
+        # merged copies: the one answering (`merged`), one loaded and not yet answering (installed by the next
+        # request: only the request thread uses engines), the one being made
+        self._merged: tuple[tuple[str, str], Engine] | None = None
+        self._merged_ready: tuple[tuple[str, str], Engine] | None = None
+        self._merging: tuple[str, str] | None = None
+        self._merge_failed: set[tuple[str, str]] = set()
         self.load_seconds = 0.0  # making (or finding) the file and loading it
         self._closed = threading.Event()
         self._run(lambda: self._load(threads))
 
-    def _run(self, work: Callable[[], None]) -> None:
+    def _run(self, work: Callable[[], None], always: Callable[[], None] = lambda: None) -> None:
+        """`work` now (llama.cpp forced), or in a thread once the worker is quiet (auto); then `always`."""
         if self.forced:
-            work()
+            try:
+                work()
+            finally:
+                always()
             return
 
         def later() -> None:
-            if self._quiet is not None:
-                self._quiet.wait(stop=self._closed)
-            if not self._closed.is_set():  # the model was put away meanwhile: nothing to make
-                work()
+            try:
+                if self._quiet is not None:
+                    self._quiet.wait(stop=self._closed)
+                if not self._closed.is_set():  # the model was put away meanwhile: nothing to make
+                    work()
+            finally:
+                always()
 
         threading.Thread(target=later, name="llama.cpp-files", daemon=True).start()
 
@@ -466,9 +502,59 @@ class Side:
         with self._lock:
             self._adapters[key] = path
 
+    def merged(self, folder: str, stamp: str) -> tuple[Engine | None, bool]:
+        """The engine of the merged copy of the adapter in `folder` (None: there is none loaded), and whether this
+        call put it in place (a copy loaded since the last request replaces the one before)."""
+        with self._lock:
+            ready, self._merged_ready = self._merged_ready, None
+            old = self._merged if ready is not None else None
+            if ready is not None:
+                self._merged = ready
+            current = self._merged
+        if old is not None:
+            old[1].close()
+        if current is None or current[0] != (folder, stamp):
+            return None, False
+        return current[1], ready is not None
+
+    def begin_merge(self, folder: str, stamp: str, base: str) -> None:
+        """Begin making and loading the merged copy of the adapter in `folder` (its base `base`), in a thread once
+        the worker is quiet: where this side merges, none is being made, and the adapter has none loaded."""
+        key = (folder, stamp)
+        with self._lock:
+            if (not self.merge or self._merging is not None or key in self._merge_failed
+                    or any(made is not None and made[0] == key for made in (self._merged, self._merged_ready))):
+                return
+            self._merging = key
+        self._run(lambda: self._make_merged(key, base), always=lambda: self._merge_ended(key))
+
+    def _make_merged(self, key: tuple[str, str], base: str) -> None:
+        try:
+            engine = Engine(self.files.merged(key[0], base), self.n_ctx, self.threads)
+        except Exception as exc:  # the converter's refusal, or llama.cpp's: the adapter on the base answers
+            log.warning("llama.cpp will not serve a merged copy of %s: %s", key[0], exc)
+            with self._lock:
+                self._merge_failed.add(key)
+            return
+        with self._lock:
+            if self._closed.is_set():
+                dropped: tuple[tuple[str, str], Engine] | None = (key, engine)
+            else:
+                dropped, self._merged_ready = self._merged_ready, (key, engine)
+        if dropped is not None:  # never answered: no request holds it
+            dropped[1].close()
+
+    def _merge_ended(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            if self._merging == key:
+                self._merging = None
+
     def close(self) -> None:
         with self._lock:
             self._closed.set()
             engine, self.engine = self.engine, None
-        if engine is not None:
-            engine.close()
+            merged = [m[1] for m in (self._merged, self._merged_ready) if m is not None]
+            self._merged = self._merged_ready = None
+        for held in [engine, *merged]:
+            if held is not None:
+                held.close()
