@@ -24,7 +24,10 @@ When (`TUNESTUDIO_CHAT_ENGINE`):
   converter `BACKGROUND_NICE` steps below the worker's priority, so the answers a user waits for are not slowed; at
   the next request for the model once chat's int8 copy is made, one token's decode is timed on both
   (`PROBE_TOKENS`), and llama.cpp answers from then on where it is faster. A job whose adapter has no file yet
-  answers through PyTorch while it is made.
+  answers through PyTorch while it is made. Once a job's adapter serves, a model of `MERGE_PARAMS` also gets the
+  job's merged copy (`merged-q8_0-<base's key>.gguf`: what its own q8_0 export holds), made and loaded the same
+  way, one at a time: the adapter set on the base's context cost llama.cpp's prefill 15-23 % (bench/RESULTS.md).
+  One merged engine is loaded beside the base's, which answers `:base` and the other jobs; `MERGED_FILES` are kept.
 - llama.cpp: every chat request it can serve, its files made before the answer (the tests use it on the tiny
   model); 503 when the binding is not installed, or a copy cannot be made.
 - torch: never.
@@ -140,11 +143,12 @@ class Files:
 
     def merged(self, folder: str, base: str) -> Path:
         """The LoRA adapter in `folder` merged into the model in `base`, as `merged-q8_0-<base's key>.gguf`: what
-        the job's own GGUF export holds (fp32 merge, then q8_0). At most `MERGED_FILES` such copies are kept; the
-        least recently made go when one is made."""
+        the job's own GGUF export holds (fp32 merge, then q8_0). At most `MERGED_FILES` such copies are kept: the
+        least recently asked for go."""
         name = f"merged-{MODEL_TYPE}-{self.place(base)[2].name}.gguf"
         path = self._made(folder, name, lambda out, scratch: [
             *driver("merged", None), folder, base, str(scratch), "--outtype", MODEL_TYPE, "--outfile", str(out)])
+        os.utime(path)  # its time is when it was last asked for
         copies = sorted(self.root.glob(f"*/merged-{MODEL_TYPE}-*.gguf"), key=lambda p: p.stat().st_mtime_ns)
         for old in [c for c in copies if c != path][:max(len(copies) - MERGED_FILES, 0)]:
             old.unlink(missing_ok=True)  # an engine still reading it keeps it until it is put away
