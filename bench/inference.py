@@ -230,7 +230,8 @@ def api_round(client: Any, url: str, model_id: str, tokens: int, text: str = PRO
                 text += chunk["choices"][0]["delta"]["content"]
     assert usage is not None and usage["completion_tokens"] == tokens, usage
     # Chunks may carry several tokens when the client falls behind: the rate counts tokens, not chunks.
-    return {"ttft_ms": (stamps[0] - start) * 1000, "tokens_per_s": (tokens - 1) / (stamps[-1] - stamps[0]),
+    spread = stamps[-1] - stamps[0]  # 0 when every token came in one chunk (a warm-up's few, a tiny model's)
+    return {"ttft_ms": (stamps[0] - start) * 1000, "tokens_per_s": (tokens - 1) / spread if spread else float("inf"),
             "chunks": len(stamps), "text": text}
 
 
@@ -329,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             cold_s = time.perf_counter() - started
             switched_s = None
             if args.engine != "torch":
-                switched_s = wait_for_llama_cpp(client, url, job["id"])
+                switched_s = wait_for_llama_cpp(client, url, job["id"], merged=args.engine == "auto")
                 print("llama.cpp serves the job" + (f" {switched_s:.1f} s after the first request"
                                                      if switched_s is not None else ": NOT (PyTorch answers)"),
                       flush=True)
