@@ -108,6 +108,20 @@ def test_the_int8_copy_follows_each_merge_and_the_exact_copy_stays_exact(peft_mo
         assert all(served.int8.get_submodule(p) is not m for p, m in job_layers.items())
 
 
+def test_whether_an_adapter_merges_is_asked_once_until_it_is_reloaded(peft_model: torch.nn.Module, tiny_model: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    served = Served(_plain(tiny_model), torch.float32)
+    walks: list[str] = []
+    walk = serving._lora_layers
+    monkeypatch.setattr(serving, "_lora_layers", lambda model, adapter: walks.append(adapter) or walk(model, adapter))
+    assert served.can_merge(peft_model, "job") and served.can_merge(peft_model, "job")
+    assert not served.can_merge(peft_model, "other")  # not in the model: no merge
+    assert walks == ["job", "other"]  # each request asks twice: one walk of the modules an adapter
+    peft_model.peft_config["job"].use_dora = True  # reloaded from disk as something a merge cannot express
+    served.forget("job")
+    assert not served.can_merge(peft_model, "job") and walks == ["job", "other", "job"]
+
+
 def test_without_int8_there_is_no_copy(peft_model: torch.nn.Module, tiny_model: Path) -> None:
     served = Served(_plain(tiny_model), torch.float32)
     assert served.int8 is None

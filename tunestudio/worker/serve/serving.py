@@ -292,6 +292,9 @@ class Served:
         self._modules = dict(served.named_modules())
         self.adapter: str | None = None  # what the served weights hold now
         self._merged: dict[str, Any] = {}  # module path → the LoRA layer merged there
+        # whether each adapter can be merged, by (the peft model's id, the adapter's name): asked twice a request,
+        # and each answer walks every module (2.3-2.7 ms on a 270M model with 126 LoRA layers)
+        self._mergeable: dict[tuple[int, str], bool] = {}
         # chat's int8 copy: the same tree (its other tensors shared), each linear quantized from the served
         # weights; the base's quantized layers by path, and those of the last INT8_ADAPTERS adapters merged
         self.int8: Any = None
@@ -370,10 +373,16 @@ class Served:
             _replace(self.int8, path, module)
 
     def can_merge(self, peft_model: Any, adapter: str) -> bool:
-        return _lora_layers(peft_model, adapter) is not None
+        """Whether `adapter` in `peft_model` can be served merged (remembered until it is `forget`-ed)."""
+        key = (id(peft_model), adapter)
+        found = self._mergeable.get(key)
+        if found is None:
+            found = self._mergeable[key] = _lora_layers(peft_model, adapter) is not None
+        return found
 
     def forget(self, adapter: str) -> None:
         """The adapter's weights changed (reloaded): merge it again when it is next asked for."""
+        self._mergeable = {key: known for key, known in self._mergeable.items() if key[1] != adapter}
         with self._lock:
             if self.adapter == adapter:
                 self.adapter = "\0stale"
