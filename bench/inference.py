@@ -97,18 +97,25 @@ def free_port() -> int:
 
 
 def wait_for_llama_cpp(client: Any, url: str, model_id: str, timeout_s: float = 300,
-                       merged: bool = True) -> float | None:
+                       merged: bool = True) -> tuple[float | None, str]:
     """Seconds until the worker serves the job through llama.cpp (its model and the job's merged copy announced,
-    or its adapter with `merged` False), warm-up requests sent meanwhile; None when it did not within `timeout_s`."""
+    or its adapter with `merged` False), warm-up requests sent meanwhile, and how it serves the job then: "merged
+    copy", "adapter" or "PyTorch"; the seconds are None when what was waited for did not come within `timeout_s`
+    (a merged copy, for a model outside the sizes that merge: "adapter" then says llama.cpp serves it)."""
     started = time.perf_counter()
-    job = "(llama.cpp merged q8_0)" if merged else "(llama.cpp adapter)"
+    how = "PyTorch"
     while time.perf_counter() - started < timeout_s:
         loaded = client.get(f"{url}/api/inference", timeout=30).json()["loaded"]
-        if any("(llama.cpp q8_0)" in key for key in loaded) and any(job in key for key in loaded):
-            return time.perf_counter() - started
+        if any("(llama.cpp q8_0)" in key for key in loaded):
+            seen = [name for name, marker in (("merged copy", "(llama.cpp merged q8_0)"),
+                                              ("adapter", "(llama.cpp adapter)"))
+                    if any(marker in key for key in loaded)]
+            how = seen[0] if seen else how
+            if how == "merged copy" or (how == "adapter" and not merged):
+                return time.perf_counter() - started, how
         api_round(client, url, model_id, 4)
         time.sleep(1)
-    return None
+    return None, how
 
 
 def start_server(home: Path, port: int) -> subprocess.Popen:
@@ -328,12 +335,11 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             api_round(client, url, job["id"], 4)  # starts the worker and loads the model (unless warmed)
             cold_s = time.perf_counter() - started
-            switched_s = None
+            switched_s, how = None, "PyTorch"
             if args.engine != "torch":
-                switched_s = wait_for_llama_cpp(client, url, job["id"], merged=args.engine == "auto")
-                print("llama.cpp serves the job" + (f" {switched_s:.1f} s after the first request"
-                                                     if switched_s is not None else ": NOT (PyTorch answers)"),
-                      flush=True)
+                switched_s, how = wait_for_llama_cpp(client, url, job["id"], merged=args.engine == "auto")
+                print(f"the job is answered through {how}" + (
+                    f", {switched_s:.1f} s after the first request" if switched_s is not None else ""), flush=True)
             import torch
 
             torch.set_num_threads(args.threads)
@@ -393,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"model": args.model, "tokens": args.tokens, "threads": args.threads, "rounds": rounds,
                               "median": med, "first_after_s": args.first_after, "cold_first_request_s": cold_s,
                               "tokens_per_s_ratio": tps_ratio, "ttft_ratio": ttft_ratio, "same_text": same,
-                              "engine": args.engine, "llama_cpp_after_s": switched_s,
+                              "engine": args.engine, "llama_cpp_after_s": switched_s, "served_through": how,
                               "merged_copy_equals_export": merged_same if args.llama else None}
     if "llama" in med:
         llama_tps = med["api"]["tokens_per_s"] / med["llama"]["tokens_per_s"]

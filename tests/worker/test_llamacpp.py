@@ -216,6 +216,7 @@ def test_auto_keeps_pytorch_where_llama_cpp_measures_slower(tiny_model: Path, sp
         models.close()
 
 
+@pytest.mark.timeout(420)  # its two waits' bounds, and the answers
 def test_auto_answers_a_job_from_its_merged_copy(tiny_model: Path, specs: tuple[ModelSpec, ModelSpec], cache: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     spec, base = specs
@@ -245,7 +246,7 @@ def test_auto_answers_a_job_from_its_merged_copy(tiny_model: Path, specs: tuple[
         merged = entry.llama._merged
         assert merged is not None and merged[0] == (spec.weights, spec.fingerprint)
         assert merged[1] is not entry.llama.engine and merged[1]._active is None and not merged[1]._adapters
-        assert entry.llama.engine._active is None  # :base answered last on the base's engine: no adapter set
+        assert entry.llama.engine._active is None  # since the merged copy, the job never set its adapter there
         base_key = entry.llama.files.place(str(tiny_model))[2].name
         assert [p.name for p in (cache / "gguf").glob("*/merged-*")] == [f"merged-q8_0-{base_key}.gguf"]
         assert not list((cache / "gguf").glob("*/.*.tmp*"))  # the partial and the merge's scratch folder are gone
@@ -253,23 +254,48 @@ def test_auto_answers_a_job_from_its_merged_copy(tiny_model: Path, specs: tuple[
         models.close()
 
 
-def test_merged_copies_beyond_the_last_two_are_removed(tiny_model: Path, tmp_path: Path) -> None:
+def test_merged_copies_beyond_the_last_two_asked_for_are_removed(tiny_model: Path, tmp_path: Path) -> None:
     files = llamacpp.Files(tmp_path / "gguf")
     name = f"merged-q8_0-{files.place(str(tiny_model))[2].name}.gguf"
     jobs = []
-    for number in range(3):  # three jobs' copies, made one second apart (as far as their mtimes say)
+    for number in range(3):  # three jobs' copies, asked for one second apart (as far as their mtimes say)
         job = tmp_path / f"job{number}"
         job.mkdir()
         (job / "adapter_model.safetensors").write_bytes(b"weights")
         place = files.place(str(job))[2]
         place.mkdir(parents=True)
         (place / name).write_bytes(b"copy")
+        (place / "adapter-f32.gguf").write_bytes(b"adapter")
         os.utime(place / name, ns=(10**18 + number * 10**9,) * 2)
         jobs.append(place / name)
-    other = tmp_path / "not-ours.gguf"  # a file of the user's beside the cache: never touched
-    other.write_bytes(b"theirs")
-    assert files.merged(str(tmp_path / "job1"), str(tiny_model)) == jobs[1]  # there already: not made again
-    assert [p.exists() for p in jobs] == [False, True, True] and other.exists()
+    assert files.merged(str(tmp_path / "job0"), str(tiny_model)) == jobs[0]  # there already: not made again
+    # job0's was the oldest; asked for now, it is the newest: job1's goes, and only the merged copy
+    assert [p.exists() for p in jobs] == [True, False, True]
+    assert all((p.parent / "adapter-f32.gguf").is_file() for p in jobs)
+
+
+def test_a_merged_copy_is_put_in_place_by_its_own_jobs_request(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    monkeypatch.setattr(llamacpp.Side, "_load", lambda self, threads: None)  # no base file: the engines are fakes
+    side = llamacpp.Side(llamacpp.Files(tmp_path), "base", 512, 1, forced=True, merge=True)
+    closed: list[str] = []
+
+    class Fake:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    a, b = ("a", "1"), ("b", "1")
+    side._merged, side._merged_ready = (b, Fake("b")), (a, Fake("a"))  # b's answers; a's was made meanwhile
+    engine, new = side.merged(*b)
+    assert (engine.name, new, closed) == ("b", False, [])  # b's request keeps b's copy, a's waits
+    engine, new = side.merged(*a)
+    assert (engine.name, new, closed) == ("a", True, ["b"])  # a's request puts a's in place, and says so once
+    assert side.merged(*a)[1] is False and side.merged(*b) == (None, False)
+    side.close()
+    assert closed == ["b", "a"]
 
 
 def test_the_files_are_made_once_and_follow_the_weights(tiny_model: Path, tmp_path: Path) -> None:

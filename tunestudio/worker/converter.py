@@ -51,7 +51,7 @@ def require_converter() -> Path:
 
 
 def driver(which: str, model_dir: Path | None) -> list[str]:
-    """The command line of the driver: `which` is hf, lora or check; `model_dir` the model whose tokenizer names
+    """The command line of the driver: `which` is hf, lora, merged or check; `model_dir` the model whose tokenizer names
     the pre-tokenizer where llama.cpp does not know it."""
     command = [sys.executable, "-m", DRIVER, which]
     if model_dir is not None:

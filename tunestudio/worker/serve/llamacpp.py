@@ -27,7 +27,8 @@ When (`TUNESTUDIO_CHAT_ENGINE`):
   answers through PyTorch while it is made. Once a job's adapter serves, a model of `MERGE_PARAMS` also gets the
   job's merged copy (`merged-q8_0-<base's key>.gguf`: what its own q8_0 export holds), made and loaded the same
   way, one at a time: the adapter set on the base's context cost llama.cpp's prefill 15-23 % (bench/RESULTS.md).
-  One merged engine is loaded beside the base's, which answers `:base` and the other jobs; `MERGED_FILES` are kept.
+  The base's engine still answers `:base` and the other jobs; beside it, one merged engine answers and at most one
+  more waits for its job's next request. `MERGED_FILES` are kept, the least recently asked for removed.
 - llama.cpp: every chat request it can serve, its files made before the answer (the tests use it on the tiny
   model); 503 when the binding is not installed, or a copy cannot be made.
 - torch: never.
@@ -72,9 +73,10 @@ PROBE_TOKENS = 8
 MAX_ADAPTERS = 8
 # A LoRA job's adapter set on the base's context costs its prefill 15-23 % (llama.cpp computes each of its pairs as two
 # more products: bench/RESULTS.md, issue 40), so auto also makes the job chatted with a merged copy, at the cost of a
-# whole q8_0 copy per job: for models of this size range only, at most `MERGED_FILES` kept on disk, one loaded
+# whole q8_0 copy per job: for models of this size range only, at most `MERGED_FILES` kept on disk
 MERGE_PARAMS = (50_000_000, 1_000_000_000)
 MERGED_FILES = 2
+MERGING = threading.Lock()  # one merged copy made at a time in a worker (a fp32 merge: 4 bytes a parameter)
 # auto makes its files while PyTorch answers: a converter begun with the first answer, at normal priority, took
 # that answer of the real-shaped model from a median of 2.5 s (PyTorch alone) to 3.4 s (2.5-4.5) on 2 cores
 # (bench/RESULTS.md); it also begins only once the worker is quiet (quiet.py)
@@ -123,6 +125,15 @@ def llama_cpp_flag(function: str, model: Any) -> bool:
 
 
 # --- files ------------------------------------------------------------------------------------
+class Stopped(Exception):
+    """The model a file was being made for was put away."""
+
+
+def _unless(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise Stopped("the model was put away")
+
+
 class Files:
     """GGUF copies of models and adapters, made once, kept under `root` (the cache folder's `gguf/`); the converter
     runs `nice` steps lower in priority (auto's files, made while PyTorch answers)."""
@@ -141,22 +152,26 @@ class Files:
         return self._made(folder, f"adapter-{ADAPTER_TYPE}.gguf", lambda out, scratch: [
             *driver("lora", None), "--outtype", ADAPTER_TYPE, "--outfile", str(out), "--base", base, folder])
 
-    def merged(self, folder: str, base: str) -> Path:
+    def merged(self, folder: str, base: str, stop: threading.Event | None = None) -> Path:
         """The LoRA adapter in `folder` merged into the model in `base`, as `merged-q8_0-<base's key>.gguf`: what
-        the job's own GGUF export holds (fp32 merge, then q8_0). At most `MERGED_FILES` such copies are kept: the
-        least recently asked for go."""
+        the job's own GGUF export holds (fp32 merge, then q8_0); its making ends when `stop` is set. At most
+        `MERGED_FILES` such copies are kept: the least recently asked for go. The caller holds `MERGING` until
+        the file is open (another side's making removes the least recent)."""
         name = f"merged-{MODEL_TYPE}-{self.place(base)[2].name}.gguf"
         path = self._made(folder, name, lambda out, scratch: [
-            *driver("merged", None), folder, base, str(scratch), "--outtype", MODEL_TYPE, "--outfile", str(out)])
+            *driver("merged", None), folder, base, str(scratch), "--outtype", MODEL_TYPE, "--outfile", str(out)],
+            stop)
         os.utime(path)  # its time is when it was last asked for
         copies = sorted(self.root.glob(f"*/merged-{MODEL_TYPE}-*.gguf"), key=lambda p: p.stat().st_mtime_ns)
         for old in [c for c in copies if c != path][:max(len(copies) - MERGED_FILES, 0)]:
             old.unlink(missing_ok=True)  # an engine still reading it keeps it until it is put away
         return path
 
-    def _made(self, folder: str, name: str, command: Callable[[Path, Path], list[str]]) -> Path:
+    def _made(self, folder: str, name: str, command: Callable[[Path, Path], list[str]],
+              stop: threading.Event | None = None) -> Path:
         """`name` in `folder`'s cache folder, made by the child `command(partial, scratch)` if it is not there:
-        written as `partial`, renamed into place once whole; `scratch`, a folder the child may make, is removed."""
+        written as `partial`, renamed into place once whole; `scratch`, a folder the child may make, is removed.
+        The child is ended when `stop` is set."""
         from tunestudio.settings import private_dir
 
         source, stamp, place = self.place(folder)
@@ -177,7 +192,8 @@ class Files:
         started = time.monotonic()
         try:
             run_child(command(partial, scratch), driver_env(),
-                      lambda message: log.warning("GGUF converter: %s", message), lambda: None, nice=self.nice)
+                      lambda message: log.warning("GGUF converter: %s", message), lambda: _unless(stop),
+                      nice=self.nice)
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
@@ -508,18 +524,20 @@ class Side:
 
     def merged(self, folder: str, stamp: str) -> tuple[Engine | None, bool]:
         """The engine of the merged copy of the adapter in `folder` (None: there is none loaded), and whether this
-        call put it in place (a copy loaded since the last request replaces the one before)."""
+        call put it in place: a copy loaded since is put in place, the one it replaces closed, at the first request
+        for its own job (only the request thread uses engines)."""
+        key = (folder, stamp)
         with self._lock:
-            ready, self._merged_ready = self._merged_ready, None
-            old = self._merged if ready is not None else None
-            if ready is not None:
-                self._merged = ready
+            ready = self._merged_ready
+            old = None
+            if ready is not None and ready[0] == key:
+                old, self._merged, self._merged_ready = self._merged, ready, None
             current = self._merged
         if old is not None:
             old[1].close()
-        if current is None or current[0] != (folder, stamp):
+        if current is None or current[0] != key:
             return None, False
-        return current[1], ready is not None
+        return current[1], ready is not None and ready[0] == key
 
     def begin_merge(self, folder: str, stamp: str, base: str) -> None:
         """Begin making and loading the merged copy of the adapter in `folder` (its base `base`), in a thread once
@@ -534,7 +552,10 @@ class Side:
 
     def _make_merged(self, key: tuple[str, str], base: str) -> None:
         try:
-            engine = Engine(self.files.merged(key[0], base), self.n_ctx, self.threads)
+            with MERGING:  # the file stays until the engine has it open
+                engine = Engine(self.files.merged(key[0], base, self._closed), self.n_ctx, self.threads)
+        except Stopped:
+            return
         except Exception as exc:  # the converter's refusal, or llama.cpp's: the adapter on the base answers
             log.warning("llama.cpp will not serve a merged copy of %s: %s", key[0], exc)
             with self._lock:
