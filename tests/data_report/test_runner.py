@@ -49,6 +49,6 @@ def test_a_report_forks_from_the_warm_forkserver_and_answers_as_a_spawned_child_
     many = tmp_path / "many.jsonl"  # long enough to be watched many times
     many.write_text("".join(json.dumps({"instruction": f"say {i}", "output": str(i)}) + "\n" for i in range(3000)))
     monkeypatch.setattr(runner, "WATCH_S", 0.01)
-    with pytest.raises(ReportTooLarge, match=r"more than 0\.0 GiB"):
+    with pytest.raises(ReportTooLarge, match=r"more than 1 MiB of memory \(\d+ MiB when"):
         run_report(spec.model_copy(update={"local_datasets": [str(many)]}), max_rss=1 << 20)
     assert used[-2:] == ["forkserver", "forkserver"]

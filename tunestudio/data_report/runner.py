@@ -92,8 +92,8 @@ def run_report(spec: ReportSpec, *, timeout_s: float | None = None, max_rss: int
                                     "fewer rows (dataset_slice_start/end) or a part of the files")
             used = _private(proc.pid)
             if used > max_rss:
-                raise ReportTooLarge(f"the dataset report needed more than {max_rss / 2**30:.1f} GiB of memory "
-                                     f"({used / 2**30:.1f} GiB when it was stopped); report on fewer rows "
+                raise ReportTooLarge(f"the dataset report needed more than {_amount(max_rss)} of memory "
+                                     f"({_amount(used)} when it was stopped); report on fewer rows "
                                      "(dataset_slice_start/end) or a part of the files")
         try:
             answer = json.loads(receive.recv_bytes())
@@ -107,6 +107,11 @@ def run_report(spec: ReportSpec, *, timeout_s: float | None = None, max_rss: int
     if "error" in answer:
         raise ReportError(answer["error"])
     return answer["report"]
+
+
+def _amount(size: int) -> str:
+    """Bytes as GiB with a decimal, or MiB under one GiB (a bound of 96 MiB is not "0.1 GiB")."""
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.0f} MiB"
 
 
 def _private(pid: int) -> int:
