@@ -13,7 +13,8 @@ checks), the API confines its paths (`paths.confine_inputs`), and both resolve t
 
 Bounded: the child is killed past REPORT_TIMEOUT_S seconds, or as soon as its private memory (USS, with any
 children of its own: what it alone holds, so a fork's pages still shared with the forkserver do not count, those it
-has written do) passes REPORT_MAX_RSS bytes, checked every WATCH_S. The child streams the rows and keeps about 300
+has written do) passes REPORT_MAX_RSS bytes, checked every WATCH_S (its USS read only once its resident memory, never
+less, has passed the bound: a read of USS takes milliseconds). The child streams the rows and keeps about 300
 bytes of each (worker/data/tally.py): a million short rows take about 95 s and 0.8 GiB with a tokenizer on two
 cores (bench/dataset_report.py --shape short). Through the API at most MAX_CHILDREN reports run at once and
 MAX_WAITING wait for their turn on the event loop (holding no thread); one more, or a wait longer than SLOT_WAIT_S,
@@ -90,8 +91,8 @@ def run_report(spec: ReportSpec, *, timeout_s: float | None = None, max_rss: int
             if time.monotonic() - started > timeout_s:
                 raise ReportTimeout(f"the dataset report took longer than {timeout_s:.0f}s and was stopped; report on "
                                     "fewer rows (dataset_slice_start/end) or a part of the files")
-            used = _private(proc.pid)
-            if used > max_rss:
+            # the private bytes only once the resident ones pass the bound: a fork's RSS counts what it shares
+            if _memory(proc.pid, private=False) > max_rss and (used := _memory(proc.pid, private=True)) > max_rss:
                 raise ReportTooLarge(f"the dataset report needed more than {_amount(max_rss)} of memory "
                                      f"({_amount(used)} when it was stopped); report on fewer rows "
                                      "(dataset_slice_start/end) or a part of the files")
@@ -114,17 +115,21 @@ def _amount(size: int) -> str:
     return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.0f} MiB"
 
 
-def _private(pid: int) -> int:
-    """Private bytes (USS) of a process and its children (0 once it is gone): the memory they alone hold, what
-    they cost the machine (psutil reads /proc/PID/smaps_rollup)."""
+def _memory(pid: int, private: bool) -> int:
+    """Bytes a process and its children hold (0 once it is gone): `private`, their USS, the memory they alone hold
+    and what they cost the machine (psutil reads /proc/PID/smaps_rollup: about 6 ms on a process holding the ML
+    stack); else their RSS, never less than it and read in microseconds."""
     import psutil
+
+    def held(process: psutil.Process) -> int:
+        return process.memory_full_info().uss if private else process.memory_info().rss
 
     try:
         root = psutil.Process(pid)
-        total = root.memory_full_info().uss
+        total = held(root)
         for child in root.children(recursive=True):
             with contextlib.suppress(psutil.Error):  # gone meanwhile
-                total += child.memory_full_info().uss
+                total += held(child)
         return total
     except psutil.Error:
         return 0
