@@ -22,6 +22,7 @@ from tunestudio.worker.serve import generation, llamacpp
 from tunestudio.worker.serve.generation import Models, answer
 from tunestudio.worker.serve.quiet import QUIET_S
 
+from ..helpers.channel import ListChannel
 from ..helpers.chat import PROMPT, ChatHome
 from ..helpers.wait import wait_until
 
@@ -252,6 +253,27 @@ def test_auto_answers_a_job_from_its_merged_copy(tiny_model: Path, specs: tuple[
         assert not list((cache / "gguf").glob("*/.*.tmp*"))  # the partial and the merge's scratch folder are gone
     finally:
         models.close()
+
+
+def test_a_merged_copy_holds_the_tensors_of_the_jobs_own_gguf_export(tiny_model: Path,
+                                                                    specs: tuple[ModelSpec, ModelSpec],
+                                                                    tmp_path: Path) -> None:
+    from gguf import GGUFReader
+
+    from tunestudio.export_config import ExportConfig
+    from tunestudio.worker.export import job as export
+
+    spec = specs[0]
+    out = tmp_path / "export"
+    code = export.run(ExportConfig.model_validate({"source_dir": spec.weights, "target": "gguf",
+                                                   "quantization": "q8_0", "output_dir": str(out)}), ListChannel())
+    assert code == 0
+    copy = llamacpp.Files(tmp_path / "gguf").merged(spec.weights, str(tiny_model))
+    ours, theirs = GGUFReader(copy), GGUFReader(out / "model-q8_0.gguf")  # PyPI gguf's reader, not the converter's
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    assert [t.name for t, e in zip(ours.tensors, theirs.tensors, strict=True)
+            if t.tensor_type != e.tensor_type or t.data.tobytes() != e.data.tobytes()] == []
+    assert not list((tmp_path / "gguf").glob("*/.*"))  # no partial, no scratch folder of the fp32 merge
 
 
 def test_merged_copies_beyond_the_last_two_asked_for_are_removed(tiny_model: Path, tmp_path: Path) -> None:
