@@ -11,14 +11,13 @@ a machine with a GPU, where workers are always spawned (jobs/prewarm.py).
 answer the same object: each validates a `ReportSpec` (config/report.py: the job's data fields, defaults and
 checks), the API confines its paths (`paths.confine_inputs`), and both resolve them (`resolved`).
 
-Bounded: the child is killed past REPORT_TIMEOUT_S seconds, or as soon as its private memory (USS, with any
-children of its own: what it alone holds, so a fork's pages still shared with the forkserver do not count, those it
-has written do) passes REPORT_MAX_RSS bytes, checked every WATCH_S (its USS read only once its resident memory, never
-less, has passed the bound: a read of USS takes milliseconds). The child streams the rows and keeps about 300
-bytes of each (worker/data/tally.py): a million short rows take about 95 s and 0.8 GiB with a tokenizer on two
-cores (bench/dataset_report.py --shape short). Through the API at most MAX_CHILDREN reports run at once and
-MAX_WAITING wait for their turn on the event loop (holding no thread); one more, or a wait longer than SLOT_WAIT_S,
-is ReportBusy.
+Bounded: the child is killed past REPORT_TIMEOUT_S seconds, or as soon as its private memory (USS, with any children
+of its own: what it alone holds, so a fork's pages still shared with the forkserver do not count, those it has written
+do) passes REPORT_MAX_RSS bytes, checked every WATCH_S (its USS read only once its resident memory, never less but for
+hugetlb pages, has passed the bound: a read of USS takes milliseconds). The child streams the rows and keeps about 300
+bytes of each (worker/data/tally.py): a million short rows take about 95 s and 0.8 GiB with a tokenizer on two cores
+(bench/dataset_report.py --shape short). Through the API at most MAX_CHILDREN reports run at once and MAX_WAITING wait
+for their turn on the event loop (holding no thread); one more, or a wait longer than SLOT_WAIT_S, is ReportBusy.
 """
 
 from __future__ import annotations
@@ -118,7 +117,8 @@ def _amount(size: int) -> str:
 def _memory(pid: int, private: bool) -> int:
     """Bytes a process and its children hold (0 once it is gone): `private`, their USS, the memory they alone hold
     and what they cost the machine (psutil reads /proc/PID/smaps_rollup: about 6 ms on a process holding the ML
-    stack); else their RSS, never less than it and read in microseconds."""
+    stack); else their RSS, never less than it (hugetlb pages aside) and read in
+    microseconds."""
     import psutil
 
     def held(process: psutil.Process) -> int:
