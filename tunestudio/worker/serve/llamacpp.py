@@ -528,16 +528,16 @@ class Side:
         for its own job (only the request thread uses engines)."""
         key = (folder, stamp)
         with self._lock:
-            ready = self._merged_ready
-            old = None
-            if ready is not None and ready[0] == key:
-                old, self._merged, self._merged_ready = self._merged, ready, None
+            new = self._merged_ready is not None and self._merged_ready[0] == key
+            old = self._merged if new else None
+            if new:
+                self._merged, self._merged_ready = self._merged_ready, None
             current = self._merged
         if old is not None:
             old[1].close()
         if current is None or current[0] != key:
             return None, False
-        return current[1], ready is not None and ready[0] == key
+        return current[1], new
 
     def begin_merge(self, folder: str, stamp: str, base: str) -> None:
         """Begin making and loading the merged copy of the adapter in `folder` (its base `base`), in a thread once
