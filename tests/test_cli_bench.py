@@ -33,6 +33,15 @@ def test_an_unknown_task_fails_naming_it_and_a_bad_option_names_the_field(chat_h
     unknown = bench(chat_home.home, job.id, "--tasks", "no_such_task_xyz")
     assert unknown.returncode == 1, unknown.stdout + unknown.stderr
     assert "no task or group named 'no_such_task_xyz'" in unknown.stdout + unknown.stderr
+    # That benchmark's worker cached the harness's index in the data directory: now an unknown task is refused
+    # before anything starts (no job recorded), naming the field, each task and the names near it.
+    recorded = sorted((chat_home.home / "jobs").iterdir())  # a folder per job (its log)
+    again = bench(chat_home.home, job.id, "--tasks", "no_such_task_xyz,arc_eas,arc_easy")
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "tasks: lm-evaluation-harness has no task or group named 'no_such_task_xyz'" in again.stderr
+    assert "tasks: lm-evaluation-harness has no task or group named 'arc_eas' (did you mean arc_easy, " in \
+        again.stderr and "'arc_easy'" not in again.stderr
+    assert sorted((chat_home.home / "jobs").iterdir()) == recorded
     nothing = bench(chat_home.home, job.id)
     assert nothing.returncode == 2 and "tasks" in nothing.stderr
     missing = bench(chat_home.home, "no-such-job", "--tasks", "arc_easy")

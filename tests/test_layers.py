@@ -35,8 +35,8 @@ FLOORS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("faces", frozenset({"cli", "api", "data_report"}), False),
     ("wings", frozenset({"jobs", "inference", "worker", "sweeps", "judge", "arena"}), True),
     ("base", frozenset({"config", "events", "inference_protocol", "paths", "settings", "process", "checkpoints",
-                        "ownership", "export_config", "bench_config", "estimate", "estimate_vision", "kinds",
-                        "openai_client", "make_data_config", "make_data_preview",
+                        "ownership", "export_config", "bench_config", "bench_tasks", "estimate", "estimate_vision",
+                        "kinds", "openai_client", "make_data_config", "make_data_preview",
                         "chat_rows", "tool_calls", "transcripts"}), False),
 )
 

@@ -207,9 +207,19 @@ def test_a_standard_task_whose_data_is_not_here_fails_at_once_naming_it(server: 
     assert run["phase"] == "loading_dataset"  # it failed before any model was asked (evaluating_base)
 
 
-def test_bad_benchmark_requests_name_the_field(server: str, job: Job, tmp_path: Path) -> None:
+def test_bad_benchmark_requests_name_the_field(server: str, job: Job, tmp_path: Path,
+                                              lookup_run: dict[str, Any]) -> None:
     def post(job_id: str, body: dict) -> httpx.Response:
         return httpx.post(f"{server}/api/jobs/{job_id}/benchmarks", json=body, timeout=30)
+
+    # After a benchmark (lookup_run) the harness's index is cached: a task it lacks is refused before any job.
+    listed = len(httpx.get(f"{server}/api/jobs/{job.id}/benchmarks", timeout=30).json()["benchmarks"])
+    unknown = post(job.id, {"tasks": ["arc_easy", "no_such_task_xyz"]})
+    assert unknown.status_code == 422, unknown.text
+    detail = unknown.json()["detail"]
+    assert detail["field"] == "tasks" and detail["errors"] == [
+        {"field": "tasks", "message": "lm-evaluation-harness has no task or group named 'no_such_task_xyz'"}]
+    assert len(httpx.get(f"{server}/api/jobs/{job.id}/benchmarks", timeout=30).json()["benchmarks"]) == listed
 
     nothing = post(job.id, {})
     assert nothing.status_code == 422 and "tasks" in nothing.text

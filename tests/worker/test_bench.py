@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tunestudio.bench_tasks import TASK_INDEX_FILE, bundled_tasks, unknown_tasks
 from tunestudio.worker.bench import (
     CHAT,
     COMPLETIONS,
-    TASK_INDEX_FILE,
     HarnessRun,
+    _check_task,
     compare,
     custom_task,
     merge,
@@ -64,6 +65,18 @@ def test_a_multiple_choice_file_becomes_a_task_the_harness_finds(tmp_path: Path)
         assert (ours.all_tasks, ours.all_subtasks, ours.all_groups, ours.all_tags) == \
             (manager.all_tasks, manager.all_subtasks, manager.all_groups, manager.all_tags)
         assert {p.name for p in cache.iterdir()} == {TASK_INDEX_FILE, f"lm_eval-tasks.{os.getppid()}.tmp"}
+    # The parent reads the names of that cached index without the harness, and says an unknown one as the worker
+    # does (the worker's index also holds the eval file's task, which contains none of these).
+    import lm_eval.tasks
+
+    assert bundled_tasks() == Path(lm_eval.tasks.__file__).parent
+    assert unknown_tasks(["arc_easy", "hellaswag", "mmlu"], cache) == []
+    refused = unknown_tasks(["arc_eas", "no_such_task_xyz"], cache)
+    for asked, said in zip(["arc_eas", "no_such_task_xyz"], refused, strict=True):
+        with pytest.raises(UserError) as worker:
+            _check_task(ours, asked)
+        assert str(worker.value) == f"tasks: {said}"
+    assert "(did you mean arc_easy, " in refused[0] and refused[1].endswith("named 'no_such_task_xyz'")
     manager = ours
     loaded = manager.load([name])["tasks"][name]
     docs = list(loaded.test_docs())

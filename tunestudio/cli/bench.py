@@ -136,12 +136,18 @@ def _run(job_id: str, options: BenchOptions) -> Job:
     """The benchmark job, submitted with this process's completions server for its worker to call, followed to
     its end; exit 2 for a job or model that cannot be benchmarked."""
     from tunestudio.api.benchmarks import bench_config
+    from tunestudio.bench_tasks import unknown_tasks
     from tunestudio.inference import UnknownModel
     from tunestudio.jobs import JobConflict, JobManager, JobNotFound, QueueFull
     from tunestudio.paths import PathRefused
     from tunestudio.settings import Settings
 
     settings = Settings()
+    refused = unknown_tasks(options.tasks, settings.cache_dir())  # known once a benchmark indexed the harness
+    if refused:
+        for message in refused:
+            err.print(f"[red]tasks: {message}[/red]", soft_wrap=True)
+        raise typer.Exit(2)
     token = settings.api_token.get_secret_value() if settings.api_token is not None else None
     with JobManager(settings, adopt_queued=False) as manager, completions_server(settings, manager) as (url, _):
         try:

@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tunestudio.bench_config import BenchConfig
+from tunestudio.bench_tasks import TASK_INDEX_FILE, index_key, unknown_task
 from tunestudio.config import format_validation_error
 from tunestudio.worker.channel import Channel, quiet_libraries
 from tunestudio.worker.errors import UserError
@@ -208,9 +209,6 @@ def _context(cfg: BenchConfig) -> int:
     return 2048
 
 
-TASK_INDEX_FILE = "lm_eval-tasks.json"
-
-
 def task_manager(include: Path | None, cache_dir: Path | None) -> Any:
     """The harness's TaskManager over its bundled tasks and `include`'s.
 
@@ -246,7 +244,7 @@ def _bundled_index(bundled: Path, cache_dir: Path | None) -> dict[str, Any] | No
         return None
     from lm_eval.tasks._index import Entry, Kind, TaskIndex
 
-    key = f"lm_eval {metadata.version('lm_eval')} at {bundled} of {bundled.stat().st_mtime_ns}"
+    key = index_key(bundled)
     path = cache_dir / TASK_INDEX_FILE
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
@@ -285,9 +283,7 @@ def _check_task(tasks: Any, name: str) -> set[str]:
     """The output types of the task's (or group's) leaf tasks, once it is found and its data loads from the local
     cache; else a UserError naming what to download."""
     if name not in tasks.task_index:
-        close = [t for t in tasks.all_tasks if name.lower() in t.lower()][:5]
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise UserError(f"tasks: lm-evaluation-harness has no task or group named {name!r}{hint}")
+        raise UserError(f"tasks: {unknown_task(name, tasks.all_tasks)}")
     try:
         loaded = tasks.load([name])
     except Exception as exc:
