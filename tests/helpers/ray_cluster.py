@@ -141,6 +141,8 @@ def _stopped_job(manager: JobManager, model: Path, dataset: Path, home: Path) ->
             "model_lines": sorted(Counter(line.split("[info] model: ")[0] for line in text.splitlines()
                                           if "[info] model: " in line).values()),
             "disassembly": len(re.findall(r"\b(?:LOAD_FAST|LOAD_CONST|RETURN_VALUE)\b", text)),
+            "ray_lines": text.count("(RayTrainWorker pid="),  # a rank's lines, as Ray's driver prints them
+            "escapes": text.count("\x1b["),
             "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
             "owned": sorted(p.name for p in ownership.files(out, job.id)),
             "model_in_job_config": json.loads((out / "job_config.json").read_text())["model_name"]

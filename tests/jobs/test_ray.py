@@ -119,6 +119,8 @@ def test_a_cluster_without_the_studios_disk_trains_cancels_fails_stops_resumes_a
     # The job's log holds each rank's lines once, and no bytecode: Ray Train's print patch is off for its ranks
     # (it copied every print to the root logger, even one a library had captured).
     assert stopped["model_lines"] == [1, 1] and stopped["disassembly"] == 0, stopped
+    # Ray's lines in it, "(RayTrainWorker pid=...)" first, are plain text: no terminal colour codes around them.
+    assert stopped["ray_lines"] > 0 and stopped["escapes"] == 0, stopped
     checkpoint = Path(stopped["checkpoint"])
     assert checkpoint.parent == Path(stopped["output_dir"]) and checkpoint.name in stopped["files"]
     assert {"adapter_model.safetensors", "adapter_config.json", "job_config.json", checkpoint.name} \
