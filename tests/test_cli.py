@@ -61,10 +61,13 @@ def test_train_prints_the_summary_and_jobs_list_shows_it(tiny_model: Path, tmp_p
     assert "exact match" in out and "ROUGE-L" in out and "held-out rows" in out  # the evaluation table
     listing = subprocess.run([*CLI, "jobs", "list"], capture_output=True, text=True, env=env(tmp_path), timeout=60)
     assert listing.returncode == 0 and "completed" in listing.stdout
-    # The job's log (the page's, `jobs logs`) holds no warning of peft reading transformers' renamed attribute.
+    # The job's log (the page's, `jobs logs`) holds no warning of peft reading transformers' renamed attribute,
+    # and no progress bar of the libraries (one line of redraws each): this worker was spawned, tests/worker/
+    # test_training.py's forked.
     [log] = (tmp_path / "home" / "jobs").glob("*/worker.log")
     text = log.read_text()
     assert "[info] model: " in text and "is_gradient_checkpointing" not in text
+    assert "\r" not in text and "it/s]" not in text and "examples/s]" not in text, text[:2000]
 
 
 def test_jobs_show_says_why_a_job_stopped_early_and_its_best_step(tmp_path: Path) -> None:

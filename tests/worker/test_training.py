@@ -28,7 +28,8 @@ def mean_loss(records: list[dict], which: slice) -> float:
 @pytest.fixture(scope="module")
 def lora_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     out = tmp_path_factory.mktemp("lora") / "out"
-    return run_job(job_config(tiny_model, out, max_steps=40, hf_token="hf_TOPSECRET_abc"))
+    return run_job(job_config(tiny_model, out, max_steps=40, hf_token="hf_TOPSECRET_abc"),
+                   log_path=out.parent / "worker.log")
 
 
 def test_lora_loss_falls_and_artefacts_are_complete(lora_run: Run) -> None:
@@ -45,6 +46,17 @@ def test_lora_loss_falls_and_artefacts_are_complete(lora_run: Run) -> None:
     assert stored["max_steps"] == 40 and "hf_token" not in stored
     secret_hits = [p for p in out.rglob("*") if p.is_file() and b"TOPSECRET" in p.read_bytes()]
     assert secret_hits == []
+
+
+def test_the_log_of_a_forked_worker_holds_no_progress_bars_and_no_peft_warning(lora_run: Run) -> None:
+    # The job's log (the page's, `jobs logs`) is a file: the libraries' progress bars were one line of redraws
+    # each ("Loading weights", "Tokenizing train dataset"), and peft warned of transformers' renamed attribute.
+    # This worker forked from the warm forkserver, which had imported those libraries before the worker started
+    # (tests/test_cli.py's job spawns a fresh one).
+    text = (Path(lora_run.completed.output_dir).parent / "worker.log").read_text()
+    assert "[info] model: " in text and "[info] dataset: " in text
+    assert "\r" not in text and "it/s]" not in text and "examples/s]" not in text, text[:2000]
+    assert "is_gradient_checkpointing" not in text
 
 
 def test_events_are_ordered_and_phases_run_in_order(lora_run: Run) -> None:

@@ -194,14 +194,28 @@ class StdioChannel(Channel):
         self._out.flush()
 
 
+# The libraries' own progress bars, each switched off by its variable (unless the user set it) and, in a worker
+# forked after they were imported, by its function: (variable, module, function).
+PROGRESS_BARS = (
+    ("HF_HUB_DISABLE_PROGRESS_BARS", "huggingface_hub.utils", "disable_progress_bars"),
+    ("HF_HUB_DISABLE_PROGRESS_BARS", "transformers.utils.logging", "disable_progress_bar"),  # "Loading weights"
+    ("HF_DATASETS_DISABLE_PROGRESS_BARS", "datasets.utils.logging", "disable_progress_bar"),  # "Tokenizing ..."
+)
+
+
 def quiet_libraries() -> None:
     """Library chatter goes to stderr at warning level; progress reaches the user as events (a job's or an
-    export's worker calls it before loading anything)."""
+    export's worker calls it before loading anything). The libraries' progress bars are off: in the job's log (a
+    file, shown by the page and `jobs logs`) each was one line of carriage-returned redraws."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
     os.environ.setdefault("DISABLE_TQDM", "1")
     logging.getLogger("transformers").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*kernels.*")
+    for variable, module, switch in PROGRESS_BARS:
+        if os.environ.setdefault(variable, "1").strip().lower() in ("1", "true", "yes", "on") \
+                and module in sys.modules:
+            getattr(sys.modules[module], switch)()
 
 
 __all__ = ["Channel", "Completed", "Failed", "QueueChannel", "StdioChannel", "quiet_libraries"]
