@@ -4,12 +4,12 @@ Retry-After) and 500 are retried, a refused key is named, and a cancel ends a ca
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers.ports import refused_port
 from tests.helpers.scripted_v1 import HUGE, SEEN, SENT, Scripted
 from tests.helpers.server import loopback_v1
 from tests.helpers.wait import wait_until
@@ -112,8 +112,5 @@ def test_a_cancel_ends_a_call_under_way(url: str) -> None:
 
 
 def test_an_unreachable_endpoint_is_named_after_its_retries() -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with pytest.raises(Unreachable, match=r"unreachable .* \(2 tries\)"):
+    with refused_port() as port, pytest.raises(Unreachable, match=r"unreachable .* \(2 tries\)"):
         OpenAIClient(f"http://127.0.0.1:{port}/v1", retries=1, backoff_s=0.01).chat("m", MESSAGES)

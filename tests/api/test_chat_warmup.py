@@ -34,12 +34,11 @@ def test_a_job_completed_while_the_watch_runs_has_its_model_loaded_before_the_fi
             watch = ChatWarmup(pool, manager)  # never started: every completed job is new to it
             assert watch.look() == chat_home.job.id and watch.look() is None  # once
             wait_until(lambda: pool.status()["loaded"] and pool.status()["in_flight"] == 0, 120, "the model loaded")
-            asked = time.monotonic()
             generation = pool.generate(resolve(manager, chat_home.job.id), [{"role": "user", "content": PROMPT}],
                                        GenerateParams(max_tokens=4))
             text = "".join(generation)
-            assert isinstance(generation.result(), Done) and text and time.monotonic() - asked < 5
-            assert pool.status()["starts"] == 1  # the warm worker answered
+            assert isinstance(generation.result(), Done) and text
+            assert pool.status()["starts"] == 1  # the warm worker answered: no second start (how soon: bench/)
         finally:
             pool.close()
 

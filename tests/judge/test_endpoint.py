@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from tests.helpers.ports import refused_port
 from tests.helpers.server import loopback_v1
 from tunestudio.judge import Endpoint, JudgeError, JudgeNotConfigured
 
@@ -86,10 +86,7 @@ def test_the_deadline_comes_from_the_environment() -> None:
 
 
 def test_an_unreachable_judge_is_named() -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with pytest.raises(JudgeError, match="unreachable"):
+    with refused_port() as port, pytest.raises(JudgeError, match="unreachable"):
         Endpoint(f"http://127.0.0.1:{port}/v1", "j", deadline_s=5, retries=1, backoff_s=0.01)(MESSAGES)
 
 

@@ -28,6 +28,7 @@ from tunestudio.worker.export import job as export
 
 from ..helpers.channel import ListChannel
 from ..helpers.jobs import Run, job_config, run_job
+from ..helpers.ports import refused_port
 
 PROMPT = [{"role": "user", "content": "Repeat the word three times.\n\napple"}]
 TOKEN = "hf_EXPORTSECRET_4711"
@@ -291,20 +292,15 @@ def test_q4_k_m_without_llama_quantize_says_how_to_get_it(
     assert not (tmp_path / "q4").exists()
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_hub_offline_fails_at_once_and_the_token_appears_nowhere(
     lora_job: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     hub.hub_reachable.cache_clear()
     try:
-        code, channel = run_export(source_dir=lora_job.completed.output_dir, target="hub", repo="me/tiny-export",
-                                   hf_token=TOKEN, output_dir=str(tmp_path / "hub"))
+        with refused_port() as port:
+            monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+            code, channel = run_export(source_dir=lora_job.completed.output_dir, target="hub",
+                                       repo="me/tiny-export", hf_token=TOKEN, output_dir=str(tmp_path / "hub"))
     finally:
         hub.hub_reachable.cache_clear()
     failed = ended(channel)
