@@ -3,6 +3,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,6 +80,21 @@ def trained_chat_home(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
 def chat_home(trained_chat_home: ChatHome) -> ChatHome:
     """The session's chat job, in its data directory as the training left it (whatever the last module did)."""
     return trained_chat_home.fresh()
+
+
+@pytest.fixture(autouse=True)
+def _environment_kept() -> Iterator[None]:
+    """What a test's in-process worker writes into this process's environment (worker/channel.py
+    `quiet_libraries`: the libraries' verbosity and progress bars) is undone after it, so that no later test's
+    CLI, server or forkserver inherits it and finds the libraries already quiet. Each variable is put back alone,
+    never the whole environment at once: a thread of a module's server may start a process meanwhile."""
+    before = dict(os.environ)
+    yield
+    for name in [name for name in os.environ if name not in before]:
+        os.environ.pop(name, None)
+    for name, value in before.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from tunestudio.bench_tasks import TASK_INDEX_FILE, bundled_tasks, index_key, unknown_task, unknown_tasks
+import tunestudio.bench_tasks as bench_tasks
+from tunestudio.bench_tasks import (
+    TASK_INDEX_FILE,
+    UnknownTasks,
+    bundled_tasks,
+    check_tasks,
+    eval_task_name,
+    index_key,
+    unknown_task,
+    unknown_tasks,
+)
 
 NAMES = ["arc_challenge", "arc_easy", "hellaswag", "mmlu", "mmlu_abstract_algebra"]
 
@@ -48,6 +58,19 @@ def test_a_task_the_cached_index_lacks_is_said_with_the_names_that_contain_it(tm
     assert unknown_task("zzz", NAMES).endswith("named 'zzz'")
 
 
+def test_a_refusal_names_the_field_and_spares_the_eval_files_own_task(tmp_path: Path) -> None:
+    cache(tmp_path)
+    with pytest.raises(UnknownTasks) as refused:
+        check_tasks(["arc_easy", "nope", "tunestudio_my_questions"], tmp_path)
+    assert refused.value.field == "tasks" and len(refused.value.messages) == 2
+    assert str(refused.value) == ("tasks: lm-evaluation-harness has no task or group named 'nope'; "
+                                  "tasks: lm-evaluation-harness has no task or group named 'tunestudio_my_questions'")
+    # the worker adds the eval file's task (named as it names it) to the index: asking for it by name is no error
+    assert eval_task_name("/data/my-questions.jsonl") == "tunestudio_my_questions"
+    assert eval_task_name("/data/---.jsonl") == "tunestudio_eval"
+    check_tasks(["arc_easy", "tunestudio_my_questions"], tmp_path, "/data/my-questions.jsonl")
+
+
 def test_without_a_current_index_nothing_is_refused_here(tmp_path: Path) -> None:
     assert unknown_tasks(["no_such_task_xyz"], tmp_path) == []  # no benchmark yet: the worker decides
     cache(tmp_path, key="lm_eval 0.0.1 at /elsewhere of 1")  # another lm_eval's index: rebuilt by the worker
@@ -56,6 +79,16 @@ def test_without_a_current_index_nothing_is_refused_here(tmp_path: Path) -> None
     assert unknown_tasks(["no_such_task_xyz"], tmp_path) == []
     cache(tmp_path)
     assert unknown_tasks(["no_such_task_xyz"], tmp_path) != []
+
+
+def test_an_index_of_another_lm_eval_is_read_once_until_it_changes(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    cache(tmp_path, key="lm_eval 0.0.1 at /elsewhere of 1")
+    reads, loads = [], json.loads
+    monkeypatch.setattr(bench_tasks.json, "loads", lambda text: reads.append(1) or loads(text))
+    for _ in range(3):  # every benchmark request: the 19 MB file is parsed once, not each time
+        assert unknown_tasks(["nope"], tmp_path) == []
+    assert len(reads) == 1
 
 
 def test_an_index_rebuilt_since_it_was_read_is_read_again(tmp_path: Path) -> None:

@@ -12,17 +12,43 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import threading
 from importlib import metadata, util
 from pathlib import Path
 
-__all__ = ["TASK_INDEX_FILE", "bundled_tasks", "index_key", "unknown_task", "unknown_tasks"]
+__all__ = ["TASK_INDEX_FILE", "UnknownTasks", "bundled_tasks", "check_tasks", "eval_task_name", "index_key",
+           "unknown_task", "unknown_tasks"]
 
 TASK_INDEX_FILE = "lm_eval-tasks.json"
 HINTS = 5  # the close names an unknown task's message offers
 
 _lock = threading.Lock()
-_read: dict[Path, tuple[tuple[int, int, str], frozenset[str]]] = {}  # cache file: ((mtime, size, key), names)
+# cache file: ((mtime, size, key), its names, or None for a file of another lm_eval or unreadable: not read again)
+_read: dict[Path, tuple[tuple[int, int, str], frozenset[str] | None]] = {}
+
+
+class UnknownTasks(ValueError):
+    """Tasks the harness does not have (the config's field `tasks`), each with its message."""
+
+    field = "tasks"
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("; ".join(f"tasks: {message}" for message in messages))
+        self.messages = messages
+
+
+def eval_task_name(eval_file: str | Path) -> str:
+    """The task name a benchmark gives the user's eval file (worker/bench.py `custom_task` writes it)."""
+    return "tunestudio_" + (re.sub(r"[^A-Za-z0-9_]", "_", Path(eval_file).stem).strip("_") or "eval")
+
+
+def check_tasks(tasks: list[str], cache_dir: Path, eval_file: str | None = None) -> None:
+    """Raise UnknownTasks for the tasks the cached index lacks (the eval file's own task aside: the worker adds it)."""
+    own = eval_task_name(eval_file) if eval_file else None
+    said = unknown_tasks([name for name in tasks if name != own], cache_dir)
+    if said:
+        raise UnknownTasks(said)
 
 
 def bundled_tasks() -> Path | None:
@@ -83,13 +109,13 @@ def _cached_names(cache_dir: Path) -> frozenset[str] | None:
         known = _read.get(path)
         if known is not None and known[0] == stamp:
             return known[1]
+    names: frozenset[str] | None = None  # another lm_eval's, or unreadable: the worker builds it again
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
-        if kept.get("key") != key:
-            return None
-        names = frozenset(str(entry[0]) for entry in kept["entries"])
+        if kept.get("key") == key:
+            names = frozenset(str(entry[0]) for entry in kept["entries"])
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return None  # unreadable or half-written by another version: the worker builds it again
+        pass
     with _lock:
         _read[path] = (stamp, names)
     return names

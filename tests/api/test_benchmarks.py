@@ -233,8 +233,11 @@ def test_bad_benchmark_requests_name_the_field(server: str, job: Job, tmp_path: 
         assert post(bench_jobs[0], {"tasks": ["arc_easy"]}).status_code == 409
 
 
-def test_a_cancelled_benchmark_ends_at_once_without_figures(server: str, job: Job, questions: Path) -> None:
-    answer = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", json={"eval_file": str(questions)}, timeout=30)
+def test_a_cancelled_benchmark_ends_at_once_without_figures(server: str, job: Job, questions: Path,
+                                                             lookup_run: dict[str, Any]) -> None:
+    key = {"Idempotency-Key": "bench-cancelled"}
+    answer = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", json={"eval_file": str(questions)}, headers=key,
+                        timeout=30)
     assert answer.status_code == 201, answer.text
     bench_id = answer.json()["id"]
     wait_until(lambda: httpx.get(f"{server}/api/jobs/{bench_id}", timeout=30).json()["phase"] == "evaluating_base",
@@ -242,3 +245,11 @@ def test_a_cancelled_benchmark_ends_at_once_without_figures(server: str, job: Jo
     assert httpx.post(f"{server}/api/jobs/{bench_id}/cancel", json={}, timeout=30).status_code == 200
     run = finished(server, job.id, bench_id, 120)
     assert run["status"] == "cancelled" and run["result"] is None
+    # The request sent again, say by a client that never heard the answer: its job, whatever the body now asks
+    # (here a task the index, cached by lookup_run's benchmark, lacks: a new request is refused for it).
+    again = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", json={"tasks": ["no_such_task_xyz"]}, headers=key,
+                       timeout=30)
+    assert again.status_code == 201 and again.json()["id"] == bench_id, again.text
+    fresh = httpx.post(f"{server}/api/jobs/{job.id}/benchmarks", json={"tasks": ["no_such_task_xyz"]}, timeout=30)
+    assert fresh.status_code == 422 and fresh.json()["detail"]["field"] == "tasks", fresh.text
+

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tunestudio.bench_tasks import UnknownTasks
 from tunestudio.config import field_errors
 from tunestudio.jobs import JobConflict, JobNotFound, QueueFull, StoreUnavailable
 from tunestudio.paths import PathRefused
@@ -77,6 +78,11 @@ def install(app: FastAPI) -> None:
     async def _path(request: Request, exc: PathRefused) -> JSONResponse:
         errors = [{"field": field, "message": exc.message} for field in exc.fields]
         return JSONResponse(error_body(exc.code, str(exc), field=exc.field, errors=errors), status_code=422)
+
+    @app.exception_handler(UnknownTasks)
+    async def _tasks(request: Request, exc: UnknownTasks) -> JSONResponse:
+        errors = [{"field": exc.field, "message": message} for message in exc.messages]
+        return JSONResponse(error_body("invalid_request", str(exc), field=exc.field, errors=errors), status_code=422)
 
     @app.exception_handler(QueueFull)
     async def _queue_full(request: Request, exc: QueueFull) -> JSONResponse:

@@ -136,24 +136,25 @@ def _run(job_id: str, options: BenchOptions) -> Job:
     """The benchmark job, submitted with this process's completions server for its worker to call, followed to
     its end; exit 2 for a job or model that cannot be benchmarked."""
     from tunestudio.api.benchmarks import bench_config
-    from tunestudio.bench_tasks import unknown_tasks
+    from tunestudio.bench_tasks import UnknownTasks, check_tasks
     from tunestudio.inference import UnknownModel
     from tunestudio.jobs import JobConflict, JobManager, JobNotFound, QueueFull
     from tunestudio.paths import PathRefused
     from tunestudio.settings import Settings
 
     settings = Settings()
-    refused = unknown_tasks(options.tasks, settings.cache_dir())  # known once a benchmark indexed the harness
-    if refused:
-        for message in refused:
+    try:  # known once a benchmark indexed the harness; checked before the manager warms a worker (the manager
+        check_tasks(options.tasks, settings.cache_dir(), options.eval_file)  # checks it again)
+    except UnknownTasks as exc:
+        for message in exc.messages:
             err.print(f"[red]tasks: {message}[/red]", soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     token = settings.api_token.get_secret_value() if settings.api_token is not None else None
     with JobManager(settings, adopt_queued=False) as manager, completions_server(settings, manager) as (url, _):
         try:
             config = bench_config(manager, job_id, options, url, token)
             job = manager.benchmark(config)
-        except (JobNotFound, JobConflict, PathRefused, QueueFull, UnknownModel) as exc:
+        except (JobNotFound, JobConflict, PathRefused, QueueFull, UnknownModel, UnknownTasks) as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None
         console.print(f"benchmark [bold]{job.id}[/bold] of job {job_id}: {', '.join(config.tasks) or ''}"

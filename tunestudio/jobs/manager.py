@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 from tunestudio import paths
 from tunestudio.bench_config import BenchConfig
+from tunestudio.bench_tasks import check_tasks
 from tunestudio.config import JobConfig
 from tunestudio.events import StatusEvent, WarningEvent
 from tunestudio.export_config import ExportConfig, ExportOptions
@@ -174,12 +175,15 @@ class JobManager(Scheduling):
     def benchmark(self, config: BenchConfig, request_id: str | None = None) -> Job:
         """Queue a benchmark of a finished job (config.source_job_id) through lm-evaluation-harness: a job of kind
         "bench", linked to it by source_job, sharing the queue, slots, store, stream and cancel. Raises JobNotFound,
-        JobConflict for a job with no result to measure, QueueFull."""
+        JobConflict for a job with no result to measure, UnknownTasks for a task the harness's cached index lacks
+        (a repeated request id gets its job first), QueueFull."""
         source = self.get(config.source_job_id)
         if not source.has_result:
             raise JobConflict(f"job {source.id} is a {source.kind} job that is {source.status.value}; only a "
                               "training job that completed (or stopped with a save) can be benchmarked")
-        return self._record("bench", config.model_copy(update={"output_dir": None}), request_id, lambda others: None,
+        cache_dir = self.settings.cache_dir()
+        return self._record("bench", config.model_copy(update={"output_dir": None}), request_id,
+                            lambda others: check_tasks(config.tasks, cache_dir, config.eval_file),
                             source_job=source.id)
 
     def make_data(self, config: MakeDataConfig, request_id: str | None = None) -> Job:

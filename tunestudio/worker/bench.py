@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import threading
 import time
 import traceback
@@ -33,7 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tunestudio.bench_config import BenchConfig
-from tunestudio.bench_tasks import TASK_INDEX_FILE, index_key, unknown_task
+from tunestudio.bench_tasks import TASK_INDEX_FILE, eval_task_name, index_key, unknown_task
 from tunestudio.config import format_validation_error
 from tunestudio.worker.channel import Channel, quiet_libraries
 from tunestudio.worker.errors import UserError
@@ -337,7 +336,7 @@ def custom_task(eval_file: Path, folder: Path, chat: bool) -> str:
     rows = _read_rows(eval_file)
     multiple_choice = "choices" in rows[0]
     normalised = [_row(row, number, multiple_choice, eval_file) for number, row in enumerate(rows, 1)]
-    name = "tunestudio_" + (re.sub(r"[^A-Za-z0-9_]", "_", eval_file.stem).strip("_") or "eval")
+    name = eval_task_name(eval_file)
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / f"{name}.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in normalised))

@@ -18,7 +18,6 @@ from tunestudio.api.deps import ManagerDep, SettingsDep
 from tunestudio.api.errors import ApiError
 from tunestudio.api.schemas import ERRORS, JobOut
 from tunestudio.bench_config import BenchConfig, BenchOptions
-from tunestudio.bench_tasks import unknown_tasks
 from tunestudio.inference import UnknownModel
 from tunestudio.jobs import JobStatus
 
@@ -71,10 +70,6 @@ def create_benchmark(
     benchmark's job (kind "bench"), watched like any job."""
     manager.get(job_id)  # 404 first
     confine_eval_file(options, settings.roots())
-    refused = unknown_tasks(options.tasks, settings.cache_dir())  # known once a benchmark indexed the harness
-    if refused:
-        raise ApiError(422, "invalid_request", "; ".join(f"tasks: {m}" for m in refused), field="tasks",
-                       errors=[{"field": "tasks", "message": m} for m in refused])
     token = settings.api_token.get_secret_value() if settings.api_token is not None else None
     try:
         config = bench_config(manager, job_id, options, server_url(request), token)

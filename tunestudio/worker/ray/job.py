@@ -336,8 +336,28 @@ def _fit(trainer: Any, relay: Relay, link: Any, done: threading.Event, pump: thr
     return code
 
 
+class PlainText:
+    """A stream that writes its text without terminal colour codes. The driver's output is the job's log, a file
+    the page and `jobs logs` show as text; Ray colours what it prints there: each line's "(RayTrainWorker pid=...)"
+    prefix (RAY_COLOR_PREFIX=0 turns that off: jobs/ray_cluster.py) and, whatever that says, the
+    "[repeated Nx across cluster]" note of the lines it deduplicates."""
+
+    CODES = re.compile(r"\x1b\[[0-9;]*m")
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(self.CODES.sub("", text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding...: the stream's own
+        return getattr(self._stream, name)
+
+
 def main() -> int:
     die_with_parent(int(os.environ[MANAGER_PID_ENV]))
+    sys.stdout, sys.stderr = PlainText(sys.stdout), PlainText(sys.stderr)  # Ray prints its processes' lines there
     link, start = connect_link()
     import ray
     import ray.train
