@@ -36,7 +36,7 @@ def records(run: Run) -> list[dict[str, Any]]:
 def method_job(tiny_model: Path, out: Path, data: Path, on_event: Any = None, **overrides: Any) -> Run:
     fields: dict[str, Any] = {"local_datasets": [str(data)], "max_steps": 3, "batch_size": 4,
                               "max_seq_length": 48, "learning_rate": 1e-3, **overrides}
-    return run_job(job_config(tiny_model, out, **fields), on_event)
+    return run_job(job_config(tiny_model, out, **fields), on_event, log_path=out.parent / f"{out.name}.log")
 
 
 def additions(n: int) -> list[tuple[int, int]]:
@@ -106,6 +106,18 @@ def saw_columns(prompts, completions, answer, topic, **kwargs):
                      method="grpo", max_steps=50, batch_size=8, num_generations=4, max_completion_length=6,
                      generation_temperature=0.5, reward_functions=["exact_match", f"{source}:saw_columns"])
     return run, calls
+
+
+def test_each_methods_log_holds_no_progress_bars_and_no_library_deprecation(
+        dpo_run: Run, other_runs: dict[str, Run], grpo_run: tuple[Run, Path]) -> None:
+    # The job's log (the page's, `jobs logs`): no progress bar redrawn in a file, no warning of a library about
+    # another's renamed attribute (peft's and TRL's generation read transformers' old gradient-checkpointing name)
+    for run in (dpo_run, *other_runs.values(), grpo_run[0]):
+        out = Path(run.completed.output_dir)
+        text = (out.parent / f"{out.name}.log").read_text()
+        assert "[info] model: " in text, text[:2000]
+        assert "\r" not in text and "it/s]" not in text and "examples/s]" not in text, text[:2000]
+        assert "is_gradient_checkpointing" not in text, text[:2000]
 
 
 def test_dpo_reward_margin_rises_when_chosen_is_right(dpo_run: Run) -> None:

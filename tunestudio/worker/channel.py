@@ -212,6 +212,9 @@ def quiet_libraries() -> None:
     os.environ.setdefault("DISABLE_TQDM", "1")
     logging.getLogger("transformers").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*kernels.*")
+    # peft (wrapping the model) and TRL (DPO's and GRPO's steps) read transformers 5's renamed attribute: a
+    # FutureWarning in every job's log that no job can act on
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     for variable, module, switch in PROGRESS_BARS:
         if os.environ.setdefault(variable, "1").strip().lower() in ("1", "true", "yes", "on") \
                 and module in sys.modules:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -132,9 +131,7 @@ def prepare_model(model: torch.nn.Module, cfg: JobConfig, gradient_checkpointing
         loftq_config=LoftQConfig(loftq_bits=4) if cfg.use_loftq else {},
     )
     try:
-        with warnings.catch_warnings():  # peft reads a renamed attribute of transformers 5 (every job's log said so)
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            wrapped = get_peft_model(model, lora)
+        wrapped = get_peft_model(model, lora)
     except ValueError as exc:
         # peft names the modules it could not find; that is a config problem.
         raise UserError(f"target_modules: {exc}") from exc
