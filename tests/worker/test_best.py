@@ -189,8 +189,6 @@ def test_keep_best_restores_an_earlier_best_steps_weights_as_the_artefacts(
         return {"exact_match": value, "token_f1": value, "rouge_l": value}
 
     monkeypatch.setattr(EarlyStopper, "_answer", scripted)
-    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
-        monkeypatch.delenv(name, raising=False)  # the worker sets them; they go again after the test
     out = tmp_path / "out"
     cfg = job_config(tiny_model, out, max_steps=30, eval_steps=5, save_steps=20, eval_generate_rows=4,
                      precision="fp32", early_stopping={"metric": "exact_match", "patience": 2})

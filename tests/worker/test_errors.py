@@ -131,8 +131,6 @@ def test_a_job_whose_training_runs_out_of_gpu_memory_fails_with_advice(
         return trainer, reporter
 
     monkeypatch.setattr(train_mod, "build_trainer", build_failing_trainer)
-    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
-        monkeypatch.delenv(name, raising=False)  # the worker sets them; they go again after the test
     config = job_config(tiny_model, tmp_path / "out", precision="fp32", max_steps=3)
     channel = ListChannel()
     assert main.run(config, channel) == 1

@@ -45,8 +45,6 @@ def test_the_recipe_asks_the_jobs_modality(tiny_model: Path, tmp_path: Path, mon
             return super().__getattribute__(name)
 
     monkeypatch.setitem(modalities.MODALITIES, "text", Recording())
-    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
-        monkeypatch.delenv(name, raising=False)  # the worker sets them; they go again after the test
     cfg = job_config(tiny_model, tmp_path / "out", max_steps=2, eval_steps=2, eval_generate_rows=2,
                      sample_prompts=["What is the opposite of hot?"], precision="fp32")
     channel = ListChannel()

@@ -56,8 +56,4 @@ class RayExecutor(LauncherExecutor):
             # this setting from the driver to its ranks. Their output still reaches the job's log (Ray sends it
             # to the driver); a user who wants it in Ray Train's own log files sets it to 1.
             "RAY_TRAIN_ENABLE_PRINT_PATCH": os.environ.get("RAY_TRAIN_ENABLE_PRINT_PATCH", "0"),
-            # The driver prints each Ray process's lines, "(RayTrainWorker pid=...)" first, into the job's log,
-            # which the page, `jobs logs` and the log's download show as text: without this, every prefix came
-            # wrapped in terminal colour codes ("\x1b[36m(...)\x1b[0m").
-            "RAY_COLOR_PREFIX": os.environ.get("RAY_COLOR_PREFIX", "0"),
         }

@@ -100,7 +100,7 @@ def test_the_config_refuses_what_images_cannot_do(tmp_path: Path) -> None:
 
 @pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 def test_a_short_image_job_trains_evaluates_with_its_pictures_and_saves_a_vision_model(
-        family: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        family: tuple[str, Path], tmp_path: Path) -> None:
     """is_dataset_image is left off: the rows' images make it an image job."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -109,8 +109,6 @@ def test_a_short_image_job_trains_evaluates_with_its_pictures_and_saves_a_vision
 
     from ...helpers.channel import ListChannel
 
-    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
-        monkeypatch.delenv(name, raising=False)
     train, held = _shapes(tmp_path)
     cfg = job_config(family[1], tmp_path / "out", local_datasets=[str(train)], eval_split=str(held), max_steps=2,
                      eval_steps=2, eval_generate_rows=2, batch_size=4, sample_prompts=["Hello"], precision="fp32",
@@ -150,14 +148,12 @@ def test_a_short_image_job_trains_evaluates_with_its_pictures_and_saves_a_vision
 
 @pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 def test_early_stopping_on_exact_match_answers_with_the_pictures_and_keeps_the_best(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     from tunestudio.events import Completed, parse_event
     from tunestudio.worker import main
 
     from ...helpers.channel import ListChannel
 
-    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
-        monkeypatch.delenv(name, raising=False)
     train, held = _shapes(tmp_path)
     cfg = job_config(FAMILIES["smolvlm"], tmp_path / "out", local_datasets=[str(train)], eval_split=str(held),
                      max_steps=4, eval_steps=2, eval_generate_rows=2, batch_size=4, precision="fp32",
@@ -199,14 +195,12 @@ def _pairs(tmp: Path, n: int, name: str) -> Path:
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
-def test_dpo_trains_on_image_preference_pairs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dpo_trains_on_image_preference_pairs(tmp_path: Path) -> None:
     from tunestudio.events import Completed, parse_event
     from tunestudio.worker import main
 
     from ...helpers.channel import ListChannel
 
-    for name in ("TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "DISABLE_TQDM"):
-        monkeypatch.delenv(name, raising=False)
     cfg = job_config(FAMILIES["smolvlm"], tmp_path / "out", method="dpo",
                      local_datasets=[str(_pairs(tmp_path, 8, "pairs.jsonl"))],
                      eval_split=str(_pairs(tmp_path, 4, "held.jsonl")), max_steps=2, eval_steps=2,

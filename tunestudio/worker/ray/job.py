@@ -339,8 +339,8 @@ def _fit(trainer: Any, relay: Relay, link: Any, done: threading.Event, pump: thr
 class PlainText:
     """A stream that writes its text without terminal colour codes. The driver's output is the job's log, a file
     the page and `jobs logs` show as text; Ray colours what it prints there: each line's "(RayTrainWorker pid=...)"
-    prefix (RAY_COLOR_PREFIX=0 turns that off: jobs/ray_cluster.py) and, whatever that says, the
-    "[repeated Nx across cluster]" note of the lines it deduplicates."""
+    prefix and the "[repeated Nx across cluster]" note of the lines it deduplicates (RAY_COLOR_PREFIX=0 would
+    reach only the first)."""
 
     CODES = re.compile(r"\x1b\[[0-9;]*m")
 
