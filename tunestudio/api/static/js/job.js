@@ -190,7 +190,9 @@ export async function showJob(main, id, {onChange, navigate}) {
     const pct = total ? Math.min(100, (100 * step) / total) : (job.status === "completed" ? 100 : 0);
     bar.style.width = `${pct}%`;
     bar.parentElement.classList.toggle("indeterminate", !total && !job.is_terminal && job.status !== "queued");
-    barText.textContent = total ? (isExport ? `${step}%` : `step ${step} / ${total}`) : job.is_terminal ? ""
+    // A completed export is 100% as its bar is, even drawn before its progress (or series) reached the page.
+    barText.textContent = total ? (isExport ? `${step}%` : `step ${step} / ${total}`)
+      : isExport && job.status === "completed" ? "100%" : job.is_terminal ? ""
       : job.status === "queued" ? `queued${job.queue_position ? `, #${job.queue_position} in line` : ""}`
         : "waiting for the first step";
     bar.parentElement.setAttribute("aria-valuenow", String(Math.round(pct)));
