@@ -54,10 +54,12 @@ HIDDEN_NODE = (
 
 
 def _job_processes() -> list[str]:
-    """Processes of a tunestudio Ray job: its driver, its train workers, its mailbox (its queues)."""
+    """Processes of a tunestudio Ray job: its driver, its train workers, its mailbox (its queues), and Ray Train's
+    placement-group cleaner of its run (a detached actor: it outlives the driver unless the run ends cleanly)."""
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
     return [line for line in ps.splitlines()
-            if "tunestudio.worker.ray.job" in line or "RayTrainWorker" in line or "ray::Mailbox" in line]
+            if any(name in line for name in ("tunestudio.worker.ray.job", "RayTrainWorker", "ray::Mailbox",
+                                             "ray::PlacementGroupCleaner"))]
 
 
 def _mount_ns(pid: int | str) -> str:
@@ -143,6 +145,7 @@ def _stopped_job(manager: JobManager, model: Path, dataset: Path, home: Path) ->
             "disassembly": len(re.findall(r"\b(?:LOAD_FAST|LOAD_CONST|RETURN_VALUE)\b", text)),
             "ray_lines": text.count("(RayTrainWorker pid="),  # a rank's lines, as Ray's driver prints them
             "escapes": text.count("\x1b["),
+            "blind_cleaner": text.count("State API may be temporarily unavailable"),
             "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
             "owned": sorted(p.name for p in ownership.files(out, job.id)),
             "model_in_job_config": json.loads((out / "job_config.json").read_text())["model_name"]

@@ -90,9 +90,11 @@ def test_a_cluster_without_the_studios_disk_trains_cancels_fails_stops_resumes_a
     model = str(tmp_path / "inputs" / "tiny-model")
     assert seen["hidden_sees_studio"] is False  # the simulation holds: the cluster's node cannot open our files
 
-    # Cancelled at step 1 while its rank is busy (frozen) past the grace period: the driver is killed, Ray ends its
-    # rank and queues. The rank never left its stage, so the node's copy of the inputs stays, until the next rank on
-    # that node sweeps it (no live rank holds its lock): the stopped job's below.
+    # Cancelled at step 1 while its rank is busy (frozen) past the grace period: the driver takes SIGTERM as Ray
+    # Train takes Ctrl-C, its run's controller aborts (the rank killed, the placement-group cleaner stopped: a
+    # detached actor that, without a dashboard, would poll for good), and Ray ends its queues with it. The rank
+    # never left its stage, so the node's copy of the inputs stays, until the next rank on that node sweeps it (no
+    # live rank holds its lock): the stopped job's below.
     cancelled = seen["cancelled"]
     assert cancelled["status"] == "cancelled" and cancelled["message"].startswith("cancelled ("), cancelled
     assert cancelled["left"] == []
@@ -127,7 +129,11 @@ def test_a_cluster_without_the_studios_disk_trains_cancels_fails_stops_resumes_a
         <= set(stopped["owned"])
     assert ".tunestudio-owner.json" in stopped["files"] and ".checkpoint-staging" not in stopped["files"]
     assert stopped["model_in_job_config"] == model
-    shipping, placed, summary = stopped["logs"]  # the job's log (the page shows it) says where and how much
+    # This cluster runs no dashboard: the job's log says so once, and leaves out Ray Train's placement-group
+    # cleaner's warning that it cannot see the run's controller (every second, half a short job's log before).
+    assert stopped["blind_cleaner"] == 0, stopped
+    blind, shipping, placed, summary = stopped["logs"]  # the job's log (the page shows it): where and how much
+    assert blind.startswith("ray: the cluster runs no dashboard, so Ray Train's placement-group cleaner "), blind
     assert shipping.startswith(f"ray: shipping 3.8 MB to the cluster through its object store: model_name {model} ")
     assert placed.startswith("ray: rank 0 on node ") and summary.startswith(placed)
     assert re.search(rf"shipped 3\.8 MB to the cluster .*, [\d.]+ MB back into {stopped['output_dir']} "

@@ -25,3 +25,37 @@ def test_rays_lines_reach_the_log_without_terminal_colour_codes(monkeypatch: pyt
     print_worker_logs(batch, PlainText(log))
     assert log.getvalue() == ("(RayTrainWorker pid=1001) Setting up process group\n"
                               "(RayTrainWorker pid=1001) step 3 [repeated 2x across cluster]\n")
+
+
+def test_without_a_dashboard_the_blind_cleaners_warning_is_left_out_and_the_rest_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("ray", reason="ray is an optional extra: pip install -e '.[ray]'")
+    from ray._private.worker import print_worker_logs
+
+    from tunestudio.worker.ray.job import BLIND_CLEANER
+
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    warning = ("Failed to query Ray Train Controller actor state. State API may be temporarily unavailable. "
+               "Continuing to monitor.")  # Ray Train's own words (placement_group_cleaner.py)
+    cleaner = {"pid": "396", "ip": "127.0.0.1", "localhost": "127.0.0.1", "actor_name": "PlacementGroupCleaner",
+               "lines": [warning, "Detected that the Ray Train controller actor (a1) is dead."]}
+    worker = {"pid": "1001", "ip": "127.0.0.1", "localhost": "127.0.0.1", "actor_name": "RayTrainWorker",
+              "lines": ["step 3", warning]}  # the same words from another process: not the blind cleaner's
+    log = io.StringIO()
+    stream = PlainText(log)
+    print_worker_logs(cleaner, stream)  # before the driver knows: kept
+    stream.drop = BLIND_CLEANER
+    for batch in (cleaner, worker, cleaner):
+        print_worker_logs(batch, stream)
+    stream.write("a partial")
+    stream.flush()  # a line's text is held until its end, and written out by a flush
+    assert log.getvalue().splitlines() == [
+        f"(PlacementGroupCleaner pid=396) {warning}",
+        "(PlacementGroupCleaner pid=396) Detected that the Ray Train controller actor (a1) is dead.",
+        "(PlacementGroupCleaner pid=396) Detected that the Ray Train controller actor (a1) is dead.",
+        "(RayTrainWorker pid=1001) step 3",
+        f"(RayTrainWorker pid=1001) {warning}",
+        "(PlacementGroupCleaner pid=396) Detected that the Ray Train controller actor (a1) is dead.",
+        "a partial",
+    ]

@@ -34,6 +34,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -340,24 +341,77 @@ class PlainText:
     """A stream that writes its text without terminal colour codes. The driver's output is the job's log, a file
     the page and `jobs logs` show as text; Ray colours what it prints there: each line's "(RayTrainWorker pid=...)"
     prefix and the "[repeated Nx across cluster]" note of the lines it deduplicates (RAY_COLOR_PREFIX=0 would
-    reach only the first)."""
+    reach only the first).
+
+    With `drop` set (a pattern), whole lines that match it are left out: Ray prints a line in two writes (the text,
+    then its end), so the text is kept until its line is complete."""
 
     CODES = re.compile(r"\x1b\[[0-9;]*m")
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
+        self.drop: re.Pattern[str] | None = None
+        self._pending = ""
+        self._lock = threading.Lock()  # Ray prints from its own threads
 
     def write(self, text: str) -> int:
-        self._stream.write(self.CODES.sub("", text))
+        with self._lock:
+            if self.drop is None and not self._pending:
+                self._stream.write(self.CODES.sub("", text))
+                return len(text)
+            *lines, self._pending = (self._pending + text).split("\n")
+            for line in lines:
+                self._line(line + "\n")
         return len(text)
 
-    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding...: the stream's own
+    def _line(self, line: str) -> None:
+        line = self.CODES.sub("", line)
+        if self.drop is None or not self.drop.search(line):
+            self._stream.write(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._pending:
+                self._line(self._pending)
+                self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding...: the stream's own
         return getattr(self._stream, name)
+
+
+# Ray Train's placement-group cleaner (a detached actor of each run) asks Ray's state API, which the cluster's
+# dashboard serves, whether the run's controller lives, every second. A cluster without a dashboard (a head
+# started with --include-dashboard=false, or without Ray's dashboard packages: `ray[default]`) answers none of
+# those questions, and the cleaner warns each time: half the lines of a short job's log.
+BLIND_CLEANER = re.compile(r"PlacementGroupCleaner pid=.*State API may be temporarily unavailable")
+NO_DASHBOARD = ("ray: the cluster runs no dashboard, so Ray Train's placement-group cleaner cannot see this run's "
+                "controller (Ray's state API): its warning about that, every second, is left out of this log. A "
+                "cancelled job still ends its run cleanly; a driver killed outright (SIGKILL) leaves its cleaner "
+                "running until the cluster stops. Start the head node with Ray's dashboard (pip install "
+                "'ray[default]') for Ray's own clean-up.")
+_terminated = threading.Event()
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM (the supervisor's, when a stop's grace period is over) taken as Ray Train takes Ctrl-C in its
+    driver: its handler, installed while `fit` runs, has the run's controller abort (its workers killed, its
+    placement group removed, its cleaner stopped) before this process goes. Before, ray.init's own handler (a
+    plain sys.exit) ended the driver with the run still up: Ray then ended the run's actors with their owner,
+    all but the detached cleaner, which stayed; on a cluster without a dashboard, for good. The process still
+    ends by SIGTERM (`__main__`), so the job's end reads as before."""
+    _terminated.set()
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signal.SIGINT, frame)  # Ray Train's, which `fit` set (it is never set before)
+    raise SystemExit(128 + signum)
 
 
 def main() -> int:
     die_with_parent(int(os.environ[MANAGER_PID_ENV]))
-    sys.stdout, sys.stderr = PlainText(sys.stdout), PlainText(sys.stderr)  # Ray prints its processes' lines there
+    streams = PlainText(sys.stdout), PlainText(sys.stderr)
+    sys.stdout, sys.stderr = streams  # type: ignore[assignment]  # Ray prints its processes' lines there
+    signal.signal(signal.SIGTERM, _terminate)
     link, start = connect_link()
     import ray
     import ray.train
@@ -366,10 +420,11 @@ def main() -> int:
 
     address = os.environ.get(ADDRESS_ENV) or "auto"
     try:
-        ray.init(address=address, logging_level="WARNING")
+        cluster = ray.init(address=address, logging_level="WARNING")
     except Exception as exc:
         _report(f"cannot join the cluster at {address}: {exc}")
         return 1
+    signal.signal(signal.SIGTERM, _terminate)  # again: ray.init put its own in place (a plain sys.exit)
     config = resolve_latest(start["config"])
     start = {**start, "config": config}
     output_dir = Path(config["output_dir"])
@@ -380,6 +435,10 @@ def main() -> int:
     inputs = local_inputs(config)
     storage = _storage(storage_uri, run_id)
     relay = Relay(link, output_dir, num_processes, inputs, storage)
+    if not cluster.dashboard_url:
+        for stream in streams:
+            stream.drop = BLIND_CLEANER
+        relay.emit(WarningEvent, message=NO_DASHBOARD)
 
     # 1. the inputs, into the object store (or a clear refusal before anything is shipped)
     shipped = _ship(ray, relay, inputs, resources)
@@ -403,4 +462,12 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        if _terminated.is_set():  # cleaned up: now end as the signal would have ended it
+            sys.stdout.flush()
+            sys.stderr.flush()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+    sys.exit(code)
