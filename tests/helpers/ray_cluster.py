@@ -219,6 +219,7 @@ def main(model: str, workdir: str) -> None:
         fh.truncate(STORE // 2 + (4 << 20))
     bucket = Path(tempfile.mkdtemp(prefix="tunestudio-bucket-", dir="/var/tmp"))
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    bookkeeping = set(Path(tempfile.gettempdir()).glob("tunestudio-ray-train-*"))  # Ray Train's, of each driver
     seen: dict[str, Any] = {"seconds": {}}
     clock = time.monotonic()
 
@@ -238,8 +239,10 @@ def main(model: str, workdir: str) -> None:
         seen["hidden_sees_studio"] = Path(hidden + str(work)).exists()
         lap("cluster")
 
-        # A cancel's grace period of 0.1s: a rank that does not stop by then has its driver killed (SIGTERM).
-        with JobManager(_settings(home, ray_worker_resources={"remote": 1}, stop_grace_seconds=0.1)) as manager:
+        # A cancel's grace period of 0.1s: a rank that does not stop by then has its driver sent SIGTERM, and its
+        # run aborted; SIGKILL only 30 s later (5 s by default), so that a loaded machine cannot cut that short.
+        with JobManager(_settings(home, ray_worker_resources={"remote": 1}, stop_grace_seconds=0.1,
+                                  kill_after_seconds=30)) as manager:
             seen["cancelled"] = _cancelled_job(manager, studio_model, dataset, home, hidden)
             lap("cancelled")
             seen["failing"] = _failing_job(manager, studio_model, bad, home)
@@ -257,6 +260,8 @@ def main(model: str, workdir: str) -> None:
         with contextlib.suppress(AssertionError):  # what is left is reported, not raised
             wait_until(lambda: not _job_processes(), 60, "the jobs' Ray actors gone", every=0.2)
         seen["left"] = _job_processes()
+        seen["bookkeeping_left"] = sorted(map(str, set(Path(tempfile.gettempdir()).glob("tunestudio-ray-train-*"))
+                                              - bookkeeping))
         lap("actors_gone")
         # What the hidden node holds of the studio's paths (nothing, if no rank wrote there) and of its stages.
         seen["hidden_has_studio"] = Path(hidden + str(work)).exists()

@@ -343,26 +343,35 @@ class PlainText:
     prefix and the "[repeated Nx across cluster]" note of the lines it deduplicates (RAY_COLOR_PREFIX=0 would
     reach only the first).
 
-    With `drop` set (a pattern), whole lines that match it are left out: Ray prints a line in two writes (the text,
-    then its end), so the text is kept until its line is complete."""
+    With `drop` set (a pattern), whole lines that match it are left out. Ray prints a line in two writes (the
+    text, then its end), so a thread's text is kept until its line is complete, each thread's apart: Ray's log
+    thread and the driver's own threads write here at once."""
 
     CODES = re.compile(r"\x1b\[[0-9;]*m")
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self.drop: re.Pattern[str] | None = None
-        self._pending = ""
-        self._lock = threading.Lock()  # Ray prints from its own threads
+        self._pending: dict[int, str] = {}  # by thread: its line so far
+        self._lock = threading.Lock()
 
     def write(self, text: str) -> int:
+        thread = threading.get_ident()
         with self._lock:
-            if self.drop is None and not self._pending:
+            held = self._pending.pop(thread, "")
+            if self.drop is None and not held:
                 self._stream.write(self.CODES.sub("", text))
                 return len(text)
-            *lines, self._pending = (self._pending + text).split("\n")
+            *lines, rest = (held + text).split("\n")
             for line in lines:
                 self._line(line + "\n")
+            if rest:
+                self._pending[thread] = rest
         return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
 
     def _line(self, line: str) -> None:
         line = self.CODES.sub("", line)
@@ -370,10 +379,11 @@ class PlainText:
             self._stream.write(line)
 
     def flush(self) -> None:
+        """This thread's text so far, then the stream's buffer (another thread's unfinished line waits)."""
         with self._lock:
-            if self._pending:
-                self._line(self._pending)
-                self._pending = ""
+            held = self._pending.pop(threading.get_ident(), "")
+            if held:
+                self._line(held)
         self._stream.flush()
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding...: the stream's own
@@ -383,28 +393,37 @@ class PlainText:
 # Ray Train's placement-group cleaner (a detached actor of each run) asks Ray's state API, which the cluster's
 # dashboard serves, whether the run's controller lives, every second. A cluster without a dashboard (a head
 # started with --include-dashboard=false, or without Ray's dashboard packages: `ray[default]`) answers none of
-# those questions, and the cleaner warns each time: half the lines of a short job's log.
+# those questions, and the cleaner warns each time: half the lines of a short job's log. (Matched with Ray's
+# prefix of the cleaner's lines, which RAY_DISABLE_WORKER_LOG_PREFIX=1 would take away.)
 BLIND_CLEANER = re.compile(r"PlacementGroupCleaner pid=.*State API may be temporarily unavailable")
 NO_DASHBOARD = ("ray: the cluster runs no dashboard, so Ray Train's placement-group cleaner cannot see this run's "
                 "controller (Ray's state API): its warning about that, every second, is left out of this log. A "
-                "cancelled job still ends its run cleanly; a driver killed outright (SIGKILL) leaves its cleaner "
-                "running until the cluster stops. Start the head node with Ray's dashboard (pip install "
-                "'ray[default]') for Ray's own clean-up.")
+                "cancel stops the cleaner with the run; a driver killed outright (SIGKILL) leaves it running "
+                "until the cluster stops. Start the head node with Ray's dashboard (pip install 'ray[default]') "
+                "for Ray's own clean-up.")
+# How long a SIGTERM'd driver waits for its run's abort: under the supervisor's SIGKILL, `kill_after_seconds`
+# (5 s by default) after the SIGTERM. The abort stops the cleaner first; its wait for the ranks to shut down
+# (up to 5 s each) may be cut short: the ranks end with the driver anyway.
+ABORT_S = 3.0
 _terminated = threading.Event()
 
 
 def _terminate(signum: int, frame: Any) -> None:
     """SIGTERM (the supervisor's, when a stop's grace period is over) taken as Ray Train takes Ctrl-C in its
-    driver: its handler, installed while `fit` runs, has the run's controller abort (its workers killed, its
-    placement group removed, its cleaner stopped) before this process goes. Before, ray.init's own handler (a
-    plain sys.exit) ended the driver with the run still up: Ray then ended the run's actors with their owner,
-    all but the detached cleaner, which stayed; on a cluster without a dashboard, for good. The process still
-    ends by SIGTERM (`__main__`), so the job's end reads as before."""
+    driver: the handler `fit` installed has the run's controller abort (its cleaner stopped, its workers killed,
+    its placement group removed), for at most ABORT_S, in a thread of its own (it waits on the controller). Then
+    the driver exits with the signal's number (`__main__`), through its `finally`s and Ray's own shutdown, as
+    ray.init's own handler (a plain sys.exit, which left the run's detached cleaner behind: on a cluster without
+    a dashboard, for good) meant to. A second SIGTERM changes nothing."""
+    if _terminated.is_set():
+        return
     _terminated.set()
     handler = signal.getsignal(signal.SIGINT)
-    if callable(handler) and handler is not signal.default_int_handler:
-        handler(signal.SIGINT, frame)  # Ray Train's, which `fit` set (it is never set before)
-    raise SystemExit(128 + signum)
+    if callable(handler) and handler is not signal.default_int_handler:  # Ray Train's: `fit` set it
+        abort = threading.Thread(target=handler, args=(signal.SIGINT, frame), name="abort", daemon=True)
+        abort.start()
+        abort.join(ABORT_S)
+    raise SystemExit(signum)
 
 
 def main() -> int:
@@ -424,7 +443,7 @@ def main() -> int:
     except Exception as exc:
         _report(f"cannot join the cluster at {address}: {exc}")
         return 1
-    signal.signal(signal.SIGTERM, _terminate)  # again: ray.init put its own in place (a plain sys.exit)
+    signal.signal(signal.SIGTERM, _terminate)  # again: ray.init put its own in place
     config = resolve_latest(start["config"])
     start = {**start, "config": config}
     output_dir = Path(config["output_dir"])
@@ -464,10 +483,10 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         code = main()
-    finally:
-        if _terminated.is_set():  # cleaned up: now end as the signal would have ended it
-            sys.stdout.flush()
-            sys.stderr.flush()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-    sys.exit(code)
+    except SystemExit:
+        if not _terminated.is_set():
+            raise
+        code = 0
+    # After a SIGTERM the exit says so: the signal's number (ray.init's handler's code), whatever Ray's wait made
+    # of the exit raised inside it (code 1).
+    sys.exit(signal.SIGTERM.value if _terminated.is_set() else code)
