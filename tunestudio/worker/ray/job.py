@@ -482,11 +482,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     try:
-        code = main()
-    except SystemExit:
-        if not _terminated.is_set():
-            raise
-        code = 0
-    # After a SIGTERM the exit says so: the signal's number (ray.init's handler's code), whatever Ray's wait made
-    # of the exit raised inside it (code 1).
-    sys.exit(signal.SIGTERM.value if _terminated.is_set() else code)
+        sys.exit(main())
+    finally:
+        if _terminated.is_set():  # the signal's number (ray.init's handler's code), whatever Ray's wait made of
+            sys.exit(signal.SIGTERM.value)  # the exit raised inside it (code 1)
