@@ -1,15 +1,16 @@
 """Which pruning keeps the full grid's winner, and what it saves: recorded full grids replayed through the pruners.
 
 The full grids are bench/sweep_savings.py's space run with no pruner: 12 trials of 40 steps per seed of the random
-sampler, every evaluation of each trial kept; seeds 0-5 (tests/sweeps/data/full_grids.json) chose the sweep's
-rule, seeds 6-11 (full_grids_heldout.json, recorded after) check it on trials it was not chosen on. The sweep's
-own pruners are replayed as its runner judges them (tunestudio.sweeps.study.replay: Optuna's pruner, the trials one
-after another, the median's warm-up); other candidates (Optuna's pruners with other settings, and a hand-written
-"best at the same step, with a margin") through the same loop, judged from the step they name (Hyperband is left
-out: it puts a trial in a bracket by a hash of the study's random name, so its replays differ run to run). Per
-seed the table gives the share of the grid's steps trained and whether the grid's winner was kept (it completed,
-or the best completed trial is within 1 % of its objective); a rule is acceptable only if it keeps it in every seed
-of both sets.
+sampler, every evaluation of each trial kept; seeds 0-5 (tests/sweeps/data/full_grids.json) chose the median's
+warm-up, seeds 6-11 (full_grids_heldout.json, recorded after) check it on trials it was not chosen on; the best
+pruner's margins were chosen on seeds 0-11, and seeds 12-17 (full_grids_heldout2.json, recorded after) check them.
+The sweep's own pruners are replayed as its runner judges them (tunestudio.sweeps.study.replay: its pruner, the
+trials one after another, the median's warm-up); other candidates (Optuna's pruners with other settings, and a
+hand-written "best completed trial at the same step, with one margin") through the same loop, judged from the step
+they name (Hyperband is left out: it puts a trial in a bracket by a hash of the study's random name, so its replays
+differ run to run). Per seed the table gives the share of the grid's steps trained and whether the grid's winner
+was kept (it completed, or the best completed trial is within 1 % of its objective); a rule is acceptable only if it
+keeps it in every seed of every set.
 "wall" estimates the wall-time ratio with the costs measured in the same runs: 1.0 s a trial that no pruning saves
 (its worker's start, loading, evaluating the base, saving), 0.107 s a step; the worker forkserver's start (5 s and
 more, before the first trial) is left out, as bench/sweep_savings.py, which measures it for real, now leaves it out.
@@ -18,6 +19,8 @@ more, before the first trial) is left out, as bench/sweep_savings.py, which meas
     # run the full grids again and write them:
     .venv/bin/python bench/pruner_replay.py --grids tests/sweeps/data/full_grids.json --record 0 1 2 3 4 5
     .venv/bin/python bench/pruner_replay.py --grids tests/sweeps/data/full_grids_heldout.json --record 6 7 8 9 10 11
+    .venv/bin/python bench/pruner_replay.py --grids tests/sweeps/data/full_grids_heldout2.json \
+        --record 12 13 14 15 16 17
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 DATA = ROOT / "tests" / "sweeps" / "data"
 GRIDS = DATA / "full_grids.json"
 HELD_OUT = DATA / "full_grids_heldout.json"
+HELD_OUT2 = DATA / "full_grids_heldout2.json"
 TRIAL_S, STEP_S, FIRST_S = 1.0, 0.107, 0.0
 Curve = list[tuple[int, float]]
 
@@ -132,7 +136,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--record", type=int, nargs="+", metavar="SEED")
-    parser.add_argument("--grids", type=Path, nargs="+", default=[GRIDS, HELD_OUT],
+    parser.add_argument("--grids", type=Path, nargs="+", default=[GRIDS, HELD_OUT, HELD_OUT2],
                         help="the recorded grids' files (read; --record writes the one given)")
     args = parser.parse_args()
     if args.record:
@@ -149,7 +153,9 @@ def main() -> None:
     ours = {"median, judged from a trial's first training evaluation": ("median", 0.0),
             "median, from a quarter of its steps": ("median", 0.25),
             f"median, from a third (the default: {study.MEDIAN_WARMUP_FRACTION:.3f})": ("median", 1 / 3),
-            "median, from half": ("median", 0.5), "successive halving (Optuna's defaults)": ("halving", None)}
+            "median, from half": ("median", 0.5), "successive halving (Optuna's defaults)": ("halving", None),
+            "best (the sweep's: the best other trial at the same step + 50 % at a trial's first evaluation, + 10 % "
+            "after)": ("best", None)}
     default = study.MEDIAN_WARMUP_FRACTION
     rules: dict[str, Callable[[list[Curve]], list[int | None]]] = {}
     for name, (pruner, fraction) in ours.items():

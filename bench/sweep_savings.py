@@ -5,8 +5,9 @@ before, so both sweeps try the same points) on the embedded tiny model (models/t
 on the bundled alpaca rows, objective eval_loss (min), one trial at a time through a JobManager's queue:
 
 - baseline: no pruner, no early stopping: every trial trains its max_steps;
-- savings: the median pruner (a trial worse than the median of the completed ones at the same evaluation stops,
-  with a save) and early stopping on eval_loss (patience 2) in every trial.
+- savings: a pruner (`--pruner`: median, the default, a trial worse than the median of the completed ones at the
+  same evaluation stops, with a save; best, one more than a margin behind the best other trial there) and early
+  stopping on eval_loss (patience 2) in every trial.
 
 Figures: each sweep's wall time (create → completed, the clock started once the worker forkserver is up, as a
 running server's is: before 2026-12-06 the process's first sweep, seed 0's baseline, counted its start and no other
@@ -17,6 +18,7 @@ stopped early, the best eval_loss; the ratio of wall times (savings / baseline).
     .venv/bin/python bench/sweep_savings.py                 # 12 trials of 40 steps
     .venv/bin/python bench/sweep_savings.py --trials 4 --steps 30   # a quick look
     .venv/bin/python bench/sweep_savings.py --seeds 0 1 2           # issue 40: over three seeds
+    .venv/bin/python bench/sweep_savings.py --seeds 0 1 2 --pruner best
 
 Per seed it prints the wall-time ratio and whether pruning kept the full grid's winner (the same trial, or an
 objective within 1 %), and the pruned trials with the value and step they were stopped at.
@@ -43,7 +45,7 @@ TINY = ROOT / "models" / "tiny-llama"
 DATA = ROOT / "examples" / "data" / "alpaca.jsonl"
 
 
-def sweep_body(trials: int, steps: int, savings: bool, seed: int = 0) -> dict[str, Any]:
+def sweep_body(trials: int, steps: int, savings: bool, seed: int = 0, pruner: str = "median") -> dict[str, Any]:
     base: dict[str, Any] = {
         "model_name": str(TINY), "local_datasets": [str(DATA)], "training_type": "lora", "max_steps": steps,
         "eval_steps": max(1, steps // 8), "eval_generate_rows": 0, "batch_size": 8, "max_seq_length": 128,
@@ -55,7 +57,7 @@ def sweep_body(trials: int, steps: int, savings: bool, seed: int = 0) -> dict[st
     return {"base": base,
             "space": {"learning_rate": {"low": 1e-5, "high": 3e-2, "log": True}, "lora_r": {"values": [4, 8, 16]}},
             "sampler": "random", "seed": seed, "n_trials": trials, "objective": {"metric": "eval_loss", "mode": "min"},
-            "pruner": "median" if savings else "none", "parallel": 1}
+            "pruner": pruner if savings else "none", "parallel": 1}
 
 
 def run_sweep(name: str, body: dict[str, Any], home: Path) -> dict[str, Any]:
@@ -108,6 +110,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0],
                         help="the sampler's seeds: each draws another 12 trials, run both ways (issue 40: 0 1 2)")
+    parser.add_argument("--pruner", choices=["median", "best", "halving"], default="median",
+                        help="the pruner of the sweep with savings (the baseline has none)")
     args = parser.parse_args()
     if not (TINY / "config.json").is_file():
         sys.exit(f"{TINY} is missing: make setup builds it")
@@ -118,8 +122,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
             baseline = run_sweep(f"seed {seed}: baseline (no pruner, no early stopping)",
                                  sweep_body(args.trials, args.steps, False, seed), Path(tmp) / "baseline")
-            savings = run_sweep(f"seed {seed}: pruner median + early stopping",
-                                sweep_body(args.trials, args.steps, True, seed), Path(tmp) / "savings")
+            savings = run_sweep(f"seed {seed}: pruner {args.pruner} + early stopping",
+                                sweep_body(args.trials, args.steps, True, seed, args.pruner), Path(tmp) / "savings")
         run = {"seed": seed, "baseline": baseline, "savings": savings,
                "wall_ratio": round(savings["wall_s"] / baseline["wall_s"], 3),
                "steps_ratio": round(savings["steps_trained"] / max(1, baseline["steps_trained"]), 3),
@@ -130,7 +134,7 @@ def main() -> None:
               f"{run['best']['same_trial']}, gap {run['best']['relative_gap']})", flush=True)
         runs.append(run)
     load_after = os.getloadavg()
-    result = {"trials": args.trials, "max_steps": args.steps, "runs": runs,
+    result = {"trials": args.trials, "max_steps": args.steps, "pruner": args.pruner, "runs": runs,
               "wall_ratio_max": max(r["wall_ratio"] for r in runs),
               "best_kept": sum(r["best"]["kept"] for r in runs), "seeds": len(runs),
               "load_before": round(load[0], 2), "load_after": round(load_after[0], 2)}

@@ -82,7 +82,7 @@ class SweepConfig(BaseModel):
     sampler: Literal["grid", "random", "tpe"] = "tpe"
     n_trials: int = Field(default=10, ge=1, le=10_000)
     objective: Objective = Field(default_factory=Objective)
-    pruner: Literal["none", "median", "halving"] = "none"
+    pruner: Literal["none", "median", "best", "halving"] = "none"
     parallel: int | None = Field(default=None, ge=1, le=64, description="Trials at once; None: the queue's slots.")
     seed: int | None = Field(default=None, description="The sampler's seed.")
     # The base's secrets, by field: in memory only (a private attribute is in no dump; a copy keeps it).

@@ -12,6 +12,7 @@ fallback, watches the parent's pid.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import os
 import signal
@@ -137,11 +138,26 @@ def main(args: WorkerArgs) -> None:
     sys.exit(code)
 
 
+GC_FREEZE_ENV = "TUNESTUDIO_GC_FREEZE"
+
+
+def freeze_imports() -> None:
+    """Everything the worker holds so far (its modules: torch, transformers..., from the forkserver's preload or its
+    own imports) leaves the garbage collector's sight. A full collection walked all of it: accelerate runs one as
+    training starts, and the collector's own runs come while a job trains or a chat answers; 0.5 s each, in every
+    job, on a 2-core machine (bench/RESULTS.md), and each wrote to the headers of objects a fork shares with its
+    forkserver. Modules are never garbage, so nothing is lost; what the job makes after this is collected as usual.
+    TUNESTUDIO_GC_FREEZE=0 leaves them in sight (bench/worker_gc.py compares both)."""
+    if os.environ.get(GC_FREEZE_ENV, "1") != "0":
+        gc.freeze()
+
+
 def run(args: WorkerArgs) -> int:
     """The recipe of the worker's kind (tunestudio.kinds), or the chat worker's loop; its exit code."""
     if args.kind == "inference":
         from tunestudio.worker.serve import run as serve
 
+        freeze_imports()
         return serve(args.commands, args.events, args.cache_dir)
 
     from tunestudio.worker.channel import QueueChannel
@@ -154,6 +170,7 @@ def run(args: WorkerArgs) -> int:
         hide_unused(given)
     module, _, function = spec.recipe.partition(":")
     recipe = getattr(importlib.import_module(module), function)
+    freeze_imports()
     channel = QueueChannel(args.events, args.commands)
     sampler = Sampler(channel).start()  # CPU, memory (and GPU) of this worker and its children, over time
     try:

@@ -24,7 +24,7 @@ from typing import Any
 
 from tunestudio.events import Stop
 from tunestudio.worker.channel import Channel
-from tunestudio.worker.child import die_with_parent
+from tunestudio.worker.child import die_with_parent, freeze_imports
 from tunestudio.worker.optional import hide_unused
 
 # Environment the executor sets for the launcher (and so for every rank).
@@ -137,6 +137,7 @@ def main() -> int:
     from tunestudio.worker.main import run
     from tunestudio.worker.resources import Sampler
 
+    freeze_imports()
     channel = RankChannel(link, rank, world_size, group)
     # Rank 0 samples the launcher's tree: every rank on this machine (worker/resources.py).
     sampler = Sampler(channel, root_pid=os.getppid()).start() if rank == 0 else None
