@@ -110,3 +110,24 @@ def test_every_progress_field_has_a_metrics_column(tmp_path: Path) -> None:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(metrics)")}
     assert set(Progress.model_fields) - {"kind", "seq"} <= columns
     assert set(PROGRESS_COLUMNS) == set(Progress.model_fields) - {"kind", "seq"}
+
+
+def test_a_listener_hears_each_commit_with_its_jobs_and_reads_it_back(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db.sqlite")
+    heard: list[tuple[frozenset[str], str | None]] = []
+
+    def listener(job_ids: frozenset[str]) -> None:  # on the writer's thread, after the commit
+        row = store.get_job("job-1")
+        heard.append((job_ids, row["status"] if row else None))
+
+    store.add_listener(listener)
+    _job(store, "job-1")
+    _job(store, "job-2")
+    store.update_job("job-1", wait=True, status="running")
+    store.append("job-2", metrics=[(1, _record(1))])
+    store.flush()
+    store.remove_listener(listener)
+    store.update_job("job-1", wait=True, status="completed")
+    store.close()
+    assert heard == [(frozenset({"job-1"}), "queued"), (frozenset({"job-2"}), "queued"),
+                     (frozenset({"job-1"}), "running"), (frozenset({"job-2"}), "running")]

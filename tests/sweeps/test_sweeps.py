@@ -310,3 +310,15 @@ def test_parallel_defaults_to_the_queues_slots(tmp_path: Path) -> None:
         assert SweepRunner(manager, given).parallel == 1
         unset.close()
         given.close()
+
+
+def test_a_runner_looks_when_its_jobs_write_not_only_at_its_poll(tmp_path: Path) -> None:
+    # A poll of 60 s: each trial needs a look to be submitted and one to be told, so polling alone would take
+    # minutes; the runner is woken by its jobs' commits (an evaluation, the end) instead.
+    with JobManager(settings(tmp_path), worker_target=fake_workers.sweep_trial) as manager, \
+            Sweeps(manager, poll_seconds=60) as sweeps:
+        started = time.monotonic()
+        sweep_id = sweeps.create(sweep(n_trials=4, parallel=1)).id
+        view = wait_status(sweeps, sweep_id, {"completed"}, timeout=100)
+        assert [t.status for t in view.trials] == ["completed"] * 4
+        assert time.monotonic() - started < 60

@@ -345,6 +345,13 @@ class JobManager(Scheduling):
             seq = self.get(job_id).last_seq
         return self.views.records(job_id, seq, max_points, since_step)
 
+    def on_commit(self, listener: Callable[[frozenset[str]], None]) -> Callable[[], None]:
+        """`listener(job_ids)` each time this process commits writes of those jobs (their events, metrics, status),
+        on the store's writer thread: it must return at once. Jobs another process runs are not heard of. Returns
+        the call that stops it."""
+        self._store.add_listener(listener)
+        return lambda: self._store.remove_listener(listener)
+
     def subscribe(
         self, job_id: str, after_seq: int = 0, deliver: Callable[[JobEvent], None] | None = None
     ) -> Subscription:

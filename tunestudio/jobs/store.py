@@ -19,7 +19,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
@@ -216,6 +216,13 @@ class Store:
             except (StoreUnavailable, TimeoutError) as exc:
                 log.error("closing the store: %s", exc)
             self._writer.close()
+
+    def add_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
+        """`listener(job_ids)` once each write of those jobs is committed (readable); see Writer.add_listener."""
+        self._writer.add_listener(listener)
+
+    def remove_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
+        self._writer.remove_listener(listener)
 
     # --- writes ----------------------------------------------------------------
     def insert_job(self, fields: dict[str, Any]) -> None:

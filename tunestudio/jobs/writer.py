@@ -85,6 +85,7 @@ class Writer:
         self._unwritten: dict[str, dict[str, Any]] = {}
         self._unwritten_lock = threading.Lock()
         self._next_try = 0.0
+        self._listeners: list[Callable[[frozenset[str]], None]] = []
         self.thread = threading.Thread(target=self._loop, name="store-writer", daemon=True)
         self.thread.start()
 
@@ -104,6 +105,27 @@ class Writer:
     def close(self, timeout: float = 10.0) -> None:
         self.ops.put(("close",))
         self.thread.join(timeout)
+
+    def add_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
+        """`listener(job_ids)` after each commit, with the ids of the jobs it wrote (on the writer's thread: it must
+        return at once, e.g. set an Event)."""
+        self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
+        self._listeners = [each for each in self._listeners if each is not listener]
+
+    @staticmethod
+    def _jobs_of(writes: list[Op]) -> frozenset[str]:
+        return frozenset(op[1]["id"] if op[0] == "insert" else op[1] for op in writes
+                         if op[0] in ("append", "update", "delete", "clear_request")
+                         or (op[0] == "insert" and isinstance(op[1].get("id"), str)))
+
+    def _tell(self, listeners: list[Callable[[frozenset[str]], None]], ids: frozenset[str]) -> None:
+        for listener in listeners:
+            try:
+                listener(ids)
+            except Exception:  # a listener never stops the writer
+                log.exception("store: a commit listener failed")
 
     def unwritten(self, job_id: str) -> dict[str, Any]:
         """Job fields accepted but not yet on disk (only while the database refuses writes)."""
@@ -125,8 +147,12 @@ class Writer:
             if self.failure is not None and not (waiters or closing) and time.monotonic() < self._next_try:
                 backlog = writes  # failing: new writes wait for the next try instead of each costing one
                 continue
+            listeners = self._listeners
+            touched = self._jobs_of(writes) if listeners and writes else frozenset()
             error = self._write(writes, patient=self.failure is None or closing) if writes else None
             if error is None:
+                if touched:
+                    self._tell(listeners, touched)
                 backlog = []
                 if self.failure is not None:
                     log.warning("the job database takes writes again; what was kept in memory is written")

@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 # the job it stopped has ended (a restarted server reads it here): a job past its last step when the stop came
 # completes anyway, and is then the completed trial it is, its value counted.
 PRUNED_AT = "pruned_at"
+# The shortest time between two looks of a runner woken by its jobs' writes (a step's metrics and an evaluation
+# commit apart; each look reads the study and the sweep's jobs).
+MIN_POLL_S = 0.05
 
 
 def _suggest(trial: optuna.Trial, config: SweepConfig) -> dict[str, Param]:
@@ -87,6 +90,10 @@ class SweepRunner(threading.Thread):
         self.poll_seconds = poll_seconds
         self.parallel = self.config.parallel or manager.settings.max_concurrent_jobs
         self._halt = threading.Event()
+        # Set when this process commits a write of one of the sweep's live jobs (a new evaluation, its end): the
+        # runner looks at once instead of at its next poll; the poll stays for jobs another process runs.
+        self._poke = threading.Event()
+        self._watched: frozenset[str] = frozenset()  # the live trials' job ids (replaced whole, read by the writer)
         self._trials: dict[int, optuna.Trial] = {}  # the live trials' handles, by number
         self._sent_stop: set[int] = set()
         self._tracking: dict[str, str] = {}  # report_to mlflow: the fields each trial's config gets
@@ -94,16 +101,27 @@ class SweepRunner(threading.Thread):
     def halt(self) -> None:
         """Stop this thread (not the sweep's jobs): a later runner on the same study continues the sweep."""
         self._halt.set()
+        self._poke.set()
+
+    def _committed(self, job_ids: frozenset[str]) -> None:
+        if job_ids & self._watched:
+            self._poke.set()
 
     def run(self) -> None:
         self._tracking = self._open_tracking()
-        while not self._halt.is_set():
-            try:
-                if self.step():
-                    return
-            except Exception:  # a runner outlives any one bad poll (the store busy, a job deleted under it)
-                log.exception("sweep %s: poll failed", self.study.id)
-            self._halt.wait(self.poll_seconds)
+        stop_listening = self.manager.on_commit(self._committed)
+        try:
+            while not self._halt.is_set():
+                self._poke.clear()
+                try:
+                    if self.step():
+                        return
+                except Exception:  # a runner outlives any one bad poll (the store busy, a job deleted under it)
+                    log.exception("sweep %s: poll failed", self.study.id)
+                if self._poke.wait(self.poll_seconds):
+                    self._halt.wait(MIN_POLL_S)  # a job's writes come in bursts: one look for each
+        finally:
+            stop_listening()
 
     def step(self) -> bool:
         """One poll: follow the live trials, start new ones; True when the sweep is over."""
@@ -111,6 +129,7 @@ class SweepRunner(threading.Thread):
         status = self.study.status
         trials = study.get_trials(deepcopy=False)
         jobs = self._jobs_by_trial()
+        self._watched = frozenset(job.id for job in jobs.values() if job.status.is_live)
         live = [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
         for frozen in live:
             if self._halt.is_set():
@@ -193,6 +212,7 @@ class SweepRunner(threading.Thread):
             self._tell(number, TrialState.FAIL, error=str(exc))
             return
         self._handle(number).set_user_attr("job_id", job.id)
+        self._watched = self._watched | {job.id}
 
     def _follow(self, frozen: optuna.trial.FrozenTrial, job: Job | None, status: str) -> None:
         number = frozen.number
