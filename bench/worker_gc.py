@@ -12,6 +12,9 @@ PYTHONPATH, which the forkserver imports at its start) adds up the time of every
 when a worker ends (it is forked: a hook at fork starts its count at zero). Figures: per arm, the median job wall
 time (submit -> completed) and the median time the worker spent collecting.
 
+It measures forked workers, the default on a CPU; a machine with a GPU spawns its workers, which this bench does not
+count (its hook hears only processes forked after it loaded).
+
     .venv/bin/python bench/worker_gc.py                  # 3 rounds of 4 jobs per arm
     .venv/bin/python bench/worker_gc.py --rounds 1 --jobs 2
 

@@ -112,7 +112,7 @@ def test_every_progress_field_has_a_metrics_column(tmp_path: Path) -> None:
     assert set(PROGRESS_COLUMNS) == set(Progress.model_fields) - {"kind", "seq"}
 
 
-def test_a_listener_hears_each_commit_with_its_jobs_and_reads_it_back(tmp_path: Path) -> None:
+def test_a_listener_hears_a_job_s_new_status_or_evaluation_once_it_is_readable(tmp_path: Path) -> None:
     store = Store(tmp_path / "db.sqlite")
     heard: list[tuple[frozenset[str], str | None]] = []
 
@@ -124,10 +124,16 @@ def test_a_listener_hears_each_commit_with_its_jobs_and_reads_it_back(tmp_path: 
     _job(store, "job-1")
     _job(store, "job-2")
     store.update_job("job-1", wait=True, status="running")
-    store.append("job-2", metrics=[(1, _record(1))])
+    store.update_job("job-1", wait=True, phase="training")  # not a status: not told
+    store.append("job-2", metrics=[(1, _record(1))])  # a step's progress: not told
+    store.flush()
+    store.append("job-2", metrics=[(2, Progress(seq=2, step=2, total_steps=10, eval_loss=0.5, ts=1.0).record())])
+    store.flush()
+    store.append("job-1", events=[(3, "log", json.dumps({"kind": "log", "message": "x"}))], status="stopping")
     store.flush()
     store.remove_listener(listener)
-    store.update_job("job-1", wait=True, status="completed")
+    store.update_job("job-1", wait=True, status="stopped")
     store.close()
     assert heard == [(frozenset({"job-1"}), "queued"), (frozenset({"job-2"}), "queued"),
-                     (frozenset({"job-1"}), "running"), (frozenset({"job-2"}), "running")]
+                     (frozenset({"job-1"}), "running"), (frozenset({"job-2"}), "running"),
+                     (frozenset({"job-1"}), "stopping")]

@@ -92,22 +92,24 @@ def test_the_best_pruner_s_margin_is_wide_at_a_trial_s_first_evaluation_and_narr
     assert not judge_best([], {0: 4.0, 5: 3.9, 10: 3.8})  # nothing to compare with
     assert not judge_best([leader], {0: 4.0, 5: 3.0, 7: 2.9})  # nobody else evaluated at step 7
     assert judge_best([leader], {0: 4.0, 5: float("nan")})  # diverged
-    assert judge_best([leader, {0: 4.0, 5: float("nan"), 10: float("nan")}], {0: 4.0, 5: 2.5, 10: 1.2})
+    # a diverged trial is no one's best: a value 20 % behind the leader is still judged against the leader
+    assert judge_best([{0: 4.0, 5: float("nan"), 10: float("nan")}, leader], {0: 4.0, 5: 2.5, 10: 1.2})
+    assert not judge_best([{0: 4.0, 5: float("nan"), 10: float("nan")}], {0: 4.0, 5: 2.5, 10: 1.2})
     # maximising (an accuracy): behind means below
     assert judge_best([{0: 0.1, 5: 0.5, 10: 0.8}], {0: 0.1, 5: 0.4, 10: 0.7}, "maximize")
     assert not judge_best([{0: 0.1, 5: 0.5, 10: 0.8}], {0: 0.1, 5: 0.4, 10: 0.75}, "maximize")
 
 
-@pytest.mark.parametrize("seed", sorted(SEEDS, key=int))
+@pytest.mark.parametrize("seed", sorted(ALL_SEEDS, key=int))
 def test_the_median_pruner_keeps_the_full_grid_s_winner_and_stops_the_clearly_worse(seed: str) -> None:
-    trials = SEEDS[seed]
+    trials = ALL_SEEDS[seed]
     curves = [[(step, value) for step, value in t["curve"]] for t in trials]
     stops = replay(config("median"), curves, GRIDS["total_steps"])
     winner = min(range(len(curves)), key=lambda i: curves[i][-1][1])
     # the winner itself completes (stricter than the issue's "or within 1 % of its objective")
     assert stops[winner] is None, (seed, trials[winner]["params"], stops)
     pruned = [i for i, stop in enumerate(stops) if stop is not None]
-    assert len(pruned) >= 3, stops
+    assert len(pruned) >= (3 if seed in SEEDS else 2), stops  # seed 12's curves mostly finish close: it prunes 2
     assert all(stops[i] >= GRIDS["total_steps"] / 3 for i in pruned), stops  # never before a third of the steps
     # and it kept the runner-up too: no trial it stopped would have ended among the grid's best two
     ranked = sorted(range(len(curves)), key=lambda i: curves[i][-1][1])
@@ -120,7 +122,7 @@ def test_the_warm_up_is_a_third_of_a_job_s_steps_and_two_evaluations() -> None:
     assert judged("median", 4, 10, 30)  # exactly a third
     assert judged("median", 2, 1, None) and judged("median", 2, 1, 0)  # no total known: the evaluations decide
     assert judged("halving", 1, 1, 40) and judged("none", 1, 1, 40)  # the median pruner's warm-up only
-    assert judged("best", 2, 5, 40)
+    assert judged("best", 2, 5, 40)  # the best pruner judges from a trial's first evaluation: its margin is wider
 
 
 def test_no_pruner_stops_nothing() -> None:

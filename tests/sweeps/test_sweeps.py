@@ -73,6 +73,12 @@ def test_a_six_trial_grid_sweep_runs_through_the_queue_and_ranks_by_the_objectiv
         assert {j.id for j in manager.list(sweep_id=sweep_id)} == {t.job_id for t in trials}
 
 
+def test_the_best_pruner_is_refused_for_a_metric_to_maximise() -> None:
+    with pytest.raises(ValidationError, match=r"pruner: best is for a loss to minimise.*exact_match is maximised"):
+        sweep(pruner="best", objective={"metric": "exact_match", "mode": "max"})
+    assert sweep(pruner="best").pruner == "best"  # eval_loss, minimised
+
+
 def test_a_bad_space_names_the_field() -> None:
     with pytest.raises(ValidationError, match=r"space\.lora_rank: JobConfig has no field 'lora_rank'"):
         sweep(space={"lora_rank": {"values": [4, 8]}})

@@ -57,6 +57,11 @@ def _encode(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: json.dumps(v) if k in JSON_COLUMNS and v is not None else v for k, v in fields.items()}
 
 
+def _evaluates(record: dict[str, Any]) -> bool:
+    """A metrics record with an evaluation in it (eval_loss, or a method's eval_ metric)."""
+    return record.get("eval_loss") is not None or any(key.startswith("eval_") for key in record.get("extra") or {})
+
+
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
@@ -173,7 +178,7 @@ class Store:
         for op in batch:
             kind = op[0]
             if kind == "append":
-                _, job_id, event_rows, metric_rows, fields = op
+                _, job_id, event_rows, metric_rows, fields, _told = op
                 events.extend(event_rows)
                 metrics.extend(metric_rows)
                 if fields:
@@ -218,7 +223,8 @@ class Store:
             self._writer.close()
 
     def add_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
-        """`listener(job_ids)` once each write of those jobs is committed (readable); see Writer.add_listener."""
+        """`listener(job_ids)` once a write that changes those jobs' status or adds an evaluation is committed
+        (readable); see Writer.add_listener."""
         self._writer.add_listener(listener)
 
     def remove_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
@@ -261,12 +267,14 @@ class Store:
         """
         unknown = set(fields) - set(JOB_COLUMNS)
         assert not unknown, unknown
+        metrics = list(metrics)
         self._writer.put((
             "append",
             job_id,
             [(job_id, seq, kind, data) for seq, kind, data in events],
             [(job_id, seq, *progress_values(r)) for seq, r in metrics],
             fields,
+            "status" in fields or any(_evaluates(r) for _, r in metrics),  # told to listeners
         ))
 
     def take_stop_request(self, job_id: str, wanted: str) -> bool:

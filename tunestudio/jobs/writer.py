@@ -85,7 +85,8 @@ class Writer:
         self._unwritten: dict[str, dict[str, Any]] = {}
         self._unwritten_lock = threading.Lock()
         self._next_try = 0.0
-        self._listeners: list[Callable[[frozenset[str]], None]] = []
+        self._listeners: list[Callable[[frozenset[str]], None]] = []  # replaced whole, under the lock
+        self._listeners_lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name="store-writer", daemon=True)
         self.thread.start()
 
@@ -107,18 +108,29 @@ class Writer:
         self.thread.join(timeout)
 
     def add_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
-        """`listener(job_ids)` after each commit, with the ids of the jobs it wrote (on the writer's thread: it must
-        return at once, e.g. set an Event)."""
-        self._listeners = [*self._listeners, listener]
+        """`listener(job_ids)` after each batch of writes, with the jobs it inserted, deleted, gave a new status or
+        an evaluation (an append told so), on the writer's thread: it must return at once (e.g. set an Event). A
+        batch that failed is told too (a look then finds nothing new), and a listener just removed may hear one more
+        batch."""
+        with self._listeners_lock:
+            self._listeners = [*self._listeners, listener]
 
     def remove_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
-        self._listeners = [each for each in self._listeners if each is not listener]
+        with self._listeners_lock:
+            self._listeners = [each for each in self._listeners if each is not listener]
 
     @staticmethod
     def _jobs_of(writes: list[Op]) -> frozenset[str]:
-        return frozenset(op[1]["id"] if op[0] == "insert" else op[1] for op in writes
-                         if op[0] in ("append", "update", "delete", "clear_request")
-                         or (op[0] == "insert" and isinstance(op[1].get("id"), str)))
+        """The jobs a listener hears of: inserted, deleted, a new status, an append marked as told (its last
+        element: a status or an evaluation); not a step's progress, a log line or a resource sample."""
+        ids = set()
+        for op in writes:
+            kind = op[0]
+            if kind == "insert" and isinstance(op[1].get("id"), str):
+                ids.add(op[1]["id"])
+            elif kind == "delete" or (kind == "update" and "status" in op[2]) or (kind == "append" and op[5]):
+                ids.add(op[1])
+        return frozenset(ids)
 
     def _tell(self, listeners: list[Callable[[frozenset[str]], None]], ids: frozenset[str]) -> None:
         for listener in listeners:
@@ -150,9 +162,9 @@ class Writer:
             listeners = self._listeners
             touched = self._jobs_of(writes) if listeners and writes else frozenset()
             error = self._write(writes, patient=self.failure is None or closing) if writes else None
+            if touched:  # a failed batch too: some of it may be committed (`_write_each`)
+                self._tell(listeners, touched)
             if error is None:
-                if touched:
-                    self._tell(listeners, touched)
                 backlog = []
                 if self.failure is not None:
                     log.warning("the job database takes writes again; what was kept in memory is written")

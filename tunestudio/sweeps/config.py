@@ -111,6 +111,11 @@ class SweepConfig(BaseModel):
             ranges = [n for n, d in self.space.items() if not isinstance(d, Values)]
             if ranges:
                 raise ValueError(f"space.{ranges[0]}: the grid sampler needs {{values: [...]}}")
+        if self.pruner == "best" and self.objective.direction != "minimize":
+            # its margins are relative to the best value: measured on losses; a score near 0 early (exact_match at
+            # its first evaluations) would stop trials on noise
+            raise ValueError(f"pruner: best is for a loss to minimise (it was measured on eval_loss); the objective "
+                             f"{self.objective.metric} is maximised: use median")
         values = sum(len(d.values) for d in self.space.values() if isinstance(d, Values))
         if values > MAX_VALUES:
             raise ValueError(f"space: {values} values in all; at most {MAX_VALUES}")

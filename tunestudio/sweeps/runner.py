@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 # the job it stopped has ended (a restarted server reads it here): a job past its last step when the stop came
 # completes anyway, and is then the completed trial it is, its value counted.
 PRUNED_AT = "pruned_at"
-# The shortest time between two looks of a runner woken by its jobs' writes (a step's metrics and an evaluation
+# The shortest time between two looks of a runner woken by its jobs' writes (an evaluation and a status change may
 # commit apart; each look reads the study and the sweep's jobs).
 MIN_POLL_S = 0.05
 
@@ -90,8 +90,9 @@ class SweepRunner(threading.Thread):
         self.poll_seconds = poll_seconds
         self.parallel = self.config.parallel or manager.settings.max_concurrent_jobs
         self._halt = threading.Event()
-        # Set when this process commits a write of one of the sweep's live jobs (a new evaluation, its end): the
-        # runner looks at once instead of at its next poll; the poll stays for jobs another process runs.
+        # Set when this process commits a new status or an evaluation of one of the sweep's live jobs (Store's
+        # listeners): the runner looks at once instead of at its next poll; the poll stays for jobs another process
+        # runs.
         self._poke = threading.Event()
         self._watched: frozenset[str] = frozenset()  # the live trials' job ids (replaced whole, read by the writer)
         self._trials: dict[int, optuna.Trial] = {}  # the live trials' handles, by number

@@ -141,13 +141,21 @@ def main(args: WorkerArgs) -> None:
 GC_FREEZE_ENV = "TUNESTUDIO_GC_FREEZE"
 
 
-def freeze_imports() -> None:
-    """Everything the worker holds so far (its modules: torch, transformers..., from the forkserver's preload or its
-    own imports) leaves the garbage collector's sight. A full collection walked all of it: accelerate runs one as
-    training starts, and the collector's own runs come while a job trains or a chat answers; 0.5 s each, in every
-    job, on a 2-core machine (bench/RESULTS.md), and each wrote to the headers of objects a fork shares with its
-    forkserver. Modules are never garbage, so nothing is lost; what the job makes after this is collected as usual.
-    TUNESTUDIO_GC_FREEZE=0 leaves them in sight (bench/worker_gc.py compares both)."""
+def freeze_imports(trains: bool = False) -> None:
+    """Everything the worker holds so far, its modules, leaves the garbage collector's sight (`gc.freeze`). A full
+    collection walked all of it: accelerate runs one as training starts, and the collector's own runs come while a
+    job trains or a chat answers; 0.5 s each time in a worker holding the forkserver's preload (about 560,000
+    objects; bench/worker_gc.py), and each wrote to the headers of objects a fork shares with its forkserver.
+    Modules are never garbage, so nothing is lost; what the job makes after this (a model, its data) is collected as
+    usual, so a model the chat worker unloads is still freed.
+
+    A fork of the forkserver holds the preload already. trains=True (a training job's worker or rank, spawned on a
+    machine with a GPU or with prewarm off) imports `PRELOAD` first, as the job would moments later. A spawned chat
+    worker freezes only what it has at its start: its libraries load with its first model.
+    TUNESTUDIO_GC_FREEZE=0 leaves everything in sight (bench/worker_gc.py compares both)."""
+    if trains:
+        for module in PRELOAD:
+            importlib.import_module(module)
     if os.environ.get(GC_FREEZE_ENV, "1") != "0":
         gc.freeze()
 
@@ -170,7 +178,7 @@ def run(args: WorkerArgs) -> int:
         hide_unused(given)
     module, _, function = spec.recipe.partition(":")
     recipe = getattr(importlib.import_module(module), function)
-    freeze_imports()
+    freeze_imports(trains=spec.trains)
     channel = QueueChannel(args.events, args.commands)
     sampler = Sampler(channel).start()  # CPU, memory (and GPU) of this worker and its children, over time
     try:

@@ -137,7 +137,7 @@ def main() -> int:
     from tunestudio.worker.main import run
     from tunestudio.worker.resources import Sampler
 
-    freeze_imports()
+    freeze_imports(trains=True)
     channel = RankChannel(link, rank, world_size, group)
     # Rank 0 samples the launcher's tree: every rank on this machine (worker/resources.py).
     sampler = Sampler(channel, root_pid=os.getppid()).start() if rank == 0 else None
