@@ -10,7 +10,8 @@ environment it started with): TUNESTUDIO_GC_FREEZE=0 (the collector sees everyth
 the arms alternate. Inside each worker a `gc.callbacks` hook (installed by this script through a sitecustomize on
 PYTHONPATH, which the forkserver imports at its start) adds up the time of every collection and writes it to a file
 when a worker ends (it is forked: a hook at fork starts its count at zero). Figures: per arm, the median job wall
-time (submit -> completed) and the median time the worker spent collecting.
+time (submit -> completed), the median CPU time of its worker (user and system, from its fork to its exit) and the
+median time it spent collecting.
 
 It measures forked workers, the default on a CPU; a machine with a GPU spawns its workers, which this bench does not
 count (its hook hears only processes forked after it loaded).
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "models" / "tiny-llama"
@@ -51,13 +53,16 @@ def _hook(phase, info):
         _state["runs"] += 1
 gc.callbacks.append(_hook)
 def _reset():
-    _state.update(total=0.0, runs=0)
+    cpu = os.times()
+    _state.update(total=0.0, runs=0, cpu=cpu.user + cpu.system)
 os.register_at_fork(after_in_child=_reset)
 _exit = os._exit
 def _recorded_exit(code):
     if os.getpid() != _state["pid"] and os.environ.get("GC_BENCH_OUT"):
         with open(os.environ["GC_BENCH_OUT"], "a") as out:
-            out.write(f"{os.getpid()} {_state['total']:.4f} {_state['runs']} {gc.get_freeze_count()}\\n")
+            cpu = os.times()
+            out.write(f"{os.getpid()} {_state['total']:.4f} {_state['runs']} {gc.get_freeze_count()} "
+                      f"{cpu.user + cpu.system - _state['cpu']:.3f}\\n")
     _exit(code)
 os._exit = _recorded_exit
 '''
@@ -103,7 +108,8 @@ def main() -> None:
         return
     if not (TINY / "config.json").is_file():
         sys.exit(f"{TINY} is missing: make setup builds it")
-    figures: dict[str, dict[str, list[float]]] = {"seen": {"wall": [], "gc": []}, "frozen": {"wall": [], "gc": []}}
+    figures: dict[str, dict[str, list[float]]] = {arm_: {"wall": [], "gc": [], "cpu": []}
+                                                  for arm_ in ("seen", "frozen")}
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
         for round_ in range(args.rounds):
@@ -119,16 +125,22 @@ def main() -> None:
                 gc_s = [float(r[1]) for r in rows]
                 figures[name]["wall"] += walls
                 figures[name]["gc"] += gc_s
-                print(f"round {round_} {name}: job wall {[round(w, 2) for w in walls]} s; collections in the "
-                      f"workers {[round(g, 3) for g in gc_s]} s (frozen objects {[int(r[3]) for r in rows]})",
-                      flush=True)
-    result = {arm_: {"wall_median_s": round(statistics.median(f["wall"]), 3),
-                     "gc_median_s": round(statistics.median(f["gc"]), 4) if f["gc"] else None, "jobs": len(f["wall"])}
-              for arm_, f in figures.items()}
+                figures[name]["cpu"] += [float(r[4]) for r in rows]
+                print(f"round {round_} {name}: job wall {[round(w, 2) for w in walls]} s; the workers' CPU "
+                      f"{[float(r[4]) for r in rows]} s, collecting {[round(g, 3) for g in gc_s]} s (frozen objects "
+                      f"{[int(r[3]) for r in rows]})", flush=True)
+    result: dict[str, Any] = {
+        arm_: {"wall_median_s": round(statistics.median(f["wall"]), 3),
+               "cpu_median_s": round(statistics.median(f["cpu"]), 3) if f["cpu"] else None,
+               "gc_median_s": round(statistics.median(f["gc"]), 4) if f["gc"] else None, "jobs": len(f["wall"])}
+        for arm_, f in figures.items()}
     result["wall_ratio"] = round(result["frozen"]["wall_median_s"] / result["seen"]["wall_median_s"], 3)
+    if result["frozen"]["cpu_median_s"] and result["seen"]["cpu_median_s"]:
+        result["cpu_ratio"] = round(result["frozen"]["cpu_median_s"] / result["seen"]["cpu_median_s"], 3)
     print(f"job wall time, frozen / seen: {result['wall_ratio']} (medians {result['frozen']['wall_median_s']} vs "
-          f"{result['seen']['wall_median_s']} s); time collecting per worker: {result['frozen']['gc_median_s']} vs "
-          f"{result['seen']['gc_median_s']} s")
+          f"{result['seen']['wall_median_s']} s); the worker's CPU: {result.get('cpu_ratio')} (medians "
+          f"{result['frozen']['cpu_median_s']} vs {result['seen']['cpu_median_s']} s); time collecting per worker: "
+          f"{result['frozen']['gc_median_s']} vs {result['seen']['gc_median_s']} s")
     print(json.dumps(result))
 
 
