@@ -144,7 +144,7 @@ GC_FREEZE_ENV = "TUNESTUDIO_GC_FREEZE"
 def freeze_imports(trains: bool = False) -> None:
     """Everything the worker holds so far, its modules, leaves the garbage collector's sight (`gc.freeze`). A full
     collection walked all of it: accelerate runs one as training starts, and the collector's own runs come while a
-    job trains or a chat answers; 0.5 s each time in a worker holding the forkserver's preload (about 560,000
+    job trains or a chat answers; 0.45 s each time in a worker holding the forkserver's preload (about 560,000
     objects; bench/worker_gc.py), and each wrote to the headers of objects a fork shares with its forkserver.
     Modules are never garbage, so nothing is lost; what the job makes after this (a model, its data) is collected as
     usual, so a model the chat worker unloads is still freed.
