@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 from collections import Counter
@@ -40,6 +41,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return module not in first, -modules[module]
 
     items.sort(key=key)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection loaded (the test modules and the libraries they import) leaves the garbage collector's sight,
+    as a worker's imports do (tunestudio/worker/child.py `freeze_imports`): each full collection in a test process
+    walked it all. Measured on tests/api's jobs, schema and security modules run alone: 23 full collections took
+    3.9 s of their 81 s, 2.3 s after; what the tests make is collected as before. Collection's own garbage is
+    collected first, not kept."""
+    gc.collect()
+    gc.freeze()
 
 
 def _build(directory: str) -> None:

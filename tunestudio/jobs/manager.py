@@ -346,9 +346,9 @@ class JobManager(Scheduling):
         return self.views.records(job_id, seq, max_points, since_step)
 
     def on_commit(self, listener: Callable[[frozenset[str]], None]) -> Callable[[], None]:
-        """`listener(job_ids)` each time this process commits writes of those jobs (their events, metrics, status),
-        on the store's writer thread: it must return at once. Jobs another process runs are not heard of. Returns
-        the call that stops it."""
+        """`listener(job_ids)` each time this process commits a write that inserted, deleted, gave a new status or
+        an evaluation to those jobs, on the store's writer thread: it must return at once. Jobs another process runs
+        are not heard of. Returns the call that stops it."""
         self._store.add_listener(listener)
         return lambda: self._store.remove_listener(listener)
 
