@@ -30,8 +30,19 @@ const list = new JobList(document.getElementById("jobs"), {
   },
 });
 
+// A view's handle on <main>: what it writes there lands only while it is the current view. A view still loading
+// when the user moved on (the form waits for its defaults) would otherwise replace the newer view when it resumes.
+function slotFor(mine) {
+  const current = () => mine === renderCount;
+  return {
+    replaceChildren: (...kids) => { if (current()) main.replaceChildren(...kids); },
+    append: (...kids) => { if (current()) main.append(...kids); },
+  };
+}
+
 async function route() {
   const mine = ++renderCount;
+  const slot = slotFor(mine);
   if (dispose) { dispose(); dispose = null; }
   const hash = location.hash || "#/new";
   const [, view, arg] = hash.split("/");
@@ -42,24 +53,24 @@ async function route() {
     let cleanup;
     if (view === "jobs" && arg) {
       list.setActive(arg);
-      cleanup = await showJob(main, decodeURIComponent(arg), {onChange: () => list.refresh(), navigate});
+      cleanup = await showJob(slot, decodeURIComponent(arg), {onChange: () => list.refresh(), navigate});
     } else if (view === "sweeps") {
       list.setActive(null);
-      cleanup = await showSweeps(main, arg ? decodeURIComponent(arg) : null, {navigate});
+      cleanup = await showSweeps(slot, arg ? decodeURIComponent(arg) : null, {navigate});
     } else if (view === "arena") {
       list.setActive(null);
-      cleanup = await showArena(main, {navigate});
+      cleanup = await showArena(slot, {navigate});
     } else if (view === "data") {
       list.setActive(null);
-      cleanup = await showMakeData(main, {navigate});
+      cleanup = await showMakeData(slot, {navigate});
     } else if (view === "compare" && arg) {
       const ids = arg.split(",").filter(Boolean);
       list.setActive(null);
       list.setSelection(ids);
-      cleanup = await showCompare(main, ids);
+      cleanup = await showCompare(slot, ids);
     } else {
       list.setActive(null);
-      cleanup = await showForm(main, {onCreated: (id) => {
+      cleanup = await showForm(slot, {onCreated: (id) => {
         list.refresh();
         focusView = true;
         navigate(`#/jobs/${id}`);

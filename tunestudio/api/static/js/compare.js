@@ -8,16 +8,17 @@ import {appendKids, basename, el, fmtNumber, replaceKids, statusBadge} from "./u
 export async function showCompare(main, ids) {
   const box = el("div", {class: "chart", id: "overlay-chart"});
   const legend = el("ul", {class: "compare-legend"});
-  replaceKids(main, el("article", {class: "compare"},
+  const view = el("article", {class: "compare"},
     el("h1", {}, `Comparing ${ids.length} jobs`),
     el("p", {class: "muted"}, "Loss by step. Untick jobs in the list to drop them; click one to open it."),
-    el("section", {class: "chart-card wide"}, box), legend));
+    el("section", {class: "chart-card wide"}, box), legend);
+  replaceKids(main, view);
 
   const jobs = await Promise.all(ids.map((id) => api.getJob(id)));
   // A job by the name the user gave it; its id (and model) when it has none.
   const labels = jobs.map((j) => (j.name ? j.name : `${j.id} · ${basename(j.config.model_name)}`));
   const chart = overlayChart(box, labels);
-  appendKids(main.querySelector(".compare"), el("section", {class: "chart-card wide"},
+  appendKids(view, el("section", {class: "chart-card wide"},
     el("h2", {}, "Config differences"), configDiff(jobs, labels)));
   let timer = null;
 
