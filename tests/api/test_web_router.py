@@ -28,7 +28,8 @@ def test_a_view_that_loads_after_the_user_moved_on_does_not_take_the_page(tmp_pa
     settings = Settings(home=tmp_path / "home", dataset_roots=[DATA, tmp_path], prewarm=False)
     held: list[Route] = []
     with running_server(settings) as url:
-        page.route("**/api/web/defaults", lambda route: held.append(route))  # the form's first request waits until released
+        # the form's first request waits until released
+        page.route("**/api/web/defaults", lambda route: held.append(route))
         page.goto(f"{url}/#/new")
         page.wait_for_function("() => document.body.dataset.view === 'new'")
         assert page.locator("#new-job").count() == 0 and len(held) == 1
