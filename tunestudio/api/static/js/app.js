@@ -14,7 +14,7 @@ import {showJob} from "./job.js";
 import {JobList} from "./list.js";
 import {showMakeData} from "./makedata.js";
 import {showSweeps} from "./sweep.js";
-import {el, replaceKids} from "./util.js";
+import {appendKids, el, replaceKids} from "./util.js";
 
 const main = document.getElementById("main");
 let dispose = null;
@@ -35,8 +35,9 @@ const list = new JobList(document.getElementById("jobs"), {
 function slotFor(mine) {
   const current = () => mine === renderCount;
   return {
-    replaceChildren: (...kids) => { if (current()) main.replaceChildren(...kids); },
-    append: (...kids) => { if (current()) main.append(...kids); },
+    // what util.js's replaceKids and appendKids call, with the children they kept
+    replaceChildren: (...kids) => { if (current()) replaceKids(main, ...kids); },
+    append: (...kids) => { if (current()) appendKids(main, ...kids); },
   };
 }
 
