@@ -21,7 +21,9 @@ stopped early, the best eval_loss; the ratio of wall times (savings / baseline).
     .venv/bin/python bench/sweep_savings.py --seeds 0 1 2 --pruner best
 
 Per seed it prints the wall-time ratio and whether pruning kept the full grid's winner (the same trial, or an
-objective within 1 %), and the pruned trials with the value and step they were stopped at.
+objective within 1 %), and the pruned trials with the value and step they were stopped at. Last, what a trial costs
+besides its steps (a line fitted through every trial's wall time against its steps, `trial_costs`), the wall ratio
+those costs give each seed's steps, and the per-trial cost at which it would be 0.5.
 
 The last line of output is one JSON object with all figures.
 """
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -81,13 +84,18 @@ def run_sweep(name: str, body: dict[str, Any], home: Path) -> dict[str, Any]:
             time.sleep(0.5)
         wall = time.monotonic() - started
         jobs = [manager.get(t.job_id) for t in view.trials if t.job_id]
+        # each trial's job, submitted to ended, against the steps it trained: what trial_costs fits
+        trial_times = [[t.steps or 0, round(j.finished_at - j.created_at, 3)]
+                       for t, j in zip([t for t in view.trials if t.job_id], jobs, strict=True)
+                       if j.finished_at is not None]
         early = sum(1 for j in jobs if (j.result or {}).get("best") and j.message and "early" in j.message.lower())
         steps = sum(t.steps or 0 for t in view.trials)
     figures = {"wall_s": round(wall, 1), "forkserver_start_s": round(warm_up, 1), "trials": len(view.trials),
                "completed": sum(t.status == "completed" for t in view.trials),
                "pruned": sum(t.status == "pruned" for t in view.trials),
                "failed": sum(t.status == "failed" for t in view.trials), "stopped_early": early,
-               "steps_trained": steps, "best_eval_loss": view.best.value if view.best else None,
+               "steps_trained": steps, "trial_times": trial_times,
+               "best_eval_loss": view.best.value if view.best else None,
                "best_params": view.best.params if view.best else None,
                "pruned_trials": [{"params": t.params, "value": t.value, "pruned_at": t.pruned_at, "steps": t.steps}
                                  for t in view.trials if t.status == "pruned"]}
@@ -102,6 +110,28 @@ def same_best(baseline: dict[str, Any], savings: dict[str, Any]) -> dict[str, An
     return {"same_trial": baseline["best_params"] == savings["best_params"],
             "relative_gap": None if gap is None else round(gap, 4),
             "kept": baseline["best_params"] == savings["best_params"] or (gap is not None and gap <= 0.01)}
+
+
+def trial_costs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a trial costs besides its steps, and what that leaves pruning: a line fitted through every trial of
+    every sweep run (its job's wall time, submitted to ended, against the steps it trained: pruned trials give the
+    short ones), intercept `per_trial_s` (start, loading, the base's evaluation, saving, the hand-over) and slope
+    `per_step_s` (a step and its share of the evaluations). Per seed, `costs_only` is the wall ratio these costs
+    give for the steps each sweep trained (pruned trials' stops cost a little more than a completion), and
+    `per_trial_s_for_half` the per-trial cost at which the ratio would be 0.5 with the same steps (negative: no
+    per-trial cost can bring it there, the steps alone are more than half)."""
+    points = [tuple(p) for run in runs for arm in ("baseline", "savings") for p in run[arm]["trial_times"]]
+    steps, walls = zip(*points, strict=True)
+    slope, intercept = statistics.linear_regression(steps, walls)
+    seeds = []
+    for run in runs:
+        full, kept = run["baseline"], run["savings"]
+        trials, full_steps = full["trials"], full["steps_trained"]
+        ratio = (kept["trials"] * intercept + kept["steps_trained"] * slope) / (trials * intercept + full_steps * slope)
+        half = slope * (0.5 * full_steps - kept["steps_trained"]) / (kept["trials"] - 0.5 * trials)
+        seeds.append({"seed": run["seed"], "costs_only": round(ratio, 3), "per_trial_s_for_half": round(half, 2)})
+    return {"per_trial_s": round(intercept, 2), "per_step_s": round(slope, 3), "trials": len(points),
+            "seeds": seeds}
 
 
 def main() -> None:
@@ -134,7 +164,12 @@ def main() -> None:
               f"{run['best']['same_trial']}, gap {run['best']['relative_gap']})", flush=True)
         runs.append(run)
     load_after = os.getloadavg()
-    result = {"trials": args.trials, "max_steps": args.steps, "pruner": args.pruner, "runs": runs,
+    costs = trial_costs(runs)
+    print(f"a trial costs {costs['per_trial_s']} s besides its steps, a step {costs['per_step_s']} s (fitted over "
+          f"{costs['trials']} trials); per seed, the wall ratio those costs give and the per-trial cost that would "
+          "make it 0.5: " + "; ".join(f"seed {s['seed']}: {s['costs_only']}, {s['per_trial_s_for_half']} s"
+                                      for s in costs["seeds"]), flush=True)
+    result = {"trials": args.trials, "max_steps": args.steps, "pruner": args.pruner, "runs": runs, "costs": costs,
               "wall_ratio_max": max(r["wall_ratio"] for r in runs),
               "best_kept": sum(r["best"]["kept"] for r in runs), "seeds": len(runs),
               "load_before": round(load[0], 2), "load_after": round(load_after[0], 2)}
