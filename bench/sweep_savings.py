@@ -121,6 +121,8 @@ def trial_costs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     `per_trial_s_for_half` the per-trial cost at which the ratio would be 0.5 with the same steps (negative: no
     per-trial cost can bring it there, the steps alone are more than half)."""
     points = [tuple(p) for run in runs for arm in ("baseline", "savings") for p in run[arm]["trial_times"]]
+    if len({steps for steps, _ in points}) < 2:  # every trial trained as long: no line to fit
+        return {"per_trial_s": None, "per_step_s": None, "trials": len(points), "seeds": []}
     steps, walls = zip(*points, strict=True)
     slope, intercept = statistics.linear_regression(steps, walls)
     seeds = []
@@ -128,8 +130,10 @@ def trial_costs(runs: list[dict[str, Any]]) -> dict[str, Any]:
         full, kept = run["baseline"], run["savings"]
         trials, full_steps = full["trials"], full["steps_trained"]
         ratio = (kept["trials"] * intercept + kept["steps_trained"] * slope) / (trials * intercept + full_steps * slope)
-        half = slope * (0.5 * full_steps - kept["steps_trained"]) / (kept["trials"] - 0.5 * trials)
-        seeds.append({"seed": run["seed"], "costs_only": round(ratio, 3), "per_trial_s_for_half": round(half, 2)})
+        spare = kept["trials"] - 0.5 * trials
+        half = slope * (0.5 * full_steps - kept["steps_trained"]) / spare if spare > 0 else None
+        seeds.append({"seed": run["seed"], "costs_only": round(ratio, 3),
+                      "per_trial_s_for_half": None if half is None else round(half, 2)})
     return {"per_trial_s": round(intercept, 2), "per_step_s": round(slope, 3), "trials": len(points),
             "seeds": seeds}
 
@@ -165,10 +169,11 @@ def main() -> None:
         runs.append(run)
     load_after = os.getloadavg()
     costs = trial_costs(runs)
-    print(f"a trial costs {costs['per_trial_s']} s besides its steps, a step {costs['per_step_s']} s (fitted over "
-          f"{costs['trials']} trials); per seed, the wall ratio those costs give and the per-trial cost that would "
-          "make it 0.5: " + "; ".join(f"seed {s['seed']}: {s['costs_only']}, {s['per_trial_s_for_half']} s"
-                                      for s in costs["seeds"]), flush=True)
+    if costs["per_trial_s"] is not None:
+        print(f"a trial costs {costs['per_trial_s']} s besides its steps, a step {costs['per_step_s']} s (fitted over "
+              f"{costs['trials']} trials); per seed, the wall ratio those costs give and the per-trial cost that "
+              "would make it 0.5: " + "; ".join(f"seed {s['seed']}: {s['costs_only']}, {s['per_trial_s_for_half']} s"
+                                                for s in costs["seeds"]), flush=True)
     result = {"trials": args.trials, "max_steps": args.steps, "pruner": args.pruner, "runs": runs, "costs": costs,
               "wall_ratio_max": max(r["wall_ratio"] for r in runs),
               "best_kept": sum(r["best"]["kept"] for r in runs), "seeds": len(runs),
