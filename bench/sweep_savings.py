@@ -83,10 +83,10 @@ def run_sweep(name: str, body: dict[str, Any], home: Path) -> dict[str, Any]:
         while (view := sweeps.get(sweep_id)).status not in ("completed", "stopped"):
             time.sleep(0.5)
         wall = time.monotonic() - started
-        jobs = [manager.get(t.job_id) for t in view.trials if t.job_id]
+        ran = [(t, manager.get(t.job_id)) for t in view.trials if t.job_id]
+        jobs = [j for _, j in ran]
         # each trial's job, submitted to ended, against the steps it trained: what trial_costs fits
-        trial_times = [[t.steps or 0, round(j.finished_at - j.created_at, 3)]
-                       for t, j in zip([t for t in view.trials if t.job_id], jobs, strict=True)
+        trial_times = [[t.steps or 0, round(j.finished_at - j.created_at, 3)] for t, j in ran
                        if j.finished_at is not None]
         early = sum(1 for j in jobs if (j.result or {}).get("best") and j.message and "early" in j.message.lower())
         steps = sum(t.steps or 0 for t in view.trials)
