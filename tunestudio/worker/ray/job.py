@@ -412,7 +412,7 @@ def _terminate(signum: int, frame: Any) -> None:
     """SIGTERM (the supervisor's, when a stop's grace period is over) taken as Ray Train takes Ctrl-C in its
     driver: the handler `fit` installed has the run's controller abort (its cleaner stopped, its workers killed,
     its placement group removed), for at most ABORT_S, in a thread of its own (it waits on the controller). Then
-    the driver exits with the signal's number (`__main__`), through its `finally`s and Ray's own shutdown, as
+    the driver exits with the signal's number (`__main__`), through its `finally`s (not Ray's shutdown), as
     ray.init's own handler (a plain sys.exit, which left the run's detached cleaner behind: on a cluster without
     a dashboard, for good) meant to. A second SIGTERM changes nothing."""
     if _terminated.is_set():
@@ -484,5 +484,13 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     finally:
-        if _terminated.is_set():  # the signal's number (ray.init's handler's code), whatever Ray's wait made of
-            sys.exit(signal.SIGTERM.value)  # the exit raised inside it (code 1)
+        if _terminated.is_set():
+            # The signal's number (ray.init's handler's code), whatever Ray's wait made of the exit raised inside it
+            # (code 1), and now, after the `finally`s above: an abort still under way past ABORT_S that touched Ray
+            # during its shutdown at exit had Ray's core worker end the process with code 1 ("The core worker has
+            # already been shutdown"), seen once in the cluster test. The run was aborted and the job's files and
+            # events are done with; the cluster ends what this driver owned when it is gone.
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(signal.SIGTERM.value)
